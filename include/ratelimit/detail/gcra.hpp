@@ -1,0 +1,96 @@
+#pragma once
+/// @file detail/gcra.hpp
+/// The exact arithmetic shared by the token bucket and the leaky bucket.
+///
+/// Both reduce to one timestamp, the Generic Cell Rate Algorithm's theoretical arrival time
+/// (ITU-T I.371): the instant `at` when the bucket is full again (token bucket) or the queue is
+/// empty (leaky bucket). With r = count/period, the backlog at time t is D = max(0, at - t) ns,
+/// worth D*r tokens (or units of water). Fractions of a nanosecond are kept exactly: times are
+/// scaled by `count` (after dividing count and period by their gcd), so `at` is stored as
+/// whole ns plus a remainder in [0, count), and every product is taken in 128 bits.
+
+#include <chrono>
+#include <cstdint>
+
+#include "../decision.hpp"
+#include "../storage.hpp"
+#include "arith.hpp"
+
+namespace ratelimit::detail {
+
+/// A bucket reduced to integers: `limit` units, refilled (or drained) at `count` units per
+/// `period` ns, with count/period in lowest terms.
+struct GcraParams {
+  std::int64_t limit;   ///< capacity B or queue size Q (units)
+  std::int64_t count;   ///< units per `period`, reduced
+  std::int64_t period;  ///< ns, reduced
+
+  friend constexpr bool operator==(const GcraParams&, const GcraParams&) = default;
+};
+
+/// 24 bytes: `at` = at_ns + at_frac / count, and the latest time the key has seen.
+struct GcraState {
+  std::int64_t at_ns = 0;
+  std::int64_t at_frac = 0;
+  std::int64_t last = 0;  ///< ns; a request stamped earlier is decided at `last`
+};
+
+constexpr GcraParams make_gcra_params(std::int64_t limit, std::int64_t count,
+                                      std::chrono::nanoseconds period) noexcept {
+  const auto g = gcd(count, period.count());
+  return {limit, count / g, period.count() / g};
+}
+
+/// Shaping = false: token bucket. Shaping = true: leaky bucket (the admitted request's delay is
+/// the backlog, and `op.max_wait` bounds it).
+template <bool Shaping>
+Decision gcra_apply(const GcraParams& p, GcraState& s, std::chrono::nanoseconds now,
+                    const Operation& op) noexcept {
+  const std::int64_t t = now.count() > s.last ? now.count() : s.last;
+  const i128 scaled_t = i128{t} * p.count;
+  const i128 at = i128{s.at_ns} * p.count + s.at_frac;
+  const i128 backlog = at > scaled_t ? at - scaled_t : 0;  // D * count, in 1/count ns
+  const i128 full = i128{p.limit} * p.period;              // B (or Q) in the same unit as D*count
+  const std::int64_t n = op.peek ? 1 : op.cost;
+
+  Decision d{};
+  d.limit = p.limit;
+  const auto state_after = [&](i128 bl) {
+    d.remaining = static_cast<std::int64_t>(p.limit - ceil_div(bl, p.period));
+    d.reset_after = ns(ceil_div(bl, p.count));
+  };
+  state_after(backlog);
+  if (n > p.limit) {
+    d.retry_after = Decision::never;
+    return d;
+  }
+  const i128 needed = backlog + i128{n} * p.period;
+  const auto delay = ns(ceil_div(backlog, p.count));
+  if (needed > full) {
+    d.retry_after = ns(ceil_div(needed - full, p.count));
+    return d;
+  }
+  if (Shaping && delay > op.max_wait) {
+    // Admissible now, but served too late for the caller: report when it would fit.
+    d.retry_after = delay - op.max_wait;
+    return d;
+  }
+  d.allowed = true;
+  if (Shaping) d.delay = delay;
+  if (op.peek) return d;
+  const i128 new_at = (at > scaled_t ? at : scaled_t) + i128{n} * p.period;
+  s.at_ns = static_cast<std::int64_t>(new_at / p.count);
+  s.at_frac = static_cast<std::int64_t>(new_at % p.count);
+  s.last = t;
+  state_after(needed);
+  return d;
+}
+
+/// True when the bucket is full (token) or the queue empty (leaky) at `now`.
+constexpr bool gcra_is_fresh(const GcraParams&, const GcraState& s,
+                             std::chrono::nanoseconds now) noexcept {
+  const std::int64_t t = now.count() > s.last ? now.count() : s.last;
+  return s.at_ns < t || (s.at_ns == t && s.at_frac == 0);
+}
+
+}  // namespace ratelimit::detail

@@ -1,0 +1,110 @@
+#pragma once
+/// @file detail/limiter.hpp
+/// What every limiter does around its model: read the clock, validate the cost, and block in
+/// `acquire`. The algorithms' public classes derive from this.
+
+#include <chrono>
+#include <cstdint>
+#include <stdexcept>
+#include <string>
+#include <string_view>
+#include <type_traits>
+#include <utility>
+
+#include "../clock.hpp"
+#include "../decision.hpp"
+#include "../storage.hpp"
+#include "validate.hpp"
+
+namespace ratelimit::detail {
+
+struct NoBinding {};
+
+template <class S, class M, bool = StorageFor<S, M>>
+struct binding_of {
+  using type = NoBinding;
+};
+template <class S, class M>
+struct binding_of<S, M, true> {
+  using type = decltype(std::declval<S&>().template bind<M>(std::string_view{},
+                                                            std::declval<const typename M::Params&>()));
+};
+
+/// How long the caller of `acquire` waits in all if admitted after `d` (a denial) is retried.
+/// The leaky bucket overrides it: its total wait is the whole backlog, `reset_after`.
+template <class M>
+constexpr bool completes_within(const Decision& d, std::chrono::nanoseconds budget) noexcept {
+  if constexpr (requires { M::completes_within(d, budget); })
+    return M::completes_within(d, budget);
+  else
+    return d.retry_after <= budget;
+}
+
+template <Model M, Clock C, class S>
+class Limiter {
+  static_assert(StorageFor<S, M>,
+                "ratelimit: this Storage cannot hold this algorithm's state: it needs "
+                "`s.template bind<Model>(name, params)` returning a Binding (see storage.hpp)");
+
+ public:
+  Limiter(const typename M::Params& params, S storage, C clock, std::string name)
+      : storage_(std::move(storage)),
+        clock_(std::move(clock)),
+        name_(std::move(name)),
+        binding_(storage_.template bind<M>(name_, params)) {}
+
+  /// Decides one request of `cost` units for `key` now; admits it and spends its cost, or
+  /// denies it and changes nothing. Throws `std::invalid_argument` if cost < 1.
+  /// Thread safety: safe from many threads.
+  Decision try_acquire(std::string_view key = {}, std::int64_t cost = 1) {
+    check_cost(cost);
+    return binding_.apply(key, clock_.now(), Operation{cost, false, Decision::never});
+  }
+
+  /// What a cost-1 request for `key` would get now; changes nothing.
+  /// Thread safety: safe from many threads.
+  Decision peek(std::string_view key = {}) {
+    return binding_.apply(key, clock_.now(), Operation{1, true, Decision::never});
+  }
+
+  /// Puts `key` back to its fresh state. Thread safety: safe from many threads.
+  void reset(std::string_view key = {}) { binding_.reset(key); }
+
+  /// Waits (through the clock's `sleep_for`) until `key` admits `cost` units, then returns the
+  /// admitting decision (for the leaky bucket, after also waiting out its `delay`). Returns at
+  /// once, denied, when that would take longer than `max_wait` or can never succeed.
+  /// Throws `std::invalid_argument` if cost < 1 or max_wait < 0.
+  /// Thread safety: safe from many threads; competing callers may make it wait again.
+  Decision acquire(std::string_view key, std::int64_t cost, std::chrono::nanoseconds max_wait) {
+    check_cost(cost);
+    if (max_wait.count() < 0) invalid("max_wait (ns)", max_wait.count(), "must be >= 0");
+    const auto start = clock_.now();
+    auto budget = max_wait;
+    for (;;) {
+      const Decision d = binding_.apply(key, clock_.now(), Operation{cost, false, budget});
+      if (d.allowed) {
+        if (d.delay.count() > 0) clock_.sleep_for(d.delay);
+        return d;
+      }
+      if (d.retry_after == Decision::never || !completes_within<M>(d, budget)) return d;
+      clock_.sleep_for(d.retry_after);
+      const auto waited = clock_.now() - start;
+      budget = waited >= max_wait ? std::chrono::nanoseconds{0} : max_wait - waited;
+    }
+  }
+
+  /// The limiter's name: limiters of one algorithm share state on a storage iff names match.
+  const std::string& name() const noexcept { return name_; }
+  /// The clock (a copy of a ManualClock drives the same time).
+  C& clock() noexcept { return clock_; }
+  /// The storage handle.
+  S& storage() noexcept { return storage_; }
+
+ private:
+  S storage_;
+  C clock_;
+  std::string name_;
+  typename binding_of<S, M>::type binding_;
+};
+
+}  // namespace ratelimit::detail

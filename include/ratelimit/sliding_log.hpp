@@ -1,0 +1,124 @@
+#pragma once
+/// @file sliding_log.hpp
+/// Sliding log: the exact count of admitted requests in the last window.
+
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "clock.hpp"
+#include "decision.hpp"
+#include "detail/limiter.hpp"
+#include "detail/window.hpp"
+#include "in_memory_storage.hpp"
+#include "rate.hpp"
+#include "storage.hpp"
+
+namespace ratelimit {
+
+/// The sliding window log as a pure transition (see `ratelimit::Model`).
+///
+/// The log holds the time of every admitted unit; at t the window is (t - W, t]. Admit iff
+/// |log| + n <= N, then log n entries at t; denied requests are not logged. Exact, at the cost
+/// of memory per admitted request (Figma's and the design doc's "sliding window log").
+/// State: 40 bytes plus 16 bytes per distinct admitted timestamp (equal times share one entry
+/// with a count), at most N entries.
+struct SlidingLogModel {
+  static constexpr std::string_view name = "sliding_log";
+  using Params = detail::WindowParams;
+  struct Entry {
+    std::int64_t time;   ///< ns
+    std::int64_t count;  ///< units admitted at `time`
+  };
+  struct State {
+    std::int64_t last = 0;       ///< ns: latest time seen
+    std::vector<Entry> entries;  ///< oldest first; entries[0, head) are expired
+    std::size_t head = 0;
+  };
+
+  static Decision apply(const Params& p, State& s, std::chrono::nanoseconds now,
+                        const Operation& op) {
+    const std::int64_t t = now.count() > s.last ? now.count() : s.last;
+    const std::size_t first = first_live(p, s, t);
+    std::int64_t live = 0;
+    for (std::size_t i = first; i < s.entries.size(); ++i) live += s.entries[i].count;
+    const std::int64_t n = op.peek ? 1 : op.cost;
+    Decision d{};
+    d.limit = p.limit;
+    d.remaining = p.limit - live;
+    d.reset_after = live > 0 ? std::chrono::nanoseconds{s.entries.back().time + p.window - t}
+                             : std::chrono::nanoseconds{0};
+    if (n > p.limit) {
+      d.retry_after = Decision::never;
+      return d;
+    }
+    if (live + n > p.limit) {
+      // Wait for the (live + n - N)-th oldest unit to leave the window.
+      std::int64_t to_drop = live + n - p.limit;
+      std::size_t i = first;
+      while (s.entries[i].count < to_drop) to_drop -= s.entries[i++].count;
+      d.retry_after = std::chrono::nanoseconds{s.entries[i].time + p.window - t};
+      return d;
+    }
+    d.allowed = true;
+    if (op.peek) return d;
+    s.head = first;
+    compact(s);
+    if (!s.entries.empty() && s.entries.back().time == t)
+      s.entries.back().count += n;
+    else
+      s.entries.push_back(Entry{t, n});
+    s.last = t;
+    d.remaining = p.limit - live - n;
+    d.reset_after = std::chrono::nanoseconds{p.window};
+    return d;
+  }
+
+  static bool is_fresh(const Params& p, const State& s, std::chrono::nanoseconds now) noexcept {
+    const std::int64_t t = now.count() > s.last ? now.count() : s.last;
+    return s.entries.size() == s.head || s.entries.back().time <= t - p.window;
+  }
+
+ private:
+  static std::size_t first_live(const Params& p, const State& s, std::int64_t t) noexcept {
+    std::size_t i = s.head;
+    while (i < s.entries.size() && s.entries[i].time <= t - p.window) ++i;
+    return i;
+  }
+
+  // Drops expired entries once they are at least half the vector: amortized O(1) per entry.
+  static void compact(State& s) {
+    if (s.head == 0 || s.head * 2 < s.entries.size()) return;
+    s.entries.erase(s.entries.begin(), s.entries.begin() + static_cast<std::ptrdiff_t>(s.head));
+    s.head = 0;
+  }
+};
+
+/// A sliding log limiter per key: exactly at most `rate.count` requests in any window of
+/// `rate.period` (the window (t - W, t]). Memory grows with the limit: prefer it for low limits.
+/// Decision fields: limit = N; remaining = N - |log|; retry_after = e + W - t for the
+/// (|log| + n - N)-th oldest entry e; reset_after = newest + W - t.
+///
+/// Errors: the constructor throws `std::invalid_argument` naming the out-of-range field; the
+/// calls throw it for cost < 1. Thread safety: every member is safe from many threads.
+template <Clock C = SteadyClock, class Storage = InMemoryStorage>
+class SlidingLog : public detail::Limiter<SlidingLogModel, C, Storage> {
+ public:
+  /// `rate.count` requests per `rate.period`; count in [1, 10^9], period in [1 ms, 366 days].
+  explicit SlidingLog(Rate rate, Storage storage = {}, C clock = {}, std::string name = {})
+      : detail::Limiter<SlidingLogModel, C, Storage>(detail::make_window_params(rate),
+                                                     std::move(storage), std::move(clock),
+                                                     std::move(name)),
+        rate_(rate) {}
+
+  /// The rate it was built with.
+  const Rate& rate() const noexcept { return rate_; }
+
+ private:
+  Rate rate_;
+};
+
+}  // namespace ratelimit
