@@ -35,7 +35,7 @@ struct FixedWindowModel {
     const std::int64_t t = now.count() > s.last ? now.count() : s.last;
     const std::int64_t k = t / p.window;
     const std::int64_t c = k == s.last / p.window ? s.count : 0;
-    const std::int64_t n = op.peek ? 1 : op.cost;
+    const std::int64_t n = op.cost;
     const std::chrono::nanoseconds to_end{(k + 1) * p.window - t};
     Decision d{};
     d.limit = p.limit;

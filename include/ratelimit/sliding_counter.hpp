@@ -41,7 +41,7 @@ struct SlidingCounterModel {
     const std::int64_t k = t / W;
     const auto [c, prev] = counts_at(p, s, k);
     const std::int64_t e = t - k * W;
-    const std::int64_t n = op.peek ? 1 : op.cost;
+    const std::int64_t n = op.cost;
     Decision d{};
     d.limit = N;
     describe(d, p, c, prev, t, k);

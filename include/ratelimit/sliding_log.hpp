@@ -45,7 +45,7 @@ struct SlidingLogModel {
     const std::size_t first = first_live(p, s, t);
     std::int64_t live = 0;
     for (std::size_t i = first; i < s.entries.size(); ++i) live += s.entries[i].count;
-    const std::int64_t n = op.peek ? 1 : op.cost;
+    const std::int64_t n = op.cost;
     Decision d{};
     d.limit = p.limit;
     d.remaining = p.limit - live;

@@ -22,7 +22,8 @@ namespace ratelimit {
 struct Operation {
   /// Units (tokens or requests) the request costs, >= 1 (checked by the limiter).
   std::int64_t cost = 1;
-  /// true: report what a cost-1 request would get and change nothing.
+  /// true: decide a request of `cost` but change nothing (a dry run). The limiters' `peek` sends
+  /// cost 1; a rule set dry-runs every rule with the real cost before it commits any.
   bool peek = false;
   /// Leaky bucket only: deny unless the request would also be *served* (queue delay included)
   /// within this time. `Decision::never` (the default) means no bound.

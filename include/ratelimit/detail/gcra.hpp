@@ -51,7 +51,7 @@ Decision gcra_apply(const GcraParams& p, GcraState& s, std::chrono::nanoseconds 
   const i128 at = i128{s.at_ns} * p.count + s.at_frac;
   const i128 backlog = at > scaled_t ? at - scaled_t : 0;  // D * count, in 1/count ns
   const i128 full = i128{p.limit} * p.period;              // B (or Q) in the same unit as D*count
-  const std::int64_t n = op.peek ? 1 : op.cost;
+  const std::int64_t n = op.cost;
 
   Decision d{};
   d.limit = p.limit;
