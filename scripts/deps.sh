@@ -1,0 +1,58 @@
+#!/usr/bin/env bash
+# Installs the Debian 12 packages ratelimit needs, only those missing.
+#
+#   scripts/deps.sh [GROUP|PACKAGE]...
+#
+# Groups: demo (build and run the example), test (everything scripts/test.sh builds and runs),
+# bench (bench/run), gateway (the HTTP gateway example), all (the default). Any other argument
+# is taken as a Debian package name. Recommends are not installed, so every needed package is
+# listed (libclang-rt-14-dev: clang's sanitizer runtimes, only recommended by clang).
+# Runs apt-get as root, or through sudo when not root.
+set -euo pipefail
+
+declare -A groups=(
+  [demo]="cmake g++ make"
+  [test]="cmake g++ clang libclang-rt-14-dev make pkg-config catch2 libhiredis-dev redis-server redis-tools libbenchmark-dev libyaml-cpp-dev libcpp-httplib-dev"
+  [bench]="cmake g++ make pkg-config libhiredis-dev redis-server redis-tools libbenchmark-dev gnuplot-nox"
+  [gateway]="cmake g++ make pkg-config libhiredis-dev libyaml-cpp-dev libcpp-httplib-dev redis-server redis-tools wrk"
+)
+groups[all]="${groups[test]} ${groups[bench]} ${groups[gateway]}"
+
+[[ $# -eq 0 ]] && set -- all
+wanted=()
+for arg in "$@"; do
+  if [[ -n "${groups[$arg]:-}" ]]; then
+    read -r -a pkgs <<<"${groups[$arg]}"
+    wanted+=("${pkgs[@]}")
+  else
+    wanted+=("$arg")
+  fi
+done
+
+missing=()
+for pkg in $(printf '%s\n' "${wanted[@]}" | sort -u); do
+  # dpkg -s also lists removed-but-configured packages; only "install ok installed" counts.
+  if ! dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed"; then
+    missing+=("$pkg")
+  fi
+done
+
+if [[ ${#missing[@]} -eq 0 ]]; then
+  echo "deps: all present (${*})"
+  exit 0
+fi
+
+if [[ $(id -u) -eq 0 ]]; then
+  as_root=()
+elif command -v sudo >/dev/null 2>&1; then
+  as_root=(sudo)
+else
+  echo "deps: missing ${missing[*]}; run as root or install sudo" >&2
+  exit 1
+fi
+
+echo "deps: installing ${missing[*]}"
+export DEBIAN_FRONTEND=noninteractive
+"${as_root[@]}" env DEBIAN_FRONTEND=noninteractive apt-get update -qq
+"${as_root[@]}" env DEBIAN_FRONTEND=noninteractive \
+  apt-get install -y -qq --no-install-recommends "${missing[@]}"
