@@ -1,0 +1,211 @@
+#!/usr/bin/env bash
+# The README's test command: installs what is missing, then builds and runs every test.
+#
+#   1. g++, -O2, warnings as errors: everything (tests, benchmarks compiled only, examples);
+#      ctest runs every test, the package checks included.
+#   2. clang++ with AddressSanitizer + UndefinedBehaviorSanitizer: every test except the
+#      `concurrent` and `package` labels.
+#   3. ThreadSanitizer (clang++): the `concurrent` tests.
+# A throwaway Redis runs for the whole script (RATELIMIT_TEST_REDIS=127.0.0.1:PORT) and is
+# stopped on exit, failure included. Without Redis the `redis` tests are skipped with a warning,
+# except when CI=true, where that is a failure. Benchmarks are never run here.
+# Build trees: build/gcc, build/asan, build/tsan. Exit status: 0 iff every step passed.
+set -uo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+root="$PWD"
+jobs=2
+t0=$SECONDS
+
+summary=()
+failed=0
+total_passed=0
+total_failed=0
+
+note() { printf '\n=== %s\n' "$*"; }
+record() {  # record STATUS NAME SECONDS
+  summary+=("$(printf '%-6s %-44s %4ds' "$1" "$2" "$3")")
+  [[ "$1" == FAIL ]] && failed=1
+  return 0
+}
+
+# --- dependencies and Redis -------------------------------------------------------------------
+
+note "dependencies"
+if ! bash scripts/deps.sh test; then
+  echo "test.sh: could not install the dependencies" >&2
+  exit 1
+fi
+
+redis_port=""
+stop_redis() {
+  if [[ -n "$redis_port" ]]; then
+    bash "$root/scripts/redis.sh" stop "$redis_port" || true
+    redis_port=""
+  fi
+}
+trap stop_redis EXIT
+trap 'stop_redis; exit 130' INT TERM
+
+note "redis"
+exclude_redis=""
+if redis_port=$(bash scripts/redis.sh start); then
+  export RATELIMIT_TEST_REDIS="127.0.0.1:$redis_port"
+  echo "RATELIMIT_TEST_REDIS=$RATELIMIT_TEST_REDIS"
+else
+  redis_port=""
+  if [[ "${CI:-}" == "true" ]]; then
+    echo "test.sh: CI=true and Redis could not be started: failing" >&2
+    exit 1
+  fi
+  echo "test.sh: WARNING: no Redis; the tests labelled 'redis' are NOT run" >&2
+  unset RATELIMIT_TEST_REDIS
+  exclude_redis="|redis"
+fi
+
+# --- helpers --------------------------------------------------------------------------------------
+
+# configure NAME CMAKE_ARGS...: (re)configures build/NAME, output in build/NAME.configure.log.
+configure() {
+  local name="$1"
+  shift
+  mkdir -p build
+  cmake -S . -B "build/$name" "$@" >"build/$name.configure.log" 2>&1 || {
+    tail -n 60 "build/$name.configure.log"
+    return 1
+  }
+}
+
+# build NAME [TARGET...]: builds (all targets when none given); on failure shows the errors.
+build() {
+  local name="$1"
+  shift
+  local targets=()
+  [[ $# -gt 0 ]] && targets=(--target "$@")
+  cmake --build "build/$name" -j"$jobs" "${targets[@]}" >"build/$name.build.log" 2>&1 || {
+    grep -E -B2 -A12 "error|warning" "build/$name.build.log" | head -n 150
+    tail -n 20 "build/$name.build.log"
+    return 1
+  }
+}
+
+# test_targets NAME CTEST_SELECTION...: the build targets of the selected tests (a test made by
+# ratelimit_add_test is named after its executable; tests that are not targets are skipped).
+test_targets() {
+  local name="$1"
+  shift
+  local tests available
+  tests=$( (cd "build/$name" && ctest -N "$@") | sed -n 's/^ *Test *#[0-9]*: *//p')
+  available=$(cmake --build "build/$name" --target help | sed -n 's/^\.\.\. \([^ ]*\).*/\1/p')
+  grep -Fxf <(printf '%s\n' "$available") <<<"$tests" || true
+}
+
+# run_ctest NAME CTEST_ARGS...: runs ctest, adds its counts to the totals.
+run_ctest() {
+  local name="$1"
+  shift
+  local log="build/$name.ctest.log" rc
+  (cd "build/$name" && ctest --output-on-failure -j"$jobs" "$@") 2>&1 | tee "$log"
+  rc=${PIPESTATUS[0]}
+  local line passed_pct failed_n total
+  line=$(grep -E "tests passed, [0-9]+ tests? failed out of [0-9]+" "$log" | tail -n 1)
+  if [[ -n "$line" ]]; then
+    failed_n=$(sed -E 's/.* ([0-9]+) tests? failed out of.*/\1/' <<<"$line")
+    total=$(sed -E 's/.*failed out of ([0-9]+).*/\1/' <<<"$line")
+    total_failed=$((total_failed + failed_n))
+    total_passed=$((total_passed + total - failed_n))
+  elif [[ $rc -ne 0 ]]; then
+    total_failed=$((total_failed + 1))
+  fi
+  return "$rc"
+}
+
+# --- build 1: g++, everything --------------------------------------------------------------------
+
+note "build 1/3: g++ -O2 -Werror, everything; ctest (all labels)"
+s=$SECONDS
+if configure gcc -DCMAKE_CXX_COMPILER=g++ -DCMAKE_BUILD_TYPE=Release \
+    -DCMAKE_CXX_FLAGS_RELEASE=-O2 -DRATELIMIT_BUILD_TESTS=ON -DRATELIMIT_BUILD_BENCH=ON \
+    -DRATELIMIT_BUILD_EXAMPLES=ON && build gcc; then
+  record PASS "g++ build (tests, bench, examples)" $((SECONDS - s))
+  s=$SECONDS
+  gcc_select=()
+  [[ -n "$exclude_redis" ]] && gcc_select=(-LE redis)
+  if run_ctest gcc "${gcc_select[@]}"; then
+    record PASS "g++ ctest (all labels)" $((SECONDS - s))
+  else
+    record FAIL "g++ ctest (all labels)" $((SECONDS - s))
+  fi
+else
+  record FAIL "g++ build (tests, bench, examples)" $((SECONDS - s))
+fi
+
+# --- build 2: clang++ ASan + UBSan ------------------------------------------------------------------
+
+note "build 2/3: clang++ ASan+UBSan; ctest -LE 'concurrent|package${exclude_redis}'"
+export ASAN_OPTIONS="detect_leaks=1:abort_on_error=0:strict_string_checks=1"
+export UBSAN_OPTIONS="print_stacktrace=1:halt_on_error=1"
+s=$SECONDS
+asan_select=(-LE "concurrent|package${exclude_redis}")
+if configure asan -DCMAKE_CXX_COMPILER=clang++ -DCMAKE_BUILD_TYPE=Debug \
+    "-DCMAKE_CXX_FLAGS_DEBUG=-O1 -g -fsanitize=address,undefined -fno-sanitize-recover=all -fno-omit-frame-pointer" \
+    -DRATELIMIT_BUILD_TESTS=ON -DRATELIMIT_BUILD_BENCH=OFF -DRATELIMIT_BUILD_EXAMPLES=OFF \
+    -DRATELIMIT_CHECK_HEADERS=OFF; then
+  mapfile -t targets < <(test_targets asan "${asan_select[@]}")
+  if [[ ${#targets[@]} -eq 0 ]]; then
+    record SKIP "ASan+UBSan: no test to build" $((SECONDS - s))
+  elif build asan "${targets[@]}"; then
+    record PASS "clang++ ASan+UBSan build (${#targets[@]} tests)" $((SECONDS - s))
+    s=$SECONDS
+    if run_ctest asan "${asan_select[@]}"; then
+      record PASS "ASan+UBSan ctest" $((SECONDS - s))
+    else
+      record FAIL "ASan+UBSan ctest" $((SECONDS - s))
+    fi
+  else
+    record FAIL "clang++ ASan+UBSan build" $((SECONDS - s))
+  fi
+else
+  record FAIL "clang++ ASan+UBSan configure" $((SECONDS - s))
+fi
+
+# --- build 3: clang++ TSan --------------------------------------------------------------------------
+
+note "build 3/3: clang++ TSan; ctest -L concurrent"
+export TSAN_OPTIONS="halt_on_error=1:second_deadlock_stack=1"
+s=$SECONDS
+tsan_select=(-L concurrent)
+[[ -n "$exclude_redis" ]] && tsan_select+=(-LE redis)
+if configure tsan -DCMAKE_CXX_COMPILER=clang++ -DCMAKE_BUILD_TYPE=Debug \
+    "-DCMAKE_CXX_FLAGS_DEBUG=-O1 -g -fsanitize=thread" \
+    -DRATELIMIT_BUILD_TESTS=ON -DRATELIMIT_BUILD_BENCH=OFF -DRATELIMIT_BUILD_EXAMPLES=OFF \
+    -DRATELIMIT_CHECK_HEADERS=OFF; then
+  mapfile -t targets < <(test_targets tsan "${tsan_select[@]}")
+  if [[ ${#targets[@]} -eq 0 ]]; then
+    record SKIP "TSan: no tests labelled concurrent yet" $((SECONDS - s))
+  elif build tsan "${targets[@]}"; then
+    record PASS "clang++ TSan build (${#targets[@]} tests)" $((SECONDS - s))
+    s=$SECONDS
+    if run_ctest tsan "${tsan_select[@]}"; then
+      record PASS "TSan ctest (concurrent)" $((SECONDS - s))
+    else
+      record FAIL "TSan ctest (concurrent)" $((SECONDS - s))
+    fi
+  else
+    record FAIL "clang++ TSan build" $((SECONDS - s))
+  fi
+else
+  record FAIL "clang++ TSan configure" $((SECONDS - s))
+fi
+
+# --- summary ------------------------------------------------------------------------------------------
+
+note "summary"
+printf '%s\n' "${summary[@]}"
+[[ -n "$exclude_redis" ]] && echo "WARNING: Redis was not available; the 'redis' tests did not run"
+echo "total time: $((SECONDS - t0)) s"
+if [[ $total_passed -eq 0 && $total_failed -eq 0 ]]; then
+  echo "test.sh: no test ran" >&2
+  failed=1
+fi
+echo "summary: $total_passed passed, $total_failed failed"
+exit "$failed"
