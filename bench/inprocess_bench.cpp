@@ -1,0 +1,362 @@
+/// @file bench/inprocess_bench.cpp
+/// In-process costs: the machine's floors, then every algorithm on InMemoryStorage with one key
+/// (admitted, denied, two threads) and with 1,000,000 keys, each with the real SteadyClock and
+/// with a ManualClock (advanced per iteration) to separate the clock's cost.
+///
+/// Read every figure as a ratio to the floors of the same run: BM_Floor_SteadyClockNow (one clock
+/// read) and BM_Floor_AtomicCas (a clock read and one CAS on one word: the cheapest decision).
+/// Counters: `admitted` (the fraction of decisions that admitted), and for _MillionKeys
+/// `state_B_per_key` (sizeof(Model::State), plus the sliding log's entries) and
+/// `rss_B_per_key` (the growth of the process's resident memory while the keys were stored,
+/// from /proc/self/statm, divided by the number of keys).
+
+#include <benchmark/benchmark.h>
+#include <malloc.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <array>
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <cstdio>
+#include <memory>
+#include <numeric>
+#include <random>
+#include <string>
+#include <vector>
+
+#include <ratelimit/ratelimit.hpp>
+
+namespace {
+
+using namespace std::chrono_literals;
+using ratelimit::Decision;
+using ratelimit::InMemoryStorage;
+using ratelimit::ManualClock;
+using ratelimit::Rate;
+using ratelimit::SteadyClock;
+
+constexpr std::int64_t million = 1'000'000;
+
+// --- the floors ---------------------------------------------------------------------------------
+
+void BM_Floor_SteadyClockNow(benchmark::State& state) {
+  for (auto _ : state) benchmark::DoNotOptimize(std::chrono::steady_clock::now());
+  state.SetItemsProcessed(state.iterations());
+}
+
+// The cheapest possible decision: a one-word GCRA (the time at which the bucket is full again),
+// one clock read and one compare-and-swap.
+void BM_Floor_AtomicCas(benchmark::State& state) {
+  alignas(64) static std::atomic<std::int64_t> tat{0};
+  constexpr std::int64_t interval = 1;  // 1 ns per token: always admitted at this rate
+  std::int64_t admitted = 0;
+  for (auto _ : state) {
+    const std::int64_t now = std::chrono::duration_cast<std::chrono::nanoseconds>(
+                                 std::chrono::steady_clock::now().time_since_epoch())
+                                 .count();
+    std::int64_t cur = tat.load(std::memory_order_relaxed);
+    const std::int64_t next = (cur > now ? cur : now) + interval;
+    const bool ok = tat.compare_exchange_strong(cur, next, std::memory_order_acq_rel);
+    admitted += ok;
+    benchmark::DoNotOptimize(ok);
+  }
+  state.SetItemsProcessed(state.iterations());
+  state.counters["admitted"] =
+      static_cast<double>(admitted) / static_cast<double>(state.iterations());
+}
+
+// --- the algorithms and their configurations ------------------------------------------------------
+
+// Each algorithm names its limiter, its model and three configurations: `admitting` (generous:
+// with the real clock at tens of ns per call every request is admitted), `denying` (one first
+// admission, then every request denied) and `many_keys` (each of a million keys admits its few
+// requests and stays non-fresh for an hour, so the storage really holds a million keys).
+struct TokenBucketAlg {
+  static constexpr const char* name = "TokenBucket";
+  using Model = ratelimit::TokenBucketModel;
+  using Config = ratelimit::TokenBucketConfig;
+  template <class C>
+  using Limiter = ratelimit::TokenBucket<C, InMemoryStorage>;
+  static Config admitting() { return {1'000'000'000, ratelimit::per_second(1'000'000'000)}; }
+  static Config denying() { return {1, ratelimit::per_hour(1)}; }
+  static Config many_keys() { return {1000, ratelimit::per_hour(1)}; }
+  static Model::Params params(const Config& c) { return Model::make_params(c); }
+};
+
+struct LeakyBucketAlg {
+  static constexpr const char* name = "LeakyBucket";
+  using Model = ratelimit::LeakyBucketModel;
+  using Config = ratelimit::LeakyBucketConfig;
+  template <class C>
+  using Limiter = ratelimit::LeakyBucket<C, InMemoryStorage>;
+  static Config admitting() { return {1'000'000'000, ratelimit::per_second(1'000'000'000)}; }
+  static Config denying() { return {1, ratelimit::per_hour(1)}; }
+  static Config many_keys() { return {1000, ratelimit::per_hour(1)}; }
+  static Model::Params params(const Config& c) { return Model::make_params(c); }
+};
+
+template <class M, template <class, class> class L, const char* Name>
+struct WindowAlg {
+  static constexpr const char* name = Name;
+  using Model = M;
+  using Config = Rate;
+  template <class C>
+  using Limiter = L<C, InMemoryStorage>;
+  static Config admitting() { return ratelimit::per_second(1'000'000'000); }
+  static Config denying() { return ratelimit::per_hour(1); }
+  static Config many_keys() { return ratelimit::per_hour(1000); }
+  static typename Model::Params params(const Config& c) {
+    return ratelimit::detail::make_window_params(c);
+  }
+};
+
+constexpr char fixed_window_name[] = "FixedWindow";
+constexpr char sliding_counter_name[] = "SlidingCounter";
+using FixedWindowAlg =
+    WindowAlg<ratelimit::FixedWindowModel, ratelimit::FixedWindow, fixed_window_name>;
+using SlidingCounterAlg =
+    WindowAlg<ratelimit::SlidingCounterModel, ratelimit::SlidingCounter, sliding_counter_name>;
+
+// The sliding log at limit 100 (its cost grows with the limit). The shortest window the library
+// accepts is 1 ms, so with the real clock at tens of ns per call most requests of the "admitted"
+// scenario are denied (see the `admitted` counter); the ManualClock variant, advanced W/100 per
+// call, is the admitted case proper: every request admitted with 99 live entries in the log.
+struct SlidingLogAlg {
+  static constexpr const char* name = "SlidingLog";
+  using Model = ratelimit::SlidingLogModel;
+  using Config = Rate;
+  template <class C>
+  using Limiter = ratelimit::SlidingLog<C, InMemoryStorage>;
+  static Config admitting() { return {100, 1ms}; }
+  static Config denying() { return ratelimit::per_hour(100); }
+  static Config many_keys() { return ratelimit::per_hour(100); }
+  static Model::Params params(const Config& c) { return ratelimit::detail::make_window_params(c); }
+};
+
+// How far a ManualClock moves per call in the one-key admitted scenario: for the sliding log the
+// window over the limit, so that it runs full and admits every call; for the others any step
+// keeps admitting, and 1 us keeps windows and buckets changing as they do in real use.
+template <class A>
+constexpr std::chrono::nanoseconds admitted_step() {
+  if constexpr (std::is_same_v<A, SlidingLogAlg>)
+    return std::chrono::nanoseconds{1ms} / 100;
+  else
+    return 1us;
+}
+
+/// The bytes of state one key holds after its first admission: the model's State, plus for the
+/// sliding log the heap its entries take (vector capacity x entry size).
+template <class A>
+std::size_t state_bytes_per_key() {
+  using M = typename A::Model;
+  typename M::State s{};
+  (void)M::apply(A::params(A::many_keys()), s, 1s, ratelimit::Operation{});
+  std::size_t bytes = sizeof(s);
+  if constexpr (std::is_same_v<A, SlidingLogAlg>)
+    bytes += s.entries.capacity() * sizeof(typename M::Entry);
+  return bytes;
+}
+
+// --- clocks ---------------------------------------------------------------------------------------
+
+// A clock the benchmark can step: ManualClock moves by `step` per call (a plain atomic store);
+// SteadyClock ignores it.
+template <class C>
+struct Ticker {
+  C clock{};
+  std::int64_t t = 0;
+  explicit Ticker(std::chrono::nanoseconds) {}
+  void tick() noexcept {}
+};
+
+template <>
+struct Ticker<ManualClock> {
+  ManualClock clock{};
+  std::int64_t t = std::chrono::nanoseconds(1h).count();
+  std::int64_t step;
+  explicit Ticker(std::chrono::nanoseconds s) : step(s.count()) { clock.set(std::chrono::nanoseconds{t}); }
+  void tick() {
+    t += step;
+    clock.set(std::chrono::nanoseconds{t});
+  }
+};
+
+template <class C>
+constexpr const char* clock_suffix() {
+  return std::is_same_v<C, ManualClock> ? "_ManualClock" : "";
+}
+
+// --- one key ----------------------------------------------------------------------------------------
+
+template <class A, class C>
+void one_key(benchmark::State& state, typename A::Config config, std::chrono::nanoseconds step) {
+  Ticker<C> ticker(step);
+  typename A::template Limiter<C> limiter(config, InMemoryStorage{}, ticker.clock);
+  const std::string key = "client-0000042";
+  std::int64_t admitted = 0;
+  for (auto _ : state) {
+    ticker.tick();
+    const Decision d = limiter.try_acquire(key);
+    admitted += d.allowed;
+    benchmark::DoNotOptimize(d);
+  }
+  state.SetItemsProcessed(state.iterations());
+  state.counters["admitted"] =
+      static_cast<double>(admitted) / static_cast<double>(state.iterations());
+}
+
+template <class A, class C>
+void BM_OneKeyAdmitted(benchmark::State& state) {
+  one_key<A, C>(state, A::admitting(), admitted_step<A>());
+}
+
+template <class A, class C>
+void BM_OneKeyDenied(benchmark::State& state) {
+  one_key<A, C>(state, A::denying(), 1us);
+}
+
+// Two threads on one key of one storage. Each thread has its own limiter (bound to the same
+// storage and name, so to the same key's state) and, for ManualClock, its own clock: the only
+// thing the threads share is the key, not a clock word.
+template <class A, class C>
+void BM_OneKeyTwoThreads(benchmark::State& state) {
+  static InMemoryStorage storage;  // shared by the threads, one per instantiation
+  Ticker<C> ticker(admitted_step<A>());
+  typename A::template Limiter<C> limiter(A::admitting(), storage, ticker.clock);
+  const std::string key = "client-0000042";
+  std::int64_t admitted = 0;
+  for (auto _ : state) {
+    ticker.tick();
+    const Decision d = limiter.try_acquire(key);
+    admitted += d.allowed;
+    benchmark::DoNotOptimize(d);
+  }
+  state.SetItemsProcessed(state.iterations());
+  state.counters["admitted"] = benchmark::Counter(
+      static_cast<double>(admitted) / static_cast<double>(state.iterations()),
+      benchmark::Counter::kAvgThreads);
+}
+
+// --- a million keys -----------------------------------------------------------------------------
+
+/// The keys, built once before any timing: "client-0000000" .. "client-0999999" (14 bytes, the
+/// size of an IPv4 address or a short user id; short enough for std::string's inline buffer).
+const std::vector<std::string>& million_keys() {
+  static const std::vector<std::string> keys = [] {
+    std::vector<std::string> k;
+    k.reserve(million);
+    char buf[32];
+    for (std::int64_t i = 0; i < million; ++i) {
+      std::snprintf(buf, sizeof buf, "client-%07lld", static_cast<long long>(i));
+      k.emplace_back(buf);
+    }
+    return k;
+  }();
+  return keys;
+}
+
+/// A fixed random order of the keys, for inserting them (so that the table's memory is not laid
+/// out in the order the timed loop visits it).
+const std::vector<std::uint32_t>& shuffled_order() {
+  static const std::vector<std::uint32_t> order = [] {
+    std::vector<std::uint32_t> o(million);
+    std::iota(o.begin(), o.end(), 0u);
+    std::shuffle(o.begin(), o.end(), std::mt19937_64{42});
+    return o;
+  }();
+  return order;
+}
+
+/// The process's resident memory in bytes (/proc/self/statm, second field, in pages).
+std::int64_t resident_bytes() {
+  long pages_total = 0, pages_resident = 0;
+  if (FILE* f = std::fopen("/proc/self/statm", "r")) {
+    if (std::fscanf(f, "%ld %ld", &pages_total, &pages_resident) != 2) pages_resident = 0;
+    std::fclose(f);
+  }
+  return static_cast<std::int64_t>(pages_resident) * sysconf(_SC_PAGESIZE);
+}
+
+// Fixed iterations (two passes over the keys) so that the million keys are stored once per run.
+constexpr std::int64_t million_keys_iterations = 2 * million;
+
+template <class A, class C>
+void BM_MillionKeys(benchmark::State& state) {
+  const auto& keys = million_keys();
+  const auto& order = shuffled_order();
+  // Give back what earlier benchmarks freed, so that this one's growth is its own.
+  malloc_trim(0);
+  const std::int64_t rss_before = resident_bytes();
+  Ticker<C> ticker(1us);
+  {
+    typename A::template Limiter<C> limiter(A::many_keys(), InMemoryStorage{}, ticker.clock);
+    std::int64_t populated = 0;
+    for (const std::uint32_t i : order) {
+      ticker.tick();
+      populated += limiter.try_acquire(keys[i]).allowed;
+    }
+    const std::int64_t rss_after = resident_bytes();
+    if (populated != million || limiter.storage().size() != static_cast<std::size_t>(million))
+      state.SkipWithError("populating did not store one admitted state per key");
+
+    std::int64_t admitted = 0;
+    std::size_t i = 0;
+    for (auto _ : state) {
+      ticker.tick();
+      const Decision d = limiter.try_acquire(keys[i]);
+      admitted += d.allowed;
+      benchmark::DoNotOptimize(d);
+      if (++i == keys.size()) i = 0;
+    }
+    state.SetItemsProcessed(state.iterations());
+    state.counters["admitted"] =
+        static_cast<double>(admitted) / static_cast<double>(state.iterations());
+    state.counters["keys"] = static_cast<double>(limiter.storage().size());
+    state.counters["state_B_per_key"] = static_cast<double>(state_bytes_per_key<A>());
+    state.counters["rss_B_per_key"] =
+        static_cast<double>(rss_after - rss_before) / static_cast<double>(million);
+  }
+  malloc_trim(0);
+}
+
+// --- registration -----------------------------------------------------------------------------------
+
+template <class A, class C>
+void register_algorithm() {
+  const std::string base = std::string("BM_") + A::name + "_InMemory_";
+  const std::string suffix = clock_suffix<C>();
+  benchmark::RegisterBenchmark((base + "OneKeyAdmitted" + suffix).c_str(), BM_OneKeyAdmitted<A, C>);
+  benchmark::RegisterBenchmark((base + "OneKeyDenied" + suffix).c_str(), BM_OneKeyDenied<A, C>);
+  benchmark::RegisterBenchmark((base + "OneKeyTwoThreads" + suffix).c_str(),
+                               BM_OneKeyTwoThreads<A, C>)
+      ->Threads(2)
+      ->UseRealTime();
+  benchmark::RegisterBenchmark((base + "MillionKeys" + suffix).c_str(), BM_MillionKeys<A, C>)
+      ->Iterations(million_keys_iterations)
+      ->Unit(benchmark::kNanosecond);
+}
+
+template <class C>
+void register_all() {
+  register_algorithm<TokenBucketAlg, C>();
+  register_algorithm<LeakyBucketAlg, C>();
+  register_algorithm<FixedWindowAlg, C>();
+  register_algorithm<SlidingCounterAlg, C>();
+  register_algorithm<SlidingLogAlg, C>();
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  benchmark::RegisterBenchmark("BM_Floor_SteadyClockNow", BM_Floor_SteadyClockNow);
+  benchmark::RegisterBenchmark("BM_Floor_AtomicCas", BM_Floor_AtomicCas);
+  register_all<SteadyClock>();
+  register_all<ManualClock>();
+  benchmark::Initialize(&argc, argv);
+  if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
+  benchmark::RunSpecifiedBenchmarks();
+  benchmark::Shutdown();
+  return 0;
+}
