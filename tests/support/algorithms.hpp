@@ -1,0 +1,113 @@
+#pragma once
+/// @file algorithms.hpp
+/// The five algorithms behind one shape, for the tests that run the same scenario through each
+/// (concurrency, isolation, randomized differential, memory): how to build the limiter on a
+/// given storage with a ManualClock, and the matching naive reference model.
+
+#include <cstdint>
+#include <stdexcept>
+#include <string>
+#include <utility>
+
+#include <ratelimit/fixed_window.hpp>
+#include <ratelimit/leaky_bucket.hpp>
+#include <ratelimit/manual_clock.hpp>
+#include <ratelimit/rate.hpp>
+#include <ratelimit/sliding_counter.hpp>
+#include <ratelimit/sliding_log.hpp>
+#include <ratelimit/token_bucket.hpp>
+
+#include "reference.hpp"
+
+namespace rltest {
+
+/// A limit and a rate. Buckets: capacity (or queue size) `limit` refilled (drained) at `rate`.
+/// Windows: `limit` must equal `rate.count`.
+struct Shape {
+  std::int64_t limit;
+  ratelimit::Rate rate;
+};
+
+inline const ratelimit::Rate& window_rate(const Shape& s) {
+  if (s.limit != s.rate.count) throw std::logic_error("a window shape needs limit == rate.count");
+  return s.rate;
+}
+
+struct TokenBucketAlgo {
+  static constexpr const char* name = "token bucket";
+  template <class S>
+  using Limiter = ratelimit::TokenBucket<ratelimit::ManualClock, S>;
+  using Reference = ref::TokenBucket;
+  template <class S>
+  static Limiter<S> make(const Shape& s, S storage, ratelimit::ManualClock clock,
+                         std::string name = {}) {
+    return Limiter<S>(ratelimit::TokenBucketConfig{s.limit, s.rate}, std::move(storage),
+                      std::move(clock), std::move(name));
+  }
+  static Reference reference(const Shape& s) { return Reference(s.limit, s.rate); }
+};
+
+struct LeakyBucketAlgo {
+  static constexpr const char* name = "leaky bucket";
+  template <class S>
+  using Limiter = ratelimit::LeakyBucket<ratelimit::ManualClock, S>;
+  using Reference = ref::LeakyBucket;
+  template <class S>
+  static Limiter<S> make(const Shape& s, S storage, ratelimit::ManualClock clock,
+                         std::string name = {}) {
+    return Limiter<S>(ratelimit::LeakyBucketConfig{s.limit, s.rate}, std::move(storage),
+                      std::move(clock), std::move(name));
+  }
+  static Reference reference(const Shape& s) { return Reference(s.limit, s.rate); }
+};
+
+struct FixedWindowAlgo {
+  static constexpr const char* name = "fixed window";
+  template <class S>
+  using Limiter = ratelimit::FixedWindow<ratelimit::ManualClock, S>;
+  using Reference = ref::FixedWindow;
+  template <class S>
+  static Limiter<S> make(const Shape& s, S storage, ratelimit::ManualClock clock,
+                         std::string name = {}) {
+    return Limiter<S>(window_rate(s), std::move(storage), std::move(clock), std::move(name));
+  }
+  static Reference reference(const Shape& s) { return Reference(window_rate(s)); }
+};
+
+struct SlidingLogAlgo {
+  static constexpr const char* name = "sliding log";
+  template <class S>
+  using Limiter = ratelimit::SlidingLog<ratelimit::ManualClock, S>;
+  using Reference = ref::SlidingLog;
+  template <class S>
+  static Limiter<S> make(const Shape& s, S storage, ratelimit::ManualClock clock,
+                         std::string name = {}) {
+    return Limiter<S>(window_rate(s), std::move(storage), std::move(clock), std::move(name));
+  }
+  static Reference reference(const Shape& s) { return Reference(window_rate(s)); }
+};
+
+struct SlidingCounterAlgo {
+  static constexpr const char* name = "sliding counter";
+  template <class S>
+  using Limiter = ratelimit::SlidingCounter<ratelimit::ManualClock, S>;
+  using Reference = ref::SlidingCounter;
+  template <class S>
+  static Limiter<S> make(const Shape& s, S storage, ratelimit::ManualClock clock,
+                         std::string name = {}) {
+    return Limiter<S>(window_rate(s), std::move(storage), std::move(clock), std::move(name));
+  }
+  static Reference reference(const Shape& s) { return Reference(window_rate(s)); }
+};
+
+/// Calls `f.template operator()<Algo>()` for each of the five algorithms, in a fixed order.
+template <class F>
+void for_each_algorithm(F&& f) {
+  f.template operator()<TokenBucketAlgo>();
+  f.template operator()<LeakyBucketAlgo>();
+  f.template operator()<FixedWindowAlgo>();
+  f.template operator()<SlidingLogAlgo>();
+  f.template operator()<SlidingCounterAlgo>();
+}
+
+}  // namespace rltest

@@ -1,0 +1,36 @@
+#pragma once
+/// @file backends.hpp
+/// The storage parameterization of the rule suite: every `TEMPLATE_LIST_TEST_CASE(..., Backends)`
+/// runs once per backend listed here. A backend is a fixed contract (global namespace):
+///
+///   name        a short label for messages ("in-memory", "redis")
+///   Storage     the storage type the limiters are instantiated with
+///   make()      a fresh storage, isolated from every other test case's
+///   resolution  the time granularity the backend decides at; the parameterized suite uses whole
+///               milliseconds and rates whose durations are whole milliseconds, so that a
+///               ms-resolution backend passes it unchanged
+///
+/// The core executable builds the suite with the in-memory backend only; the Redis executable
+/// builds the same sources with RATELIMIT_TEST_WITH_REDIS, which adds `RedisBackend` (written in
+/// redis_backend.hpp with the same members).
+
+#include <chrono>
+#include <tuple>
+
+#include <ratelimit/in_memory_storage.hpp>
+
+/// The embedded default storage.
+struct InMemoryBackend {
+  static constexpr const char* name = "in-memory";
+  using Storage = ratelimit::InMemoryStorage;
+  /// A new storage shares nothing with any other, so each test case starts from fresh keys.
+  static Storage make() { return Storage{}; }
+  static constexpr std::chrono::nanoseconds resolution{1};
+};
+
+#if defined(RATELIMIT_TEST_WITH_REDIS)
+#include "redis_backend.hpp"  // the Redis helper's RedisBackend, with the same members
+using Backends = std::tuple<InMemoryBackend, RedisBackend>;
+#else
+using Backends = std::tuple<InMemoryBackend>;
+#endif
