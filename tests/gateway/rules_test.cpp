@@ -1,0 +1,347 @@
+// Rules as code (include/ratelimit/rules.hpp): parsing the Envoy YAML, matching descriptors,
+// nested descriptors and plans, all-or-nothing decisions, and error messages with line numbers.
+// Time only from ManualClock; expected counts follow from each rule's algorithm (issue 2).
+
+#include <catch2/catch.hpp>
+
+#include <atomic>
+#include <chrono>
+#include <cstdio>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <ratelimit/manual_clock.hpp>
+#include <ratelimit/rules.hpp>
+#include <ratelimit/sliding_counter.hpp>
+
+using namespace std::chrono_literals;
+using ratelimit::Algorithm;
+using ratelimit::DescriptorEntry;
+using ratelimit::ManualClock;
+using ratelimit::Rules;
+using Set = ratelimit::RuleSet<ratelimit::InMemoryStorage, ManualClock>;
+
+namespace {
+
+// Line numbers matter to the error tests below: line 1 is "domain: gateway".
+constexpr const char* gateway_yaml = R"(domain: gateway
+descriptors:
+  - key: api_key
+    rate_limit:
+      unit: minute
+      requests_per_unit: 3
+  - key: path
+    value: /login
+    descriptors:
+      - key: api_key
+        rate_limit: {unit: minute, requests_per_unit: 2, name: login}
+  - key: plan
+    value: pro
+    descriptors:
+      - key: user
+        rate_limit: {unit: Second, requests_per_unit: 50, algorithm: token_bucket, name: pro}
+  - key: plan
+    descriptors:
+      - key: user
+        rate_limit: {unit: hour, requests_per_unit: 4, name: default-plan}
+  - key: path
+    value: /admin
+    rate_limit: {unit: day, requests_per_unit: 0, name: blocked}
+  - key: path
+    value: /search
+    rate_limit: {unit: second, requests_per_unit: 10, algorithm: fixed_window, name: search-all}
+)";
+
+std::vector<std::string> names(const std::vector<ratelimit::RuleMatch>& ms) {
+  std::vector<std::string> out;
+  for (const auto& m : ms) out.push_back(m.rule->name);
+  return out;
+}
+
+std::vector<std::string> names(const ratelimit::RuleSetDecision& d) {
+  std::vector<std::string> out;
+  for (const auto& o : d.outcomes) out.push_back(o.rule->name);
+  return out;
+}
+
+std::string error_of(const std::string& yaml) {
+  try {
+    (void)Rules::from_string(yaml, "rules.yaml");
+  } catch (const std::invalid_argument& e) {
+    return e.what();
+  }
+  return "(no error)";
+}
+
+}  // namespace
+
+TEST_CASE("A rules file is parsed into its limits with units, algorithms, names and lines",
+          "[rules][parse]") {
+  const Rules rules = Rules::from_string(gateway_yaml);
+  REQUIRE(rules.domain() == "gateway");
+  const auto& r = rules.rules();
+  REQUIRE(r.size() == 6);
+  CHECK(r[0].name == "api_key");  // no `name`: the path
+  CHECK(r[0].rate == ratelimit::per_minute(3));
+  CHECK(r[0].algorithm == Algorithm::sliding_counter);  // the default
+  CHECK(r[0].line == 3);
+  CHECK(r[0].per_client);
+  CHECK(r[1].name == "login");
+  CHECK(r[1].line == 10);
+  CHECK(r[1].path.size() == 2);
+  CHECK(r[2].name == "pro");
+  CHECK(r[2].rate == ratelimit::per_second(50));  // "Second": units are case-insensitive
+  CHECK(r[2].algorithm == Algorithm::token_bucket);
+  CHECK_FALSE(r[2].per_client);  // `user` is not among the default client_keys
+  CHECK(r[3].rate == ratelimit::per_hour(4));
+  CHECK(r[4].blocks());
+  CHECK(r[5].algorithm == Algorithm::fixed_window);
+  CHECK(r[5].policy().quota == 10);
+  CHECK(r[5].policy().window == 1s);
+}
+
+TEST_CASE("Matching takes every limit whose descriptors the request carries, in file order",
+          "[rules][match]") {
+  const Rules rules = Rules::from_string(gateway_yaml);
+  // api_key alone: the top-level api_key limit.
+  CHECK(names(rules.match({{"api_key", "K"}})) == std::vector<std::string>{"api_key"});
+  // Both entries, either order: the api_key limit and the nested /login limit.
+  CHECK(names(rules.match({{"api_key", "K"}, {"path", "/login"}})) ==
+        std::vector<std::string>{"api_key", "login"});
+  CHECK(names(rules.match({{"path", "/login"}, {"api_key", "K"}})) ==
+        std::vector<std::string>{"api_key", "login"});
+  // A nested limit needs its parent's entry and its own: /login without a key matches nothing.
+  CHECK(rules.match({{"path", "/login"}}).empty());
+  // A value that no descriptor names and no catch-all: nothing.
+  CHECK(rules.match({{"path", "/other"}}).empty());
+  // Unknown keys are ignored.
+  CHECK(rules.match({{"colour", "blue"}}).empty());
+  // A shared rule (no client key on its path) has one counter for everyone.
+  const auto search = rules.match({{"path", "/search"}, {"api_key", "A"}});
+  REQUIRE(names(search) == std::vector<std::string>{"api_key", "search-all"});
+  CHECK(search[1].key.empty());
+  CHECK(search[1].client.empty());
+  CHECK(search[0].client == "api_key=A");
+  // A repeated key: its first entry counts.
+  const auto twice = rules.match({{"api_key", "first"}, {"api_key", "second"}});
+  REQUIRE(twice.size() == 1);
+  CHECK(twice[0].client == "api_key=first");
+}
+
+TEST_CASE("A descriptor with a value takes precedence over the catch-all for its key (plans)",
+          "[rules][match][plans]") {
+  const Rules rules = Rules::from_string(gateway_yaml);
+  CHECK(names(rules.match({{"plan", "pro"}, {"user", "u1"}})) == std::vector<std::string>{"pro"});
+  CHECK(names(rules.match({{"plan", "free"}, {"user", "u1"}})) ==
+        std::vector<std::string>{"default-plan"});
+  CHECK(names(rules.match({{"plan", "anything"}, {"user", "u1"}})) ==
+        std::vector<std::string>{"default-plan"});
+}
+
+TEST_CASE("Counters are per value of the catch-all descriptors, never shared across values",
+          "[rules][match]") {
+  const Rules rules = Rules::from_string(gateway_yaml);
+  const auto a = rules.match({{"api_key", "ab"}, {"path", "/login"}});
+  const auto b = rules.match({{"api_key", "a"}, {"path", "/login"}});
+  REQUIRE(a.size() == 2);
+  REQUIRE(b.size() == 2);
+  CHECK(a[0].key != b[0].key);
+  CHECK(a[1].key != b[1].key);
+  // Length-prefixed: "2:ab", not a concatenation that two different values could produce.
+  CHECK(a[0].key == "2:ab");
+}
+
+TEST_CASE("Per-plan limits: pro users get the token bucket, others the hourly window",
+          "[rules][plans][token_bucket][sliding_counter]") {
+  ManualClock clock;
+  Set set(Rules::from_string(gateway_yaml), {}, clock);
+  // pro: a bucket of 50 refilled at 50/s: 50 admitted at t = 0, the 51st denied with
+  // retry_after = 1 token / (50/s) = 20 ms.
+  for (int i = 0; i < 50; ++i) REQUIRE(set.decide({{"plan", "pro"}, {"user", "u"}}));
+  const auto pro = set.decide({{"plan", "pro"}, {"user", "u"}});
+  REQUIRE_FALSE(pro.allowed);
+  CHECK(pro.decision().retry_after == 20ms);
+  // free: 4 per hour (sliding counter): 4 admitted, the 5th denied. Window k = 0 holds c = 4,
+  // p = 0: the earliest admission is in window 1 where c becomes the previous count: need
+  // 4 (W - e) / W + 1 <= 4, e >= W / 4 = 15 min, so at 1 h + 15 min: retry_after = 75 min.
+  for (int i = 0; i < 4; ++i) REQUIRE(set.decide({{"plan", "free"}, {"user", "u"}}));
+  const auto free = set.decide({{"plan", "free"}, {"user", "u"}});
+  REQUIRE_FALSE(free.allowed);
+  CHECK(free.decision().retry_after == 75min);
+  CHECK(free.decision().limit == 4);
+}
+
+TEST_CASE("A request denied by one rule spends nothing from the others", "[rules][atomic]") {
+  ManualClock clock;
+  Set set(Rules::from_string(gateway_yaml), {}, clock);
+  const std::initializer_list<DescriptorEntry> login = {{"api_key", "K"}, {"path", "/login"}};
+  // login: 2 per minute; api_key: 3 per minute (both sliding counters, frozen clock).
+  REQUIRE(set.decide(login));  // api_key 1/3, login 1/2
+  REQUIRE(set.decide(login));  // api_key 2/3, login 2/2
+  for (int i = 0; i < 5; ++i) {
+    const auto d = set.decide(login);  // login denies; api_key must stay at 2/3
+    REQUIRE_FALSE(d.allowed);
+    REQUIRE(names(d) == std::vector<std::string>{"api_key", "login"});
+    CHECK(d.outcomes[0].decision.allowed);         // api_key alone would admit...
+    CHECK(d.outcomes[0].decision.remaining == 1);  // ...and still has 3 - 2 = 1 left
+    CHECK_FALSE(d.outcomes[1].decision.allowed);
+    CHECK(d.deciding == 1);
+  }
+  // So one more plain request is admitted (the 3rd of 3), and then the key is exhausted.
+  const auto third = set.decide({{"api_key", "K"}});
+  REQUIRE(third.allowed);
+  CHECK(third.decision().remaining == 0);
+  CHECK_FALSE(set.decide({{"api_key", "K"}}).allowed);
+}
+
+TEST_CASE("A rule with requests_per_unit 0 blocks with retry_after never and spends nothing",
+          "[rules][atomic]") {
+  ManualClock clock;
+  Set set(Rules::from_string(gateway_yaml), {}, clock);
+  const auto d = set.decide({{"api_key", "K"}, {"path", "/admin"}});
+  REQUIRE_FALSE(d.allowed);
+  REQUIRE(names(d) == std::vector<std::string>{"api_key", "blocked"});
+  CHECK(d.decision().retry_after == ratelimit::Decision::never);
+  CHECK(d.decision().limit == 0);
+  CHECK(d.outcomes[0].decision.remaining == 3);  // the api_key limit is untouched: 3 of 3
+  // No Retry-After for a request no wait can cure.
+  for (const auto& [name, value] : d.headers()) CHECK(name != "Retry-After");
+}
+
+TEST_CASE("A cost above a rule's limit is denied with never and spends nothing elsewhere",
+          "[rules][atomic]") {
+  ManualClock clock;
+  Set set(Rules::from_string(gateway_yaml), {}, clock);
+  // cost 3: api_key (3/min) would admit it, login (2/min) never can.
+  const auto d = set.decide({{"api_key", "K"}, {"path", "/login"}}, 3);
+  REQUIRE_FALSE(d.allowed);
+  CHECK(d.decision().retry_after == ratelimit::Decision::never);
+  CHECK(set.decide({{"api_key", "K"}}, 3).allowed);  // all 3 still there
+  CHECK_THROWS_AS(set.decide({{"api_key", "K"}}, 0), std::invalid_argument);
+}
+
+TEST_CASE("No matching rule admits without headers", "[rules]") {
+  ManualClock clock;
+  Set set(Rules::from_string(gateway_yaml), {}, clock);
+  const auto d = set.decide({{"colour", "blue"}});
+  CHECK(d.allowed);
+  CHECK(d.outcomes.empty());
+  CHECK(d.deciding == ratelimit::RuleSetDecision::none);
+  CHECK(d.headers().empty());
+}
+
+TEST_CASE("A rule set's headers list every matching policy", "[rules][http]") {
+  ManualClock clock;
+  Set set(Rules::from_string(gateway_yaml), {}, clock);
+  clock.set(10s);
+  const auto d = set.decide({{"api_key", "K"}, {"path", "/login"}});
+  // Sliding counters in window k = 0 at t = 10 s, one request each: api_key remaining 3 - 1 = 2,
+  // login 2 - 1 = 1; reset_after = (k + 2) W - t = 120 s - 10 s = 110 s for both. The deciding
+  // one has the fewest remaining: login.
+  CHECK(d.headers() ==
+        ratelimit::HeaderList{{"RateLimit-Policy", "\"api_key\";q=3;w=60, \"login\";q=2;w=60"},
+                              {"RateLimit", "\"api_key\";r=2;t=110, \"login\";r=1;t=110"},
+                              {"X-RateLimit-Limit", "2"},
+                              {"X-RateLimit-Remaining", "1"},
+                              {"X-RateLimit-Reset", "110"}});
+}
+
+TEST_CASE("Concurrent requests on overlapping rules admit exactly the limits and never spend a "
+          "denied request", "[rules][atomic][concurrent]") {
+  // Regression guard for partial consumption under contention: without the stripe locks, a
+  // request could pass its dry run, lose a race, and leave units spent in the other rule.
+  ManualClock clock;  // frozen: no capacity comes back during the run
+  ratelimit::InMemoryStorage storage;
+  Set set(Rules::from_string(R"(domain: race
+descriptors:
+  - key: api_key
+    rate_limit: {unit: minute, requests_per_unit: 50}
+  - key: path
+    value: /x
+    descriptors:
+      - key: api_key
+        rate_limit: {unit: minute, requests_per_unit: 20}
+)"),
+          storage, clock);
+  constexpr int threads = 8, per_thread = 40;  // 320 requests, half of them on /x
+  std::atomic<int> admitted_x{0}, admitted_plain{0};
+  std::vector<std::thread> pool;
+  for (int t = 0; t < threads; ++t)
+    pool.emplace_back([&, t] {
+      for (int i = 0; i < per_thread; ++i) {
+        const bool on_x = (i + t) % 2 == 0;
+        const auto d = on_x ? set.decide({{"api_key", "K"}, {"path", "/x"}})
+                            : set.decide({{"api_key", "K"}});
+        if (d.allowed) ++(on_x ? admitted_x : admitted_plain);
+      }
+    });
+  for (auto& th : pool) th.join();
+  // The api_key limit admits exactly 50 in all; /x at most 20 of them.
+  CHECK(admitted_x + admitted_plain == 50);
+  CHECK(admitted_x <= 20);
+  // The /x counter spent exactly what was admitted on /x: its remaining is 20 - admitted_x.
+  const auto& rules = set.rules();
+  const auto match = rules.match({{"api_key", "K"}, {"path", "/x"}});
+  REQUIRE(match.size() == 2);
+  ratelimit::SlidingCounter<ManualClock> x_counter(ratelimit::per_minute(20), storage, clock,
+                                                   match[1].rule->id);
+  CHECK(x_counter.peek(match[1].key).remaining == 20 - admitted_x);
+}
+
+TEST_CASE("Invalid rules files name the line and the problem", "[rules][errors]") {
+  CHECK(error_of("domain: d\ndescriptors:\n  - key: a\n    rate_limit: {unit: fortnight, "
+                 "requests_per_unit: 1}\n") ==
+        "rules.yaml:4: rate_limit.unit = \"fortnight\": unknown unit (expected second, minute, "
+        "hour or day)");
+  CHECK(error_of("domain: d\ndescriptors:\n  - value: x\n    rate_limit: {unit: second, "
+                 "requests_per_unit: 1}\n") == "rules.yaml:3: missing field `key`");
+  CHECK(error_of("domain: d\ndescriptors:\n  - key: a\n    rate_limit:\n      unit: second\n"
+                 "      requests_per_unit: -5\n") ==
+        "rules.yaml:6: rate_limit.requests_per_unit = -5: must not be negative");
+  CHECK(error_of("domain: d\ndescriptors:\n  - key: a\n    rate_limit:\n      unit: second\n"
+                 "      requests_per_unit: ten\n") ==
+        "rules.yaml:6: rate_limit.requests_per_unit = \"ten\": not a whole number");
+  CHECK(error_of("domain: d\ndescriptors:\n  - key: a\n    rate_limit:\n      unit: second\n"
+                 "      requests_per_unit: 1000000001\n") ==
+        "rules.yaml:6: rate_limit.requests_per_unit = 1000000001: must be at most 1000000000");
+  CHECK(error_of("domain: d\ndescriptors:\n  - key: a\n    value: v\n    rate_limit: {unit: "
+                 "second, requests_per_unit: 1}\n  - key: b\n    rate_limit: {unit: second, "
+                 "requests_per_unit: 1}\n  - key: a\n    value: v\n    rate_limit: {unit: "
+                 "second, requests_per_unit: 2}\n") ==
+        "rules.yaml:8: duplicate descriptor key \"a\" value \"v\" (first at line 3)");
+  CHECK(error_of("domain: d\ndescriptors:\n  - key: a\n    rate_limit: {unit: second, "
+                 "requests_per_units: 1}\n") ==
+        "rules.yaml:4: unknown field \"requests_per_units\" (expected one of: unit, "
+        "requests_per_unit, algorithm, name, unlimited)");
+  CHECK(error_of("descriptors:\n  - key: a\n    rate_limit: {unit: second, requests_per_unit: "
+                 "1}\n") == "rules.yaml:1: missing field `domain`");
+  CHECK(error_of("domain: d\ndescriptors:\n  - key: a\n    rate_limit: {unit: second, "
+                 "requests_per_unit: 1, algorithm: gcra}\n") ==
+        "rules.yaml:4: rate_limit.algorithm = \"gcra\": unknown algorithm (expected "
+        "sliding_counter, token_bucket, leaky_bucket, fixed_window or sliding_log)");
+  CHECK(error_of("domain: d\ndescriptors:\n  - key: a\n    rate_limit: {unit: second, "
+                 "requests_per_unit: 1, name: x}\n  - key: b\n    rate_limit: {unit: second, "
+                 "requests_per_unit: 1, name: x}\n") ==
+        "rules.yaml:5: rule name \"x\" already used at line 3");
+  CHECK(error_of("domain: d\ndescriptors:\n  - key: a\n") ==
+        "rules.yaml:3: descriptor \"a\" has neither `rate_limit` nor nested `descriptors`");
+  CHECK(error_of("domain: d\ndescriptors:\n  - key: a\n    rate_limit: {unit: second\n") ==
+        "rules.yaml:5: invalid YAML: end of map flow not found");
+  CHECK(error_of("domain: d\ndescriptors:\n  - key: a\n    key: b\n    rate_limit: {unit: "
+                 "second, requests_per_unit: 1}\n") == "rules.yaml:4: field \"key\" given twice");
+}
+
+TEST_CASE("Rules load from a file, and a missing file is an error naming it", "[rules][parse]") {
+  const std::string path = "gateway_rules_test.yaml";
+  {
+    std::FILE* f = std::fopen(path.c_str(), "wb");
+    REQUIRE(f != nullptr);
+    std::fputs(gateway_yaml, f);
+    std::fclose(f);
+  }
+  CHECK(Rules::from_file(path).rules().size() == 6);
+  std::remove(path.c_str());
+  CHECK_THROWS_WITH(Rules::from_file("no/such/rules.yaml"),
+                    "rules file no/such/rules.yaml: cannot open");
+}
