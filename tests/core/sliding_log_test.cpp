@@ -1,0 +1,199 @@
+// Issue 2, Semantics, rule 4 (SlidingLog), run against every storage backend. Unless a test says
+// otherwise: N = 3 requests in any window (t - W, t] with W = 1 s. Times are whole milliseconds.
+#include <chrono>
+#include <stdexcept>
+
+#include <catch2/catch.hpp>
+#include <ratelimit/manual_clock.hpp>
+#include <ratelimit/sliding_log.hpp>
+
+#include "../support/backends.hpp"
+#include "../support/expect.hpp"
+
+using namespace std::chrono_literals;
+using ratelimit::Decision;
+using ratelimit::ManualClock;
+using ratelimit::Rate;
+using rltest::admitted;
+using rltest::denied;
+
+namespace {
+
+template <class Backend>
+auto make_log(Rate rate, ManualClock clock) {
+  return ratelimit::SlidingLog<ManualClock, typename Backend::Storage>(rate, Backend::make(),
+                                                                      clock);
+}
+
+constexpr Rate three_per_second{3, std::chrono::seconds{1}};
+
+}  // namespace
+
+TEMPLATE_LIST_TEST_CASE("A sliding log key starts with an empty log", "[sliding_log][any_storage]",
+                        Backends) {
+  INFO("storage: " << TestType::name);
+  ManualClock clock;
+  auto sl = make_log<TestType>(three_per_second, clock);
+  CHECK(sl.peek("k") == admitted(3, 3, 0ms));
+  clock.set(7300ms);
+  CHECK(sl.peek("never seen") == admitted(3, 3, 0ms));
+}
+
+TEMPLATE_LIST_TEST_CASE("A sliding log admits N in any window and waits for the oldest entry to "
+                        "leave",
+                        "[sliding_log][any_storage]", Backends) {
+  INFO("storage: " << TestType::name);
+  ManualClock clock;
+  auto sl = make_log<TestType>(three_per_second, clock);
+  // Each admission is the newest entry: reset newest + W - t = 1 s.
+  CHECK(sl.try_acquire("k") == admitted(3, 2, 1s));  // log {0}
+  clock.set(200ms);
+  CHECK(sl.try_acquire("k") == admitted(3, 1, 1s));  // log {0, 200}
+  clock.set(400ms);
+  CHECK(sl.try_acquire("k") == admitted(3, 0, 1s));  // log {0, 200, 400}
+  // At 500 ms |log| = 3; cost n waits for the (3 + n - 3) = n-th oldest: e + 1000 - 500.
+  // reset = 400 + 1000 - 500 = 900 ms.
+  clock.set(500ms);
+  CHECK(sl.try_acquire("k") == denied(3, 0, 500ms, 900ms));      // e = 0
+  CHECK(sl.try_acquire("k", 2) == denied(3, 0, 700ms, 900ms));   // e = 200
+  CHECK(sl.try_acquire("k", 3) == denied(3, 0, 900ms, 900ms));   // e = 400
+  // At 999 ms the entry at 0 still counts (999 - 1000 < 0): 1 ms to go; reset 401 ms.
+  clock.set(999ms);
+  CHECK(sl.try_acquire("k") == denied(3, 0, 1ms, 401ms));
+  // At 1000 ms an entry stamped exactly t - W = 0 no longer counts: log {200, 400} + 1000.
+  clock.set(1000ms);
+  CHECK(sl.try_acquire("k") == admitted(3, 0, 1s));
+  // At 1100 ms the oldest, 200, leaves in 200 + 1000 - 1100 = 100 ms; reset 1000 + 1000 - 1100.
+  clock.set(1100ms);
+  CHECK(sl.peek("k") == denied(3, 0, 100ms, 900ms));
+  // At 2000 ms every entry is at or before t - W: the key is fresh again.
+  clock.set(2000ms);
+  CHECK(sl.peek("k") == admitted(3, 3, 0ms));
+}
+
+TEMPLATE_LIST_TEST_CASE("A sliding log counts each unit of a costly request as an entry at its "
+                        "time",
+                        "[sliding_log][any_storage]", Backends) {
+  INFO("storage: " << TestType::name);
+  ManualClock clock;
+  auto sl = make_log<TestType>(three_per_second, clock);
+  CHECK(sl.try_acquire("k", 2) == admitted(3, 1, 1s));  // log {0, 0}
+  clock.set(300ms);
+  CHECK(sl.try_acquire("k") == admitted(3, 0, 1s));  // log {0, 0, 300}
+  clock.set(500ms);
+  // reset 300 + 1000 - 500 = 800 ms. The 1st and 2nd oldest are both stamped 0: 500 ms;
+  // the 3rd is 300: 800 ms.
+  CHECK(sl.try_acquire("k") == denied(3, 0, 500ms, 800ms));
+  CHECK(sl.try_acquire("k", 2) == denied(3, 0, 500ms, 800ms));
+  CHECK(sl.try_acquire("k", 3) == denied(3, 0, 800ms, 800ms));
+  // At 1000 ms both entries at 0 leave together: cost 2 fits, log {300, 1000, 1000}.
+  clock.set(1000ms);
+  CHECK(sl.try_acquire("k", 2) == admitted(3, 0, 1s));
+}
+
+TEMPLATE_LIST_TEST_CASE("A denied sliding log request is not logged", "[sliding_log][any_storage]",
+                        Backends) {
+  INFO("storage: " << TestType::name);
+  ManualClock clock;
+  auto sl = make_log<TestType>(three_per_second, clock);
+  CHECK(sl.try_acquire("k", 3) == admitted(3, 0, 1s));  // log {0, 0, 0}
+  clock.set(600ms);
+  const Decision before = sl.peek("k");
+  // Denials at 600 ms and 900 ms: retry 0 + 1000 - t, reset likewise.
+  CHECK(sl.try_acquire("k") == denied(3, 0, 400ms, 400ms));
+  clock.set(900ms);
+  CHECK(sl.try_acquire("k", 2) == denied(3, 0, 100ms, 100ms));
+  clock.set(600ms);  // stepped back, but the key's latest time is still 0: decided at 600 ms
+  CHECK(sl.peek("k") == before);
+  // Had the denials been logged, 1000 ms would not free 3 units.
+  clock.set(1000ms);
+  CHECK(sl.try_acquire("k", 3) == admitted(3, 0, 1s));
+}
+
+TEMPLATE_LIST_TEST_CASE("A sliding log request costing more than N is never admitted",
+                        "[sliding_log][any_storage]", Backends) {
+  INFO("storage: " << TestType::name);
+  ManualClock clock;
+  auto sl = make_log<TestType>(three_per_second, clock);
+  CHECK(sl.try_acquire("k", 4) == denied(3, 3, Decision::never, 0ms));
+  CHECK(sl.try_acquire("k") == admitted(3, 2, 1s));
+  clock.set(250ms);
+  CHECK(sl.try_acquire("k", 4) == denied(3, 2, Decision::never, 750ms));
+  CHECK(sl.acquire("k", 4, 1h) == denied(3, 2, Decision::never, 750ms));
+  CHECK(clock.now() == 250ms);
+}
+
+TEMPLATE_LIST_TEST_CASE("A sliding log peek changes nothing and reports a cost-1 request",
+                        "[sliding_log][any_storage]", Backends) {
+  INFO("storage: " << TestType::name);
+  ManualClock clock;
+  auto sl = make_log<TestType>(three_per_second, clock);
+  CHECK(sl.try_acquire("k", 2) == admitted(3, 1, 1s));
+  clock.set(100ms);
+  // |log| = 2: a unit fits; remaining 1; reset 0 + 1000 - 100 = 900 ms.
+  for (int i = 0; i < 3; ++i) CHECK(sl.peek("k") == admitted(3, 1, 900ms));
+  CHECK(sl.try_acquire("k") == admitted(3, 0, 1s));
+  // Full: the 1st oldest (0) leaves in 900 ms; reset 100 + 1000 - 100 = 1 s.
+  CHECK(sl.peek("k") == denied(3, 0, 900ms, 1s));
+  CHECK(sl.peek("k") == denied(3, 0, 900ms, 1s));
+}
+
+TEMPLATE_LIST_TEST_CASE("Resetting a sliding log key empties its log", "[sliding_log][any_storage]",
+                        Backends) {
+  INFO("storage: " << TestType::name);
+  ManualClock clock;
+  auto sl = make_log<TestType>(three_per_second, clock);
+  CHECK(sl.try_acquire("k", 3) == admitted(3, 0, 1s));
+  CHECK(sl.try_acquire("j", 1) == admitted(3, 2, 1s));
+  sl.reset("k");
+  CHECK(sl.peek("k") == admitted(3, 3, 0ms));
+  CHECK(sl.try_acquire("k", 3) == admitted(3, 0, 1s));
+  CHECK(sl.peek("j") == admitted(3, 2, 1s));
+}
+
+TEMPLATE_LIST_TEST_CASE("A sliding log decides a stepped-back clock at the key's latest time",
+                        "[sliding_log][any_storage]", Backends) {
+  INFO("storage: " << TestType::name);
+  ManualClock clock;
+  auto sl = make_log<TestType>(three_per_second, clock);
+  clock.set(10s);
+  CHECK(sl.try_acquire("k", 3) == admitted(3, 0, 1s));
+  // Back to 4 s: decided at 10 s, where the log is full: 10 + 1 - 10 = 1 s.
+  clock.set(4s);
+  CHECK(sl.peek("k") == denied(3, 0, 1s, 1s));
+  CHECK(sl.try_acquire("k") == denied(3, 0, 1s, 1s));
+  clock.set(10500ms);
+  CHECK(sl.try_acquire("k") == denied(3, 0, 500ms, 500ms));
+  // At 11 s the three entries at 10 s leave (10 s = t - W).
+  clock.set(11s);
+  CHECK(sl.try_acquire("k") == admitted(3, 2, 1s));
+  // Back to 10.2 s: decided at 11 s.
+  clock.set(10200ms);
+  CHECK(sl.try_acquire("k", 2) == admitted(3, 0, 1s));
+}
+
+TEMPLATE_LIST_TEST_CASE("Sliding log acquire waits for entries to leave, within max_wait",
+                        "[sliding_log][any_storage][acquire]", Backends) {
+  INFO("storage: " << TestType::name);
+  ManualClock clock;
+  auto sl = make_log<TestType>(three_per_second, clock);
+  CHECK(sl.acquire("k", 1, 0ms) == admitted(3, 2, 1s));  // log {0}
+  clock.set(200ms);
+  CHECK(sl.acquire("k", 1, 0ms) == admitted(3, 1, 1s));  // log {0, 200}
+  clock.set(400ms);
+  CHECK(sl.acquire("k", 1, 0ms) == admitted(3, 0, 1s));  // log {0, 200, 400}
+  clock.set(500ms);
+  // The entry at 0 leaves at 1000 ms: 500 ms away.
+  CHECK(sl.acquire("k", 1, 499ms) == denied(3, 0, 500ms, 900ms));
+  CHECK(clock.now() == 500ms);
+  CHECK(sl.acquire("k", 1, 500ms) == admitted(3, 0, 1s));  // at 1000: log {200, 400, 1000}
+  CHECK(clock.now() == 1000ms);
+  // Cost 2 needs the 2nd oldest (400) gone: 400 + 1000 - 1000 = 400 ms; then log
+  // {1000, 1400, 1400}.
+  CHECK(sl.acquire("k", 2, 400ms) == admitted(3, 0, 1s));
+  CHECK(clock.now() == 1400ms);
+  CHECK_THROWS_AS(sl.acquire("k", 0, 1s), std::invalid_argument);
+  CHECK_THROWS_AS(sl.acquire("k", 1, -1ms), std::invalid_argument);
+  CHECK_THROWS_AS(sl.try_acquire("k", 0), std::invalid_argument);
+  CHECK(clock.now() == 1400ms);
+}
