@@ -20,12 +20,16 @@ file(REMOVE_RECURSE "${WORK_DIR}")
 set(_configure "${CMAKE_COMMAND}" -S "${CONSUMER_SOURCE_DIR}" -B "${WORK_DIR}/build"
     -G "${GENERATOR}" "-DCMAKE_CXX_COMPILER=${CXX_COMPILER}" -DCMAKE_BUILD_TYPE=Release
     -DCMAKE_FIND_USE_PACKAGE_REGISTRY=OFF -DCONSUMER_MODE=${MODE})
-# The redis consumer is worth building only once the Redis header exists.
+# The redis / rules consumers are worth building only once their headers exist.
 set(_with_redis OFF)
 if(HAVE_REDIS AND EXISTS "${RATELIMIT_SOURCE_DIR}/include/ratelimit/redis.hpp")
   set(_with_redis ON)
 endif()
-list(APPEND _configure -DCONSUMER_WITH_REDIS=${_with_redis})
+set(_with_rules OFF)
+if(HAVE_RULES AND EXISTS "${RATELIMIT_SOURCE_DIR}/include/ratelimit/rules.hpp")
+  set(_with_rules ON)
+endif()
+list(APPEND _configure -DCONSUMER_WITH_REDIS=${_with_redis} -DCONSUMER_WITH_RULES=${_with_rules})
 
 if(MODE STREQUAL "package")
   set(_prefix "${WORK_DIR}/prefix")
@@ -47,4 +51,4 @@ endif()
 run(${_configure})
 run("${CMAKE_COMMAND}" --build "${WORK_DIR}/build")
 run("${WORK_DIR}/build/consumer")
-message(STATUS "consumer (${MODE}, redis ${_with_redis}) configured, built and ran")
+message(STATUS "consumer (${MODE}, redis ${_with_redis}, rules ${_with_rules}) configured, built and ran")
