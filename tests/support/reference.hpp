@@ -128,7 +128,6 @@ class FixedWindow {
   Decision decide(nanoseconds now, std::int64_t cost, bool peek) {
     const std::int64_t t = std::max(now.count(), last_);
     const std::int64_t k = t / w_;
-    forget_before(k);
     std::int64_t c = 0;
     for (const auto& a : log_)
       if (a.at / w_ == k) c += a.n;
@@ -153,12 +152,6 @@ class FixedWindow {
   }
 
  private:
-  // Decisions are never made before last_, so admissions of earlier windows never count again;
-  // dropping them only keeps the scans short.
-  void forget_before(std::int64_t window) {
-    std::erase_if(log_, [&](const Admission& a) { return a.at / w_ < window; });
-  }
-
   std::int64_t n_, w_;
   std::vector<Admission> log_;
   std::int64_t last_ = 0;
@@ -172,8 +165,6 @@ class SlidingLog {
 
   Decision decide(nanoseconds now, std::int64_t cost, bool peek) {
     const std::int64_t t = std::max(now.count(), last_);
-    // Entries at or before t - W never count again (t never goes back): drop them for speed.
-    std::erase_if(log_, [&](std::int64_t e) { return e <= t - w_; });
     std::vector<std::int64_t> live;
     for (const auto e : log_)
       if (e > t - w_ && e <= t) live.push_back(e);
@@ -217,9 +208,6 @@ class SlidingCounter {
 
   Decision decide(nanoseconds now, std::int64_t cost, bool peek) {
     const std::int64_t t = std::max(now.count(), last_);
-    // Windows before k - 1 never count again (t never goes back): drop them for speed. If that
-    // empties the log the key is fresh, so reset_after is 0 either way.
-    std::erase_if(log_, [&](const Admission& a) { return a.at / w_ < t / w_ - 1; });
     const std::int64_t n = peek ? 1 : cost;
     Decision d{};
     d.limit = n_;
