@@ -1,0 +1,362 @@
+// http_gateway: a small HTTP service with ratelimit in front of its endpoints.
+//
+//   http_gateway [--port N] [--host ADDR] [--rules FILE] [--redis HOST:PORT] [--threads N]
+//                [--no-limit]
+//
+// Each request is identified by its X-API-Key header, else by the peer's IP address, and decided
+// by the rules file (Envoy rate limit YAML, see include/ratelimit/rules.hpp) against the
+// descriptors {api_key|remote_address, plan, path}. Denied requests get 429 with a small
+// problem+json body; every limited response carries the RateLimit/X-RateLimit headers.
+// GET /metrics (never limited) reports allowed and limited counts per rule and the limiter's
+// added latency. --port 0 picks a free port; the chosen one is printed as
+// "listening on http://HOST:PORT". SIGINT or SIGTERM stops it cleanly.
+
+#include <httplib.h>
+#include <pthread.h>
+#include <signal.h>
+
+#include <algorithm>
+#include <array>
+#include <atomic>
+#include <bit>
+#include <chrono>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <functional>
+#include <iostream>
+#include <memory>
+#include <sstream>
+#include <stdexcept>
+#include <string>
+#include <string_view>
+#include <thread>
+#include <vector>
+
+#include <ratelimit/http.hpp>
+#include <ratelimit/in_memory_storage.hpp>
+#include <ratelimit/rules.hpp>
+
+#if defined(RATELIMIT_GATEWAY_WITH_REDIS) && __has_include(<ratelimit/rules_redis.hpp>)
+#include <ratelimit/rules_redis.hpp>
+#define RATELIMIT_GATEWAY_REDIS 1
+#endif
+
+#ifndef RATELIMIT_GATEWAY_DEFAULT_RULES
+#define RATELIMIT_GATEWAY_DEFAULT_RULES "rules.yaml"
+#endif
+
+namespace {
+
+struct Options {
+  std::string host = "127.0.0.1";
+  int port = 8080;
+  std::string rules = RATELIMIT_GATEWAY_DEFAULT_RULES;
+  std::string redis;  // HOST:PORT, empty = in-process storage
+  int threads = 16;
+  bool limit = true;
+};
+
+[[noreturn]] void usage(const std::string& why) {
+  std::cerr << "http_gateway: " << why << "\n"
+            << "usage: http_gateway [--port N] [--host ADDR] [--rules FILE] [--redis HOST:PORT]"
+               " [--threads N] [--no-limit]\n";
+  std::exit(2);
+}
+
+int to_int(const std::string& s, const char* what, int lo, int hi) {
+  try {
+    std::size_t used = 0;
+    const int v = std::stoi(s, &used);
+    if (used == s.size() && v >= lo && v <= hi) return v;
+  } catch (const std::exception&) {
+  }
+  usage(std::string(what) + " must be a number in [" + std::to_string(lo) + ", " +
+        std::to_string(hi) + "], got \"" + s + "\"");
+}
+
+Options parse_args(int argc, char** argv) {
+  Options o;
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    const auto next = [&]() -> std::string {
+      if (i + 1 >= argc) usage(a + " needs a value");
+      return argv[++i];
+    };
+    if (a == "--port") o.port = to_int(next(), "--port", 0, 65535);
+    else if (a == "--host") o.host = next();
+    else if (a == "--rules") o.rules = next();
+    else if (a == "--redis") o.redis = next();
+    else if (a == "--threads") o.threads = to_int(next(), "--threads", 1, 1024);
+    else if (a == "--no-limit") o.limit = false;
+    else if (a == "--help" || a == "-h") usage("help");
+    else usage("unknown argument " + a);
+  }
+  return o;
+}
+
+/// Latencies in ns, log-linear buckets (32 per power of two, so within about 3%), lock-free.
+class LatencyHistogram {
+ public:
+  void record(std::chrono::nanoseconds d) {
+    const auto v = static_cast<std::uint64_t>(std::max<std::int64_t>(d.count(), 0));
+    buckets_[index(v)].fetch_add(1, std::memory_order_relaxed);
+    count_.fetch_add(1, std::memory_order_relaxed);
+  }
+  std::uint64_t count() const { return count_.load(std::memory_order_relaxed); }
+  /// The q-quantile in ns (the upper edge of its bucket: never under-reports), 0 if empty.
+  std::uint64_t quantile(double q) const {
+    std::uint64_t total = 0;
+    std::array<std::uint64_t, size> snap{};
+    for (std::size_t i = 0; i < size; ++i) total += snap[i] = buckets_[i].load();
+    if (total == 0) return 0;
+    const auto rank = static_cast<std::uint64_t>(q * static_cast<double>(total - 1)) + 1;
+    std::uint64_t seen = 0;
+    for (std::size_t i = 0; i < size; ++i)
+      if ((seen += snap[i]) >= rank) return upper(i);
+    return upper(size - 1);
+  }
+
+ private:
+  static constexpr std::size_t size = 64 + 58 * 32;
+  static std::size_t index(std::uint64_t v) {
+    if (v < 64) return v;
+    const int e = std::bit_width(v) - 1;  // 6..63
+    const int shift = e - 5;
+    return 64 + static_cast<std::size_t>(e - 6) * 32 + ((v >> shift) - 32);
+  }
+  static std::uint64_t upper(std::size_t i) {
+    if (i < 64) return i;
+    const std::size_t e = (i - 64) / 32 + 6, sub = (i - 64) % 32;
+    return ((sub + 33) << (e - 5)) - 1;
+  }
+  std::array<std::atomic<std::uint64_t>, size> buckets_{};
+  std::atomic<std::uint64_t> count_{0};
+};
+
+struct RuleCounters {
+  std::atomic<std::uint64_t> allowed{0}, limited{0};
+};
+
+struct Metrics {
+  explicit Metrics(std::size_t rules) : per_rule(rules) {}
+  std::vector<RuleCounters> per_rule;
+  std::atomic<std::uint64_t> allowed{0}, limited{0}, unmatched{0}, degraded{0};
+  LatencyHistogram latency;
+};
+
+using Decide = std::function<ratelimit::RuleSetDecision(std::span<const ratelimit::DescriptorEntry>)>;
+
+std::string json_escape(std::string_view s) {
+  std::string out;
+  for (const char c : s) {
+    if (c == '"' || c == '\\') {
+      out += '\\';
+      out += c;
+    } else if (static_cast<unsigned char>(c) < 0x20) {
+      char buf[8];
+      std::snprintf(buf, sizeof buf, "\\u%04x", static_cast<unsigned>(c));
+      out += buf;
+    } else {
+      out += c;
+    }
+  }
+  return out;
+}
+
+/// Prometheus label value: backslash, quote and newline escaped.
+std::string label(std::string_view s) {
+  std::string out;
+  for (const char c : s) {
+    if (c == '\\' || c == '"') out += '\\';
+    if (c == '\n') {
+      out += "\\n";
+      continue;
+    }
+    out += c;
+  }
+  return out;
+}
+
+/// The plan of an API key. A real service would look it up; here keys starting with "pro_" are
+/// on the pro plan and every other key on the free plan.
+std::string plan_of(std::string_view api_key) {
+  return api_key.substr(0, 4) == "pro_" ? "pro" : "free";
+}
+
+std::string render_metrics(const ratelimit::Rules& rules, const Metrics& m, bool limit,
+                           const std::string& storage) {
+  std::ostringstream o;
+  o << "# gateway: storage=" << storage << " limiter=" << (limit ? "on" : "off") << "\n";
+  o << "# TYPE gateway_rule_requests_total counter\n";
+  for (std::size_t i = 0; i < rules.rules().size(); ++i) {
+    const std::string name = label(rules.rules()[i].name);
+    o << "gateway_rule_requests_total{rule=\"" << name << "\",outcome=\"allowed\"} "
+      << m.per_rule[i].allowed.load() << "\n";
+    o << "gateway_rule_requests_total{rule=\"" << name << "\",outcome=\"limited\"} "
+      << m.per_rule[i].limited.load() << "\n";
+  }
+  o << "# TYPE gateway_requests_total counter\n"
+    << "gateway_requests_total{outcome=\"allowed\"} " << m.allowed.load() << "\n"
+    << "gateway_requests_total{outcome=\"limited\"} " << m.limited.load() << "\n"
+    << "gateway_requests_total{outcome=\"no_rule\"} " << m.unmatched.load() << "\n"
+    << "# TYPE gateway_degraded_decisions_total counter\n"
+    << "gateway_degraded_decisions_total " << m.degraded.load() << "\n";
+  char buf[64];
+  o << "# TYPE gateway_limiter_latency_seconds summary\n";
+  for (const double q : {0.5, 0.99}) {
+    std::snprintf(buf, sizeof buf, "%.9f", static_cast<double>(m.latency.quantile(q)) / 1e9);
+    o << "gateway_limiter_latency_seconds{quantile=\"" << q << "\"} " << buf << "\n";
+  }
+  o << "gateway_limiter_latency_seconds_count " << m.latency.count() << "\n";
+  return o.str();
+}
+
+/// Blocks SIGINT and SIGTERM in every thread (call before starting any), and returns a thread
+/// that waits for one of them and calls `on_signal`. sigwait keeps the work out of a signal
+/// handler, where almost nothing is safe.
+std::thread signal_thread(std::function<void(int)> on_signal) {
+  sigset_t set;
+  sigemptyset(&set);
+  sigaddset(&set, SIGINT);
+  sigaddset(&set, SIGTERM);
+  pthread_sigmask(SIG_BLOCK, &set, nullptr);
+  return std::thread([set, on_signal = std::move(on_signal)] {
+    int sig = 0;
+    sigwait(&set, &sig);
+    on_signal(sig);
+  });
+}
+
+int serve(const Options& opt, const ratelimit::Rules& rules, Decide decide,
+          const std::string& storage_name) {
+  Metrics metrics(rules.rules().size());
+  httplib::Server server;
+  server.new_task_queue = [n = opt.threads] { return new httplib::ThreadPool(static_cast<std::size_t>(n)); };
+
+  // The limiter in front of every API endpoint: returns false (and fills the 429) if denied.
+  const auto admit = [&](const httplib::Request& req, httplib::Response& res) {
+    if (!opt.limit) return true;
+    const auto start = std::chrono::steady_clock::now();
+    std::vector<ratelimit::DescriptorEntry> entries;
+    entries.reserve(3);
+    const std::string key = req.get_header_value("X-API-Key");
+    if (!key.empty()) {
+      entries.push_back({"api_key", key});
+      entries.push_back({"plan", plan_of(key)});
+    } else {
+      entries.push_back({"remote_address", req.remote_addr});
+    }
+    entries.push_back({"path", req.path});
+    const ratelimit::RuleSetDecision d = decide(entries);
+    for (auto& [name, value] : d.headers()) res.set_header(name, value);
+    std::string violated;
+    for (const auto& o : d.outcomes) {
+      const auto i = static_cast<std::size_t>(o.rule - rules.rules().data());
+      if (!o.decision.allowed) {
+        metrics.per_rule[i].limited.fetch_add(1, std::memory_order_relaxed);
+        violated += (violated.empty() ? "\"" : ", \"") + json_escape(o.rule->name) + "\"";
+      } else if (d.allowed) {
+        metrics.per_rule[i].allowed.fetch_add(1, std::memory_order_relaxed);
+      }
+      if (o.decision.degraded) metrics.degraded.fetch_add(1, std::memory_order_relaxed);
+    }
+    if (d.outcomes.empty()) metrics.unmatched.fetch_add(1, std::memory_order_relaxed);
+    (d.allowed ? metrics.allowed : metrics.limited).fetch_add(1, std::memory_order_relaxed);
+    if (!d.allowed) {
+      const auto dec = d.decision();
+      std::string detail = dec.retry_after == ratelimit::Decision::never
+                               ? "This request can never be admitted under the current policy."
+                               : "Retry after " +
+                                     std::to_string(ratelimit::detail::ceil_seconds(dec.retry_after)) +
+                                     " s.";
+      res.status = 429;
+      res.set_content("{\"type\": \"https://iana.org/assignments/http-problem-types#quota-exceeded\", "
+                      "\"title\": \"Too Many Requests\", \"detail\": \"" + detail +
+                          "\", \"violated-policies\": [" + violated + "]}\n",
+                      "application/problem+json");
+    }
+    metrics.latency.record(std::chrono::steady_clock::now() - start);
+    return d.allowed;
+  };
+
+  const auto json = [](httplib::Response& res, const std::string& body) {
+    res.set_content(body + "\n", "application/json");
+  };
+  server.Get("/api/hello", [&](const httplib::Request& req, httplib::Response& res) {
+    if (admit(req, res)) json(res, "{\"hello\": \"world\"}");
+  });
+  server.Get("/api/items", [&](const httplib::Request& req, httplib::Response& res) {
+    if (admit(req, res)) json(res, "{\"items\": [1, 2, 3]}");
+  });
+  server.Post("/login", [&](const httplib::Request& req, httplib::Response& res) {
+    if (admit(req, res)) json(res, "{\"ok\": true}");
+  });
+  server.Get("/metrics", [&](const httplib::Request&, httplib::Response& res) {
+    res.set_content(render_metrics(rules, metrics, opt.limit, storage_name),
+                    "text/plain; version=0.0.4");
+  });
+  server.Get("/healthz", [](const httplib::Request&, httplib::Response& res) {
+    res.set_content("ok\n", "text/plain");
+  });
+
+  std::atomic<bool> signalled{false};
+  std::thread signals = signal_thread([&](int) {
+    signalled = true;
+    server.stop();
+  });
+  // Ends the signal thread when the server stops for another reason (its sigwait takes this).
+  const auto release_signals = [&] {
+    if (!signalled) pthread_kill(signals.native_handle(), SIGTERM);
+    signals.join();
+  };
+  const int port = opt.port == 0 ? server.bind_to_any_port(opt.host)
+                                 : (server.bind_to_port(opt.host, opt.port) ? opt.port : -1);
+  if (port < 0) {
+    std::cerr << "http_gateway: cannot listen on " << opt.host << ":" << opt.port << "\n";
+    release_signals();
+    return 1;
+  }
+  std::cout << "listening on http://" << opt.host << ":" << port << " (storage " << storage_name
+            << ", " << rules.rules().size() << " rules from " << opt.rules << ", limiter "
+            << (opt.limit ? "on" : "off") << ")" << std::endl;
+  const bool ok = server.listen_after_bind();
+  release_signals();
+  std::cout << "stopped: " << metrics.allowed.load() << " allowed, " << metrics.limited.load()
+            << " limited" << std::endl;
+  return ok ? 0 : 1;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const Options opt = parse_args(argc, argv);
+  try {
+    const ratelimit::Rules rules = ratelimit::Rules::from_file(opt.rules);
+    if (opt.redis.empty()) {
+      auto set = std::make_shared<ratelimit::RuleSet<>>(rules);
+      return serve(opt, set->rules(),
+                   [set](std::span<const ratelimit::DescriptorEntry> e) { return set->decide(e); },
+                   "in-process");
+    }
+#ifdef RATELIMIT_GATEWAY_REDIS
+    ratelimit::RedisOptions ro;
+    const auto colon = opt.redis.rfind(':');
+    if (colon == std::string::npos) usage("--redis takes HOST:PORT, got \"" + opt.redis + "\"");
+    ro.host = opt.redis.substr(0, colon);
+    ro.port = to_int(opt.redis.substr(colon + 1), "--redis port", 1, 65535);
+    ro.key_prefix = "gateway:";
+    ro.pool_size = static_cast<std::size_t>(opt.threads);
+    auto set = std::make_shared<ratelimit::RuleSet<ratelimit::RedisStorage>>(
+        rules, ratelimit::RedisStorage(ro));
+    return serve(opt, set->rules(),
+                 [set](std::span<const ratelimit::DescriptorEntry> e) { return set->decide(e); },
+                 "redis " + opt.redis);
+#else
+    usage("--redis: this build has no Redis support (needs libhiredis-dev and ratelimit::redis)");
+#endif
+  } catch (const std::invalid_argument& e) {
+    std::cerr << "http_gateway: " << e.what() << "\n";
+    return 2;
+  }
+}
