@@ -32,6 +32,9 @@
 namespace ratelimit {
 
 class RedisBatch;
+namespace detail {
+struct RedisRuleAccess;  // rules_redis.hpp: decides a rule set's bindings in one script
+}  // namespace detail
 
 /// One limiter's policy bound to a RedisStorage (see `ratelimit::Binding`): decides a key with
 /// one EVALSHA of its algorithm's script, and applies the failure policy when Redis cannot.
@@ -69,6 +72,7 @@ class RedisBinding {
  private:
   friend class RedisStorage;
   friend class RedisBatch;
+  friend struct detail::RedisRuleAccess;
   using Redis = detail::RedisModel<M>;
 
   RedisBinding(std::shared_ptr<detail::RedisClient> client, InMemoryStorage fallback_storage,

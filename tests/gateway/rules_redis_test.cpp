@@ -1,0 +1,196 @@
+// Rule sets on Redis (include/ratelimit/rules_redis.hpp): one script per request decides every
+// matching limit all-or-nothing, with the same decisions as the in-process rule set, and keys
+// that share the client's hash tag. Needs RATELIMIT_TEST_REDIS (see support/redis_backend.hpp).
+// Time only from ManualClock, in whole milliseconds (where the two storages agree exactly).
+
+#include <catch2/catch.hpp>
+
+#include <hiredis/hiredis.h>
+
+#include <chrono>
+#include <set>
+#include <string>
+#include <vector>
+
+#include <ratelimit/manual_clock.hpp>
+#include <ratelimit/rules.hpp>
+#include <ratelimit/rules_redis.hpp>
+
+#include "support/redis_backend.hpp"
+
+using namespace std::chrono_literals;
+using ratelimit::DescriptorEntry;
+using ratelimit::ManualClock;
+using ratelimit::Rules;
+
+namespace {
+
+// One limit per algorithm, two of them nested under /login, one shared by every client.
+constexpr const char* all_algorithms = R"(domain: redis_rules
+descriptors:
+  - key: api_key
+    rate_limit: {unit: second, requests_per_unit: 7, algorithm: token_bucket, name: tb}
+  - key: path
+    value: /login
+    descriptors:
+      - key: api_key
+        rate_limit: {unit: minute, requests_per_unit: 4, algorithm: sliding_log, name: log}
+  - key: path
+    value: /upload
+    descriptors:
+      - key: api_key
+        rate_limit: {unit: second, requests_per_unit: 3, algorithm: leaky_bucket, name: leaky}
+  - key: path
+    value: /search
+    descriptors:
+      - key: api_key
+        rate_limit: {unit: minute, requests_per_unit: 5, algorithm: fixed_window, name: fixed}
+  - key: plan
+    descriptors:
+      - key: api_key
+        rate_limit: {unit: minute, requests_per_unit: 6, name: counter}
+  - key: path
+    value: /report
+    rate_limit: {unit: minute, requests_per_unit: 2, name: shared}
+)";
+
+using RedisSet = ratelimit::RuleSet<ratelimit::RedisStorage, ManualClock>;
+using LocalSet = ratelimit::RuleSet<ratelimit::InMemoryStorage, ManualClock>;
+
+std::vector<std::string> redis_keys(const std::string& prefix) {
+  const auto& e = rltest::redis_endpoint();
+  redisContext* c = redisConnect(e.host.c_str(), e.port);
+  REQUIRE(c != nullptr);
+  REQUIRE(c->err == 0);
+  std::vector<std::string> keys;
+  auto* r = static_cast<redisReply*>(redisCommand(c, "KEYS %b*", prefix.data(), prefix.size()));
+  REQUIRE(r != nullptr);
+  for (std::size_t i = 0; i < r->elements; ++i)
+    keys.emplace_back(r->element[i]->str, r->element[i]->len);
+  freeReplyObject(r);
+  redisFree(c);
+  return keys;
+}
+
+}  // namespace
+
+TEST_CASE("On Redis a request denied by one rule spends nothing from the others",
+          "[rules][redis][atomic]") {
+  ManualClock clock;
+  const auto options = rltest::test_redis_options("rules-atomic");
+  RedisSet set(Rules::from_string(all_algorithms), ratelimit::RedisStorage(options), clock);
+  const std::initializer_list<DescriptorEntry> login = {{"api_key", "K"}, {"path", "/login"}};
+  // tb: bucket of 7 refilled at 7/s; log: 4 per minute. Frozen clock.
+  for (int i = 0; i < 4; ++i) REQUIRE(set.decide(login));  // tb 4/7, log 4/4
+  for (int i = 0; i < 6; ++i) {
+    const auto d = set.decide(login);  // log denies: tb must stay at 7 - 4 = 3
+    REQUIRE_FALSE(d.allowed);
+    CHECK_FALSE(d.decision().degraded);
+    CHECK(d.outcomes[0].decision.remaining == 3);
+  }
+  // So exactly 3 plain requests remain.
+  for (int i = 0; i < 3; ++i) REQUIRE(set.decide({{"api_key", "K"}}));
+  CHECK_FALSE(set.decide({{"api_key", "K"}}).allowed);
+  CHECK(set.storage().stats().degraded_decisions == 0);
+}
+
+TEST_CASE("On Redis a rule set decides exactly like the in-process one, all five algorithms",
+          "[rules][redis][token_bucket][leaky_bucket][fixed_window][sliding_log]"
+          "[sliding_counter]") {
+  ManualClock clock;  // one clock drives both sets: same times, whole milliseconds
+  const Rules rules = Rules::from_string(all_algorithms);
+  RedisSet redis(rules, ratelimit::RedisStorage(rltest::test_redis_options("rules-same")), clock);
+  LocalSet local(rules, {}, clock);
+  const std::vector<std::vector<DescriptorEntry>> requests = {
+      {{"api_key", "A"}},
+      {{"api_key", "A"}, {"path", "/login"}},
+      {{"api_key", "B"}, {"path", "/upload"}},
+      {{"api_key", "A"}, {"path", "/search"}, {"plan", "free"}},
+      {{"api_key", "B"}, {"path", "/report"}},
+      {{"api_key", "C"}, {"path", "/report"}, {"plan", "pro"}},
+  };
+  // A fixed pseudo-random schedule (an LCG), so the run is the same every time: time steps of
+  // 0..399 ms, a request kind, a cost of 1..3.
+  std::uint64_t x = 12345;
+  const auto next = [&](std::uint64_t n) {
+    x = x * 6364136223846793005ULL + 1442695040888963407ULL;
+    return (x >> 33) % n;
+  };
+  int admitted = 0, denied = 0;
+  for (int step = 0; step < 400; ++step) {
+    clock.advance(std::chrono::milliseconds(next(400)));
+    const auto& req = requests[next(requests.size())];
+    const auto cost = static_cast<std::int64_t>(1 + next(3));
+    const auto r = redis.decide(req, cost);
+    const auto l = local.decide(req, cost);
+    INFO("step " << step << " t = " << clock.now().count() << " ns, cost " << cost);
+    REQUIRE(r.allowed == l.allowed);
+    REQUIRE(r.outcomes.size() == l.outcomes.size());
+    for (std::size_t i = 0; i < r.outcomes.size(); ++i) {
+      INFO("rule " << r.outcomes[i].rule->name);
+      CHECK(r.outcomes[i].decision == l.outcomes[i].decision);
+    }
+    (r.allowed ? admitted : denied)++;
+  }
+  // The schedule exercises both outcomes, not just one.
+  CHECK(admitted > 50);
+  CHECK(denied > 50);
+}
+
+TEST_CASE("On Redis a request's per-client limits share the client's hash tag",
+          "[rules][redis][keys]") {
+  ManualClock clock;
+  const auto options = rltest::test_redis_options("rules-keys");
+  RedisSet set(Rules::from_string(all_algorithms), ratelimit::RedisStorage(options), clock);
+  const std::string awkward("K}{:\0x", 6);  // hash-tag braces, ':' and NUL in the client key
+  // Request 1 matches tb, log (two keys: :log and :meta) and counter, all per client.
+  REQUIRE(set.decide({{"api_key", awkward}, {"path", "/login"}, {"plan", "free"}}));
+  // Request 2 matches tb for K2 and the shared /report limit (no client key on its path).
+  REQUIRE(set.decide({{"api_key", "K2"}, {"path", "/report"}}));
+  std::set<std::string> tags;
+  const auto keys = redis_keys(options.key_prefix);
+  for (const auto& key : keys) tags.insert(std::string(ratelimit::detail::redis_hash_tag(key)));
+  // Tags: "k" + hex("api_key=" + client) for per-client limits; a shared limit's tag is its own
+  // counter key, here "" (its descriptors all name values), so "k".
+  std::string k1 = "k", k2 = "k";
+  ratelimit::detail::append_hex(k1, "api_key=" + awkward);
+  ratelimit::detail::append_hex(k2, "api_key=K2");
+  CHECK(tags == std::set<std::string>{k1, k2, "k"});
+  CHECK(keys.size() == 6);  // 4 for request 1, 2 for request 2
+}
+
+TEST_CASE("On Redis a blocked request reports the other limits without spending them",
+          "[rules][redis][atomic]") {
+  ManualClock clock;
+  RedisSet set(Rules::from_string(R"(domain: block
+descriptors:
+  - key: api_key
+    rate_limit: {unit: minute, requests_per_unit: 2}
+  - key: path
+    value: /admin
+    rate_limit: {unit: minute, requests_per_unit: 0, name: blocked}
+)"),
+               ratelimit::RedisStorage(rltest::test_redis_options("rules-block")), clock);
+  const auto d = set.decide({{"api_key", "K"}, {"path", "/admin"}});
+  REQUIRE_FALSE(d.allowed);
+  CHECK(d.decision().retry_after == ratelimit::Decision::never);
+  CHECK(d.outcomes[0].decision.allowed);
+  CHECK(d.outcomes[0].decision.remaining == 2);
+  CHECK(set.decide({{"api_key", "K"}}, 2).allowed);  // both units still there
+}
+
+TEST_CASE("When Redis is unreachable every limit gets its failure policy, marked degraded",
+          "[rules][redis][failure]") {
+  ManualClock clock;
+  ratelimit::RedisOptions o;
+  o.host = "127.0.0.1";
+  o.port = 1;  // nothing listens on port 1
+  o.connect_timeout = 50ms;
+  o.failure_policy = ratelimit::FailurePolicy::fail_open;
+  RedisSet set(Rules::from_string(all_algorithms), ratelimit::RedisStorage(o), clock);
+  const auto d = set.decide({{"api_key", "K"}, {"path", "/login"}});
+  CHECK(d.allowed);  // fail_open admits
+  REQUIRE(d.outcomes.size() == 2);
+  CHECK(d.outcomes[0].decision.degraded);
+  CHECK(d.outcomes[1].decision.degraded);
+}
