@@ -1,7 +1,7 @@
 // http_gateway: a small HTTP service with ratelimit in front of its endpoints.
 //
-//   http_gateway [--port N] [--host ADDR] [--rules FILE] [--redis HOST:PORT] [--threads N]
-//                [--no-limit]
+//   http_gateway [--port N] [--host ADDR] [--rules FILE] [--redis HOST:PORT]
+//                [--key-prefix P] [--threads N] [--no-limit]
 //
 // Each request is identified by its X-API-Key header, else by the peer's IP address, and decided
 // by the rules file (Envoy rate limit YAML, see include/ratelimit/rules.hpp) against the
@@ -53,6 +53,7 @@ struct Options {
   int port = 8080;
   std::string rules = RATELIMIT_GATEWAY_DEFAULT_RULES;
   std::string redis;  // HOST:PORT, empty = in-process storage
+  std::string key_prefix = "gateway:";  // Redis keys; instances sharing limits use the same
   int threads = 16;
   bool limit = true;
 };
@@ -60,7 +61,7 @@ struct Options {
 [[noreturn]] void usage(const std::string& why) {
   std::cerr << "http_gateway: " << why << "\n"
             << "usage: http_gateway [--port N] [--host ADDR] [--rules FILE] [--redis HOST:PORT]"
-               " [--threads N] [--no-limit]\n";
+               " [--key-prefix P] [--threads N] [--no-limit]\n";
   std::exit(2);
 }
 
@@ -87,6 +88,7 @@ Options parse_args(int argc, char** argv) {
     else if (a == "--host") o.host = next();
     else if (a == "--rules") o.rules = next();
     else if (a == "--redis") o.redis = next();
+    else if (a == "--key-prefix") o.key_prefix = next();
     else if (a == "--threads") o.threads = to_int(next(), "--threads", 1, 1024);
     else if (a == "--no-limit") o.limit = false;
     else if (a == "--help" || a == "-h") usage("help");
@@ -345,7 +347,7 @@ int main(int argc, char** argv) {
     if (colon == std::string::npos) usage("--redis takes HOST:PORT, got \"" + opt.redis + "\"");
     ro.host = opt.redis.substr(0, colon);
     ro.port = to_int(opt.redis.substr(colon + 1), "--redis port", 1, 65535);
-    ro.key_prefix = "gateway:";
+    ro.key_prefix = opt.key_prefix;
     ro.pool_size = static_cast<std::size_t>(opt.threads);
     auto set = std::make_shared<ratelimit::RuleSet<ratelimit::RedisStorage>>(
         rules, ratelimit::RedisStorage(ro));
