@@ -1,0 +1,202 @@
+// End to end: examples/http_gateway processes on loopback, real HTTP. Two gateways sharing one
+// Redis (RATELIMIT_TEST_REDIS) enforce one limit between them: exactly the limit is admitted
+// whichever instance serves each request. The same traffic on in-process storage shows each
+// instance admitting its own limit (the problem the shared store solves). Needs the http_gateway
+// binary (RATELIMIT_GATEWAY_EXE) and a Redis (see support/redis_backend.hpp).
+
+#include <catch2/catch.hpp>
+
+#include <httplib.h>
+#include <poll.h>
+#include <signal.h>
+#include <sys/types.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include "support/redis_backend.hpp"
+
+namespace {
+
+// 30 requests per day per API key, as a token bucket: it refills one token per
+// 86400 s / 30 = 2880 s, so during the few seconds of a test no capacity comes back and the
+// expected counts are exact.
+constexpr const char* rules_yaml = R"(domain: e2e
+descriptors:
+  - key: plan
+    descriptors:
+      - key: api_key
+        rate_limit: {unit: day, requests_per_unit: 30, algorithm: token_bucket, name: e2e}
+)";
+constexpr int limit = 30;
+
+std::string rules_file() {
+  const std::string path = "gateway_e2e_rules.yaml";
+  std::ofstream(path) << rules_yaml;
+  return path;
+}
+
+/// One gateway process: started with --port 0, its port read from its first output line.
+class Gateway {
+ public:
+  explicit Gateway(std::vector<std::string> args) {
+    int fds[2];
+    REQUIRE(pipe(fds) == 0);
+    pid_ = fork();
+    REQUIRE(pid_ >= 0);
+    if (pid_ == 0) {
+      dup2(fds[1], STDOUT_FILENO);
+      close(fds[0]);
+      close(fds[1]);
+      std::vector<char*> argv;
+      std::string exe = RATELIMIT_GATEWAY_EXE;
+      argv.push_back(exe.data());
+      for (auto& a : args) argv.push_back(a.data());
+      argv.push_back(nullptr);
+      execv(exe.c_str(), argv.data());
+      _exit(127);
+    }
+    close(fds[1]);
+    out_ = fds[0];
+    const std::string line = read_line(std::chrono::seconds{20});
+    INFO("gateway said: " << line);
+    const std::string marker = "listening on http://127.0.0.1:";
+    REQUIRE(line.rfind(marker, 0) == 0);
+    port_ = std::stoi(line.substr(marker.size()));
+  }
+  Gateway(const Gateway&) = delete;
+  Gateway& operator=(const Gateway&) = delete;
+  ~Gateway() {
+    if (pid_ > 0) (void)stop();
+  }
+
+  int port() const { return port_; }
+
+  /// SIGTERM, then the exit status (0: a clean shutdown).
+  int stop() {
+    kill(pid_, SIGTERM);
+    int status = 0;
+    waitpid(pid_, &status, 0);
+    pid_ = -1;
+    close(out_);
+    return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+  }
+
+ private:
+  std::string read_line(std::chrono::milliseconds timeout) {
+    std::string line;
+    const auto deadline = std::chrono::steady_clock::now() + timeout;
+    char c = 0;
+    while (std::chrono::steady_clock::now() < deadline) {
+      pollfd p{out_, POLLIN, 0};
+      if (poll(&p, 1, 100) <= 0) continue;
+      if (read(out_, &c, 1) != 1) break;
+      if (c == '\n') break;
+      line += c;
+    }
+    return line;
+  }
+
+  pid_t pid_ = -1;
+  int out_ = -1;
+  int port_ = 0;
+};
+
+struct Response {
+  int status;
+  httplib::Headers headers;
+};
+
+Response get(int port, const std::string& api_key) {
+  httplib::Client client("127.0.0.1", port);
+  client.set_connection_timeout(std::chrono::seconds{5});
+  client.set_read_timeout(std::chrono::seconds{10});
+  auto res = client.Get("/api/items", {{"X-API-Key", api_key}});
+  REQUIRE(res);
+  return {res->status, res->headers};
+}
+
+std::string header(const Response& r, const std::string& name) {
+  const auto it = r.headers.find(name);
+  return it == r.headers.end() ? std::string("(absent)") : it->second;
+}
+
+std::string unique_key(const char* tag) {
+  return std::string(tag) + "-" + std::to_string(getpid()) + "-" +
+         std::to_string(std::chrono::steady_clock::now().time_since_epoch().count());
+}
+
+}  // namespace
+
+TEST_CASE("Two gateways sharing Redis admit exactly the limit between them, with sane headers",
+          "[gateway][e2e][redis]") {
+  const auto& redis = rltest::redis_endpoint();
+  const std::string rules = rules_file();
+  const std::string prefix = rltest::unique_prefix("e2e");
+  const std::string redis_arg = redis.host + ":" + std::to_string(redis.port);
+  Gateway a({"--port", "0", "--rules", rules, "--redis", redis_arg, "--key-prefix", prefix});
+  Gateway b({"--port", "0", "--rules", rules, "--redis", redis_arg, "--key-prefix", prefix});
+  const std::string key = unique_key("shared");
+  constexpr int requests = 50;  // alternating a, b, a, b, ...
+  std::vector<Response> responses;
+  int ok = 0, limited = 0;
+  for (int i = 0; i < requests; ++i) {
+    responses.push_back(get(i % 2 == 0 ? a.port() : b.port(), key));
+    (responses.back().status == 200 ? ok : limited)++;
+  }
+  CHECK(ok == limit);
+  CHECK(limited == requests - limit);
+  // The first `limit` are the admitted ones: no capacity comes back within the test.
+  for (int i = 0; i < requests; ++i) CHECK(responses[i].status == (i < limit ? 200 : 429));
+
+  // First request: a full bucket of 30 spends 1, remaining floor(29.x) = 29.
+  const Response& first = responses.front();
+  CHECK(header(first, "RateLimit-Policy") == "\"e2e\";q=30;w=86400");
+  CHECK(header(first, "X-RateLimit-Limit") == "30");
+  CHECK(header(first, "X-RateLimit-Remaining") == "29");
+  CHECK(header(first, "Retry-After") == "(absent)");
+  CHECK(header(responses[limit - 1], "X-RateLimit-Remaining") == "0");
+  // A denial: less than one token left, so it must wait at most one token's refill, 2880 s,
+  // and at least 1 s (rounded up); the bucket is full again within 30 * 2880 s = 86400 s.
+  const Response& denied = responses.back();
+  CHECK(header(denied, "X-RateLimit-Remaining") == "0");
+  const int retry = std::stoi(header(denied, "Retry-After"));
+  CHECK(retry >= 1);
+  CHECK(retry <= 2880);
+  CHECK(header(denied, "RateLimit") == "\"e2e\";r=0;t=" + std::to_string(retry));
+  const int reset = std::stoi(header(denied, "X-RateLimit-Reset"));
+  CHECK(reset >= retry);
+  CHECK(reset <= 86400);
+
+  CHECK(a.stop() == 0);  // SIGTERM: a clean shutdown
+  CHECK(b.stop() == 0);
+}
+
+TEST_CASE("Two gateways on in-process storage each admit their own limit", "[gateway][e2e]") {
+  const std::string rules = rules_file();
+  Gateway a({"--port", "0", "--rules", rules});
+  Gateway b({"--port", "0", "--rules", rules});
+  const std::string key = unique_key("local");
+  constexpr int requests = 80;  // 40 to each instance
+  int ok_a = 0, ok_b = 0, limited = 0;
+  for (int i = 0; i < requests; ++i) {
+    const bool to_a = i % 2 == 0;
+    const Response r = get(to_a ? a.port() : b.port(), key);
+    if (r.status == 200)
+      ++(to_a ? ok_a : ok_b);
+    else
+      ++limited;
+  }
+  // Each instance has its own bucket of 30: together they admit twice the limit.
+  CHECK(ok_a == limit);
+  CHECK(ok_b == limit);
+  CHECK(limited == requests - 2 * limit);
+  CHECK(a.stop() == 0);
+  CHECK(b.stop() == 0);
+}
