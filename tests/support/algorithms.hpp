@@ -38,6 +38,7 @@ struct TokenBucketAlgo {
   template <class S>
   using Limiter = ratelimit::TokenBucket<ratelimit::ManualClock, S>;
   using Reference = ref::TokenBucket;
+  using Model = ratelimit::TokenBucketModel;
   template <class S>
   static Limiter<S> make(const Shape& s, S storage, ratelimit::ManualClock clock,
                          std::string name = {}) {
@@ -52,6 +53,7 @@ struct LeakyBucketAlgo {
   template <class S>
   using Limiter = ratelimit::LeakyBucket<ratelimit::ManualClock, S>;
   using Reference = ref::LeakyBucket;
+  using Model = ratelimit::LeakyBucketModel;
   template <class S>
   static Limiter<S> make(const Shape& s, S storage, ratelimit::ManualClock clock,
                          std::string name = {}) {
@@ -66,6 +68,7 @@ struct FixedWindowAlgo {
   template <class S>
   using Limiter = ratelimit::FixedWindow<ratelimit::ManualClock, S>;
   using Reference = ref::FixedWindow;
+  using Model = ratelimit::FixedWindowModel;
   template <class S>
   static Limiter<S> make(const Shape& s, S storage, ratelimit::ManualClock clock,
                          std::string name = {}) {
@@ -79,6 +82,7 @@ struct SlidingLogAlgo {
   template <class S>
   using Limiter = ratelimit::SlidingLog<ratelimit::ManualClock, S>;
   using Reference = ref::SlidingLog;
+  using Model = ratelimit::SlidingLogModel;
   template <class S>
   static Limiter<S> make(const Shape& s, S storage, ratelimit::ManualClock clock,
                          std::string name = {}) {
@@ -92,6 +96,7 @@ struct SlidingCounterAlgo {
   template <class S>
   using Limiter = ratelimit::SlidingCounter<ratelimit::ManualClock, S>;
   using Reference = ref::SlidingCounter;
+  using Model = ratelimit::SlidingCounterModel;
   template <class S>
   static Limiter<S> make(const Shape& s, S storage, ratelimit::ManualClock clock,
                          std::string name = {}) {

@@ -1,0 +1,112 @@
+// Issue 2, Concurrency and memory: "InMemoryStorage bounds its memory by the active keys: a key
+// whose state is back to fresh is dropped (this never changes a decision), without a background
+// thread". In-memory storage only (size() is its own).
+//
+// Traffic comes in generations: generation g's keys are all new and busy during [10 g s,
+// 10 g s + 1 s); 10 s later every one of them is fresh again under each algorithm (buckets of
+// 3 at 3/s refill in <= 1 s, windows of 1 s forget in <= 2 W). Keeping every key would hold
+// G x K keys after G generations; dropping the fresh ones must keep size() to a small multiple
+// of one generation, while every decision, on new keys, revisited live keys and revisited
+// dropped keys alike, equals the naive reference model's (which never forgets anything).
+#include <chrono>
+#include <cstdint>
+#include <string>
+#include <unordered_map>
+
+#include <catch2/catch.hpp>
+#include <ratelimit/in_memory_storage.hpp>
+#include <ratelimit/manual_clock.hpp>
+#include <ratelimit/sliding_log.hpp>
+
+#include "../support/algorithms.hpp"
+#include "../support/expect.hpp"
+
+using namespace std::chrono_literals;
+using ratelimit::InMemoryStorage;
+using ratelimit::ManualClock;
+
+namespace {
+
+template <class Algo>
+void generations(std::int64_t keys_per_generation, int generation_count) {
+  INFO("algorithm: " << Algo::name << ", " << keys_per_generation << " keys x "
+                     << generation_count << " generations");
+  const rltest::Shape shape{3, ratelimit::per_second(3)};
+  ManualClock clock;
+  InMemoryStorage storage;
+  auto limiter = Algo::make(shape, storage, clock);
+  std::unordered_map<std::string, typename Algo::Reference> refs;
+  const auto key_of = [](std::int64_t g, std::int64_t i) {
+    return "g" + std::to_string(g) + "-" + std::to_string(i);
+  };
+  const auto decide = [&](const std::string& key, std::int64_t cost, bool peek) {
+    auto it = refs.find(key);
+    if (it == refs.end()) it = refs.emplace(key, Algo::reference(shape)).first;
+    const auto want = it->second.decide(clock.now(), cost, peek);
+    const auto got = peek ? limiter.peek(key) : limiter.try_acquire(key, cost);
+    if (got != want) {
+      INFO("key " << key << " at " << clock.now().count() << " ns, cost " << cost
+                  << (peek ? " (peek)" : ""));
+      REQUIRE(got == want);
+    }
+  };
+
+  // A sweep leaves a shard room for twice its keys that were not yet fresh, and at least
+  // min_sweep keys (the documented policy). The keys not fresh at any sweep belong to the
+  // current or the previous generation, so size() <= 2 x (two generations) + the minimum of
+  // every shard, plus one insert per shard.
+  using Table = ratelimit::detail::Table<typename Algo::Model>;
+  const auto bound = static_cast<std::size_t>(4 * keys_per_generation) +
+                     Table::shard_count * (Table::min_sweep + 1);
+  REQUIRE(bound < static_cast<std::size_t>(generation_count * keys_per_generation));
+
+  std::size_t largest = 0;
+  for (std::int64_t g = 0; g < generation_count; ++g) {
+    const auto start = std::chrono::seconds{10 * g};
+    for (std::int64_t i = 0; i < keys_per_generation; ++i) {
+      // Spread over the generation's first second, whole ms, several requests per instant.
+      clock.set(start + std::chrono::milliseconds{i * 1000 / keys_per_generation});
+      decide(key_of(g, i), 1 + i % 2, false);
+      if (i % 7 == 0) decide(key_of(g, i), 1, true);
+      // A live key of this generation again: it must have kept its state.
+      if (i % 13 == 5) decide(key_of(g, i - 5), 2, false);
+      // A key of an older generation: fresh again, probably dropped; decided as fresh.
+      if (g > 0 && i % 10 == 3) decide(key_of((g * 7 + i) % g, (i * 31) % keys_per_generation),
+                                       1 + i % 3, false);
+    }
+    const std::size_t size = storage.size();
+    largest = std::max(largest, size);
+    INFO("after generation " << g << ": " << size << " keys held");
+    CHECK(size <= bound);
+  }
+  // Keeping everything would have meant generation_count x keys_per_generation keys.
+  INFO("largest size " << largest << ", bound " << bound);
+  CHECK(largest <= bound);
+}
+
+}  // namespace
+
+TEST_CASE("A token bucket's in-memory storage drops idle keys without changing a decision",
+          "[token_bucket][in_memory][memory]") {
+  generations<rltest::TokenBucketAlgo>(100'000, 5);
+}
+
+TEST_CASE("A leaky bucket's in-memory storage drops idle keys without changing a decision",
+          "[leaky_bucket][in_memory][memory]") {
+  generations<rltest::LeakyBucketAlgo>(10'000, 5);
+}
+
+TEST_CASE("A fixed window's in-memory storage drops idle keys without changing a decision",
+          "[fixed_window][in_memory][memory]") {
+  generations<rltest::FixedWindowAlgo>(10'000, 5);
+}
+
+TEST_CASE("A sliding log's in-memory storage drops idle keys without changing a decision",
+          "[sliding_log][in_memory][memory]") {
+  generations<rltest::SlidingLogAlgo>(10'000, 5);
+}
+
+TEST_CASE("A sliding counter's in-memory storage drops idle keys without changing a decision",
+          "[sliding_counter][in_memory][memory]") {
+  generations<rltest::SlidingCounterAlgo>(10'000, 5);
+}

@@ -1,0 +1,105 @@
+// Issue 2: "Every duration is rounded up to the clock's tick (1 ns)", in-memory storage only:
+// rates whose exact durations fall between nanoseconds, and window edges 1 ns apart, which a
+// millisecond-resolution backend cannot express.
+#include <chrono>
+
+#include <catch2/catch.hpp>
+#include <ratelimit/fixed_window.hpp>
+#include <ratelimit/leaky_bucket.hpp>
+#include <ratelimit/manual_clock.hpp>
+#include <ratelimit/sliding_counter.hpp>
+#include <ratelimit/sliding_log.hpp>
+#include <ratelimit/token_bucket.hpp>
+
+#include "../support/expect.hpp"
+
+using namespace std::chrono_literals;
+using ratelimit::ManualClock;
+using rltest::admitted;
+using rltest::denied;
+
+// Three per second: one unit every 1e9 / 3 = 333 333 333.33... ns.
+
+TEST_CASE("Token bucket durations between nanoseconds are rounded up",
+          "[token_bucket][in_memory][precision]") {
+  ManualClock clock;
+  ratelimit::TokenBucket<ManualClock> tb({3, ratelimit::per_second(3)}, {}, clock);
+  // T = 2: reset (3 - 2) / 3 s = 333 333 333.3 ns -> 333 333 334.
+  CHECK(tb.try_acquire("k") == admitted(3, 2, 333'333'334ns));
+  // T = 0: reset exactly 1 s.
+  CHECK(tb.try_acquire("k", 2) == admitted(3, 0, 1s));
+  // retry (1 - 0) / 3 s -> 333 333 334 ns.
+  CHECK(tb.try_acquire("k") == denied(3, 0, 333'333'334ns, 1s));
+  // At 333 333 333 ns T = 3 x 333 333 333 / 1e9 = 0.999999999: 1e-9 token short, which takes
+  // 1/3 ns -> 1 ns; reset (3 - 0.999999999) / 3 s = 2 000 000 001 / 3 ns = 666 666 667 ns exactly.
+  clock.set(333'333'333ns);
+  CHECK(tb.try_acquire("k") == denied(3, 0, 1ns, 666'666'667ns));
+  // At 333 333 334 ns T = 1.000000002 -> 0.000000002 left: remaining 0, reset
+  // (3e9 - 2) / 3 ns = 999 999 999.3 -> 1 000 000 000 ns.
+  clock.set(333'333'334ns);
+  CHECK(tb.try_acquire("k") == admitted(3, 0, 1s));
+}
+
+TEST_CASE("Leaky bucket delays and waits between nanoseconds are rounded up",
+          "[leaky_bucket][in_memory][precision]") {
+  ManualClock clock;
+  ratelimit::LeakyBucket<ManualClock> lb({3, ratelimit::per_second(3)}, {}, clock);
+  // The i-th unit: delay (i - 1) / 3 s, reset i / 3 s, each rounded up.
+  CHECK(lb.try_acquire("k") == admitted(3, 2, 333'333'334ns, 0ns));
+  CHECK(lb.try_acquire("k") == admitted(3, 1, 666'666'667ns, 333'333'334ns));
+  CHECK(lb.try_acquire("k") == admitted(3, 0, 1s, 666'666'667ns));
+  // L = 3: retry (3 + 1 - 3) / 3 s -> 333 333 334 ns.
+  CHECK(lb.try_acquire("k") == denied(3, 0, 333'333'334ns, 1s));
+  // At 333 333 333 ns L = 2.000000001: remaining floor(0.999999999) = 0; 1e-9 unit too much
+  // -> 1/3 ns -> 1 ns; reset 2 000 000 001 / 3 = 666 666 667 ns.
+  clock.set(333'333'333ns);
+  CHECK(lb.try_acquire("k") == denied(3, 0, 1ns, 666'666'667ns));
+  // At 333 333 334 ns L = 1.999999998: delay 1 999 999 998 / 3 = 666 666 666 ns exactly; then
+  // L = 2.999999998: remaining 0, reset 2 999 999 998 / 3 = 999 999 999.3 -> 1 s.
+  clock.set(333'333'334ns);
+  CHECK(lb.try_acquire("k") == admitted(3, 0, 1s, 666'666'666ns));
+}
+
+TEST_CASE("Sliding counter retry instants between nanoseconds are rounded up",
+          "[sliding_counter][in_memory][precision]") {
+  ManualClock clock;
+  ratelimit::SlidingCounter<ManualClock> sc(ratelimit::per_second(3), {}, clock);
+  CHECK(sc.try_acquire("k", 3) == admitted(3, 0, 2s));
+  // At 1 s (k = 1, e = 0): c = 0, p = 3, E = 3. A unit fits once 3 e >= (0 + 1 + 3 - 3) W, i.e.
+  // e = 1e9 / 3 -> 333 333 334 ns; only p > 0: reset (1 + 1) s - 1 s.
+  clock.set(1s);
+  CHECK(sc.try_acquire("k") == denied(3, 0, 333'333'334ns, 1s));
+  // At e = 333 333 333: E = 3 x 666 666 667 / 1e9 = 2.000000001, remaining floor(0.999999999) = 0.
+  clock.set(1s + 333'333'333ns);
+  CHECK(sc.try_acquire("k") == denied(3, 0, 1ns, 666'666'667ns));
+  // At e = 333 333 334: E = 1.999999998 admits; then c = 1, E = 2.999999998, remaining 0,
+  // reset (1 + 2) s - 1 333 333 334 ns = 1 666 666 666 ns.
+  clock.set(1s + 333'333'334ns);
+  CHECK(sc.try_acquire("k") == admitted(3, 0, 1'666'666'666ns));
+  // Next unit: 3 e >= (1 + 1 + 3 - 3) W: e = 2e9 / 3 -> 666 666 667, 333 333 333 ns from now.
+  CHECK(sc.try_acquire("k") == denied(3, 0, 333'333'333ns, 1'666'666'666ns));
+  clock.set(1s + 666'666'666ns);
+  CHECK(sc.try_acquire("k") == denied(3, 0, 1ns, 1'333'333'334ns));
+  clock.set(1s + 666'666'667ns);
+  CHECK(sc.try_acquire("k").allowed);
+}
+
+TEST_CASE("Window edges are exact to the nanosecond", "[fixed_window][sliding_log][in_memory]"
+          "[precision]") {
+  ManualClock clock;
+  ratelimit::FixedWindow<ManualClock> fw(ratelimit::per_second(1), {}, clock);
+  ratelimit::SlidingLog<ManualClock> sl(ratelimit::per_second(1), {}, clock);
+  clock.set(1ns);
+  // Window 0 ends 999 999 999 ns later; the log's entry leaves 1 s later.
+  CHECK(fw.try_acquire("k") == admitted(1, 0, 999'999'999ns));
+  CHECK(sl.try_acquire("k") == admitted(1, 0, 1s));
+  clock.set(999'999'999ns);
+  CHECK(fw.try_acquire("k") == denied(1, 0, 1ns, 1ns));
+  CHECK(sl.try_acquire("k") == denied(1, 0, 2ns, 2ns));
+  clock.set(1s);
+  CHECK(fw.try_acquire("k") == admitted(1, 0, 1s));
+  CHECK(sl.try_acquire("k") == denied(1, 0, 1ns, 1ns));
+  // At 1 s + 1 ns the entry at 1 ns is exactly t - W: it no longer counts.
+  clock.set(1s + 1ns);
+  CHECK(sl.try_acquire("k") == admitted(1, 0, 1s));
+}
