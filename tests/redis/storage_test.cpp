@@ -1,0 +1,404 @@
+// Issue 3: what the Redis storage adds beyond the core's rules (which run on it through
+// redis_rules_test): key encoding, TTLs, hostile keys, wrong-type keys, NOSCRIPT reload,
+// Redis time, the batch call, the exact range, and bind/option validation.
+// Time comes from ManualClock (whole ms) unless a test is about Redis's own clock.
+#include <chrono>
+#include <cstdint>
+#include <set>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include <catch2/catch.hpp>
+#include <ratelimit/fixed_window.hpp>
+#include <ratelimit/leaky_bucket.hpp>
+#include <ratelimit/manual_clock.hpp>
+#include <ratelimit/redis.hpp>
+#include <ratelimit/sliding_counter.hpp>
+#include <ratelimit/sliding_log.hpp>
+#include <ratelimit/token_bucket.hpp>
+
+#include "redis_admin.hpp"
+#include "support/expect.hpp"
+#include "support/redis_backend.hpp"
+
+using namespace std::chrono_literals;
+using namespace std::string_literals;
+using ratelimit::Decision;
+using ratelimit::ManualClock;
+using ratelimit::RedisStorage;
+using rltest::admitted;
+using rltest::denied;
+
+namespace {
+
+template <template <class, class> class L, class Config>
+auto redis_limiter(Config config, RedisStorage storage, ManualClock clock, std::string name = {}) {
+  return L<ManualClock, RedisStorage>(config, std::move(storage), std::move(clock),
+                                      std::move(name));
+}
+
+std::string pattern_of(const RedisStorage& s) { return s.options().key_prefix + "*"; }
+
+}  // namespace
+
+TEST_CASE("Key encoding never lets two different client keys, names or algorithms share a key",
+          "[redis][keys]") {
+  using ratelimit::detail::redis_key;
+  using ratelimit::detail::redis_key_tail;
+  const auto tail = redis_key_tail("token_bucket", "api");
+  // Pairs that a naive "prefix:key:name" join would confuse.
+  std::set<std::string> seen;
+  const std::vector<std::string> keys = {""s,     "a"s,     "a}"s,  "{a"s,      "a:b"s, "a\0"s,
+                                         "\0a"s,  "}"s,     "{"s,   "{}"s,      "::"s,  "k"s,
+                                         "6b"s,   "a}:x"s,  "\0"s,  "\0\0"s,    "ab"s,  "a:"s};
+  for (const auto& k : keys) CHECK(seen.insert(redis_key("p:", k, tail)).second);
+  // Same bytes split differently between the key and the limiter name.
+  CHECK(redis_key("p:", "ab", redis_key_tail("token_bucket", "c")) !=
+        redis_key("p:", "a", redis_key_tail("token_bucket", "bc")));
+  CHECK(redis_key("p:", "k", redis_key_tail("token_bucket", "")) !=
+        redis_key("p:", "k", redis_key_tail("leaky_bucket", "")));
+  CHECK(redis_key("p:", "k", redis_key_tail("sliding_log", ""), ":log") !=
+        redis_key("p:", "k", redis_key_tail("sliding_log", ""), ":meta"));
+  // The hash tag is "k" + hex(key): never empty, never cut short by a '}' in the key.
+  CHECK(ratelimit::detail::redis_hash_tag(redis_key("p:", "", tail)) == "k");
+  CHECK(ratelimit::detail::redis_hash_tag(redis_key("p:", "a}b", tail)) == "k617d62");
+}
+
+TEST_CASE("Hostile client keys are distinct keys whose Redis keys all carry their own hash tag",
+          "[redis][keys][token_bucket][sliding_log]") {
+  ManualClock clock;
+  RedisStorage storage(rltest::test_redis_options("hostile"));
+  auto tb = redis_limiter<ratelimit::TokenBucket>(ratelimit::TokenBucketConfig{2, ratelimit::per_minute(1)},
+                                                  storage, clock);
+  auto log = redis_limiter<ratelimit::SlidingLog>(ratelimit::per_minute(2), storage, clock);
+  const std::vector<std::string> keys = {""s, "{"s, "}"s, "{a}"s, ":"s, "a:b"s, "\0"s, "a\0b"s,
+                                         std::string(10 * 1024, 'x'),
+                                         std::string(10 * 1024, 'x') + "}",
+                                         std::string(10 * 1024, '\0')};
+  // Each key spends its own 2 tokens (B = 2): the first request leaves 1, the second 0, the
+  // third is denied. A shared Redis key would show up as a key starting with 0 tokens.
+  for (const auto& k : keys) {
+    INFO("key of " << k.size() << " bytes");
+    CHECK(tb.try_acquire(k).remaining == 1);
+    CHECK(tb.try_acquire(k).remaining == 0);
+    CHECK_FALSE(tb.try_acquire(k).allowed);
+    CHECK(log.try_acquire(k, 2).remaining == 0);
+  }
+  rltest::RedisAdmin admin(rltest::redis_endpoint());
+  const auto redis_keys = admin.scan(pattern_of(storage));
+  // One token bucket key per client key, and two sliding log keys (log + meta).
+  CHECK(redis_keys.size() == keys.size() * 3);
+  std::set<std::string> tags;
+  for (const auto& rk : redis_keys) tags.insert(std::string(ratelimit::detail::redis_hash_tag(rk)));
+  CHECK(tags.size() == keys.size());
+}
+
+TEST_CASE("Every key the scripts write has a TTL, and no longer than its state matters",
+          "[redis][ttl]") {
+  ManualClock clock;
+  auto options = rltest::test_redis_options("ttl");
+  options.ttl_margin = 0ms;
+  RedisStorage storage(options);
+  // Each TTL is the time until the state no longer matters, + 1 ms for the estimate's rounding:
+  // token bucket 10 at 2/s after 1 token: (10 - 9) / 2 = 500 ms -> 501 ms;
+  // leaky bucket 10 at 2/s after 3 units: 3 / 2 = 1.5 s -> 1501 ms;
+  // fixed window 5 per 4 s at t = 1 s: to the window's end, 3 s -> 3001 ms;
+  // sliding counter 5 per 4 s at t = 1 s: (k + 2) W - t = 8 - 1 = 7 s -> 7001 ms;
+  // sliding log 5 per 4 s: the newest entry leaves after W = 4 s -> 4001 ms.
+  clock.set(1s);
+  auto tb = redis_limiter<ratelimit::TokenBucket>(ratelimit::TokenBucketConfig{10, ratelimit::per_second(2)}, storage, clock);
+  auto lb = redis_limiter<ratelimit::LeakyBucket>(ratelimit::LeakyBucketConfig{10, ratelimit::per_second(2)}, storage, clock);
+  auto fw = redis_limiter<ratelimit::FixedWindow>(ratelimit::Rate{5, 4s}, storage, clock);
+  auto sc = redis_limiter<ratelimit::SlidingCounter>(ratelimit::Rate{5, 4s}, storage, clock);
+  auto sl = redis_limiter<ratelimit::SlidingLog>(ratelimit::Rate{5, 4s}, storage, clock);
+  REQUIRE(tb.try_acquire("k"));
+  REQUIRE(lb.try_acquire("k", 3));
+  REQUIRE(fw.try_acquire("k"));
+  REQUIRE(sc.try_acquire("k"));
+  REQUIRE(sl.try_acquire("k"));
+  rltest::RedisAdmin admin(rltest::redis_endpoint());
+  std::map<std::string, std::int64_t> most = {{"token_bucket", 501}, {"leaky_bucket", 1501},
+                                              {"fixed_window", 3001}, {"sliding_counter", 7001},
+                                              {"sliding_log", 4001}};
+  const auto keys = admin.scan(pattern_of(storage));
+  CHECK(keys.size() == 6);
+  for (const auto& k : keys) {
+    INFO(k);
+    const auto ttl = admin.integer({"PTTL", k});
+    CHECK(ttl > 0);
+    for (const auto& [algo, ms] : most)
+      if (k.find(":" + algo + ":") != std::string::npos) CHECK(ttl <= ms);
+  }
+}
+
+TEST_CASE("A key holding another data type degrades the decision by the policy and is left alone",
+          "[redis][failure][token_bucket][sliding_log]") {
+  ManualClock clock;
+  auto options = rltest::test_redis_options("wrongtype");
+  std::vector<ratelimit::RedisFailure> seen;
+  options.on_failure = [&seen](const ratelimit::RedisFailure& f) { seen.push_back(f); };
+  options.failure_policy = ratelimit::FailurePolicy::fail_open;
+  RedisStorage storage(options);
+  auto tb = storage.bind<ratelimit::TokenBucketModel>(
+      "", ratelimit::TokenBucketModel::make_params({10, ratelimit::per_second(2)}));
+  auto sl = storage.bind<ratelimit::SlidingLogModel>(
+      "", ratelimit::detail::make_window_params(ratelimit::per_second(5)));
+  rltest::RedisAdmin admin(rltest::redis_endpoint());
+  const auto prefix = options.key_prefix;
+  const auto tb_key = ratelimit::detail::redis_key(prefix, "k", ratelimit::detail::redis_key_tail("token_bucket", ""));
+  const auto log_key = ratelimit::detail::redis_key(prefix, "k", ratelimit::detail::redis_key_tail("sliding_log", ""), ":log");
+  const auto meta_key = ratelimit::detail::redis_key(prefix, "k", ratelimit::detail::redis_key_tail("sliding_log", ""), ":meta");
+  admin.run({"SET", tb_key, "not a hash", "PX", "600000"});
+  admin.run({"SET", log_key, "not a zset", "PX", "600000"});
+
+  // fail_open: admitted, degraded, limit = 10, remaining = limit, durations 0.
+  const Decision d = tb.apply("k", clock.now(), {});
+  CHECK(d == Decision{true, 10, 10, 0ns, 0ns, 0ns, true});
+  const Decision l = sl.apply("k", clock.now(), {});
+  CHECK(l == Decision{true, 5, 5, 0ns, 0ns, 0ns, true});
+  REQUIRE(seen.size() == 2);
+  CHECK(seen[0].kind == ratelimit::RedisFailureKind::reply);
+  CHECK(seen[0].message.find("WRONGTYPE") != std::string::npos);
+  // Nothing was written: the strings are intact and the log's meta hash was never created.
+  CHECK(std::string(admin.run({"GET", tb_key})->str) == "not a hash");
+  CHECK(std::string(admin.run({"GET", log_key})->str) == "not a zset");
+  CHECK(admin.integer({"EXISTS", meta_key}) == 0);
+  // A per-key error says nothing about the node: other keys still go to Redis.
+  CHECK(tb.apply("other", clock.now(), {}) == admitted(10, 9, 500ms));
+  const auto stats = storage.stats();
+  CHECK(stats.degraded_decisions == 2);
+  CHECK(stats.failures == 2);
+  CHECK_FALSE(stats.circuit_open);
+}
+
+TEST_CASE("After SCRIPT FLUSH the storage reloads its scripts and decides exactly as before",
+          "[redis][noscript]") {
+  ManualClock clock;
+  RedisStorage storage(rltest::test_redis_options("flush"));
+  auto tb = redis_limiter<ratelimit::TokenBucket>(ratelimit::TokenBucketConfig{5, ratelimit::per_second(1)}, storage, clock);
+  auto mem = ratelimit::TokenBucket<ManualClock>({5, ratelimit::per_second(1)}, {}, clock);
+  rltest::RedisAdmin admin(rltest::redis_endpoint());
+  for (int round = 0; round < 3; ++round) {
+    for (int i = 0; i < 4; ++i) CHECK(tb.try_acquire("k") == mem.try_acquire("k"));
+    admin.run({"SCRIPT", "FLUSH"});
+    clock.advance(700ms);
+  }
+  CHECK(tb.try_acquire("k") == mem.try_acquire("k"));
+  const auto stats = storage.stats();
+  CHECK(stats.degraded_decisions == 0);
+  CHECK(stats.script_loads >= 3);
+}
+
+TEST_CASE("Sliding log entries admitted in the same microsecond by two instances stay distinct",
+          "[redis][sliding_log]") {
+  ManualClock clock;
+  auto options = rltest::test_redis_options("samemicro");
+  RedisStorage a(options), b(options);  // two pools: two "instances"
+  auto la = redis_limiter<ratelimit::SlidingLog>(ratelimit::per_second(10), a, clock);
+  auto lb = redis_limiter<ratelimit::SlidingLog>(ratelimit::per_second(10), b, clock);
+  // Time frozen: 5 + 5 unit requests fill N = 10; the 11th is denied. With duplicate members
+  // a ZSET would hold fewer entries and admit more.
+  for (int i = 0; i < 5; ++i) {
+    CHECK(la.try_acquire("k"));
+    CHECK(lb.try_acquire("k"));
+  }
+  CHECK(la.try_acquire("k") == denied(10, 0, 1s, 1s));
+  rltest::RedisAdmin admin(rltest::redis_endpoint());
+  const auto keys = admin.scan(options.key_prefix + "*:log");
+  REQUIRE(keys.size() == 1);
+  CHECK(admin.integer({"ZCARD", keys.front()}) == 10);
+}
+
+TEST_CASE("Different algorithms and limiter names on one storage never share a client key's state",
+          "[redis][keys]") {
+  ManualClock clock;
+  RedisStorage storage(rltest::test_redis_options("isolation"));
+  auto a = redis_limiter<ratelimit::FixedWindow>(ratelimit::per_minute(1), storage, clock, "a");
+  auto b = redis_limiter<ratelimit::FixedWindow>(ratelimit::per_minute(1), storage, clock, "b");
+  auto c = redis_limiter<ratelimit::SlidingCounter>(ratelimit::per_minute(1), storage, clock, "a");
+  // Each limiter's single slot: 1 - 1 = 0 left; a second request on "a" is denied.
+  CHECK(a.try_acquire("k").remaining == 0);
+  CHECK(b.try_acquire("k").remaining == 0);
+  CHECK(c.try_acquire("k").remaining == 0);
+  CHECK_FALSE(a.try_acquire("k").allowed);
+}
+
+TEST_CASE("The batch call decides many keys of different limiters in one round trip, in order",
+          "[redis][batch]") {
+  ManualClock clock;
+  clock.set(10s);
+  RedisStorage storage(rltest::test_redis_options("batch"));
+  auto tb = redis_limiter<ratelimit::TokenBucket>(ratelimit::TokenBucketConfig{3, ratelimit::per_second(1)}, storage, clock);
+  auto fw = redis_limiter<ratelimit::FixedWindow>(ratelimit::per_minute(2), storage, clock);
+  auto sc = redis_limiter<ratelimit::SlidingCounter>(ratelimit::per_minute(2), storage, clock);
+  auto lb = storage.bind<ratelimit::LeakyBucketModel>(
+      "shaper", ratelimit::LeakyBucketModel::make_params({4, ratelimit::per_second(2)}));
+  ratelimit::RedisBatch batch(storage);
+  batch.add(tb, "user");           // T = 3 - 1 = 2, reset (3 - 2) / 1 = 1 s
+  batch.add(fw, "ip");             // c = 1 of 2, reset at the minute's end: 60 - 10 = 50 s
+  batch.add(tb, "user", 2);        // T = 2 - 2 = 0, reset 3 s
+  batch.add(fw, "ip", 2);          // c + 2 = 3 > 2: denied until the window ends, 50 s
+  batch.add(sc, "route");          // c = 1: E = 1, remaining 1, reset (k + 2) W - t = 110 s
+  batch.add(lb, "q", clock.now(), {2, false, Decision::never});  // L = 0 -> 2; delay 0, reset 1 s
+  batch.add(lb, "q", clock.now(), {1, false, Decision::never});  // waits L / r = 1 s; L = 3 -> 1.5 s
+  REQUIRE(batch.size() == 7);
+  const auto d = batch.run();
+  REQUIRE(d.size() == 7);
+  CHECK(d[0] == admitted(3, 2, 1s));
+  CHECK(d[1] == admitted(2, 1, 50s));
+  CHECK(d[2] == admitted(3, 0, 3s));
+  CHECK(d[3] == denied(2, 1, 50s, 50s));
+  CHECK(d[4] == admitted(2, 1, 110s));
+  CHECK(d[5] == admitted(4, 2, 1s));
+  CHECK(d[6] == admitted(4, 1, 1500ms, 1s));
+  CHECK(batch.size() == 0);
+  // A binding of another storage is refused.
+  RedisStorage other(rltest::test_redis_options("batch-other"));
+  auto foreign = other.bind<ratelimit::FixedWindowModel>(
+      "", ratelimit::detail::make_window_params(ratelimit::per_minute(2)));
+  CHECK_THROWS_AS(batch.add(foreign, "k", clock.now()), std::invalid_argument);
+}
+
+TEST_CASE("With Redis time, limiters whose clocks disagree still share one limit",
+          "[redis][time][fixed_window]") {
+  auto options = rltest::test_redis_options("redistime");
+  options.time_source = ratelimit::TimeSource::redis;
+  RedisStorage storage(options);
+  ManualClock early, late;
+  late.set(std::chrono::hours{24 * 300});
+  // 1 per hour: with client time these two would sit in different windows and both pass.
+  auto a = redis_limiter<ratelimit::FixedWindow>(ratelimit::per_hour(1), storage, early);
+  auto b = redis_limiter<ratelimit::FixedWindow>(ratelimit::per_hour(1), storage, late);
+  const Decision first = a.try_acquire("k");
+  CHECK(first.allowed);
+  const Decision second = b.try_acquire("k");
+  CHECK_FALSE(second.allowed);
+  // Denied until the end of Redis's current hour: within (0, 1 h], and it matches reset_after.
+  CHECK(second.retry_after > 0ns);
+  CHECK(second.retry_after <= 1h);
+  CHECK(second.retry_after == second.reset_after);
+}
+
+TEST_CASE("The Redis storage decides like the in-memory one at the ends of the core range",
+          "[redis][range]") {
+  ManualClock clock;
+  RedisStorage storage(rltest::test_redis_options("range"));
+  const auto near_max = std::chrono::nanoseconds{(std::int64_t{1} << 62) / 1'000'000 * 1'000'000};
+  struct Bucket {
+    std::int64_t capacity;
+    ratelimit::Rate rate;
+  };
+  // Capacity 1e9 at 1e9/s; 1 per 366 days; 1e9 per 1e7 per 365 days (a refill of ~100 years).
+  const std::vector<Bucket> buckets = {{1'000'000'000, ratelimit::per_second(1'000'000'000)},
+                                       {1, ratelimit::Rate{1, std::chrono::hours{24 * 366}}},
+                                       {1'000'000'000, ratelimit::Rate{10'000'000, std::chrono::hours{24 * 365}}}};
+  for (const auto& b : buckets) {
+    auto redis = redis_limiter<ratelimit::TokenBucket>(ratelimit::TokenBucketConfig{b.capacity, b.rate}, storage, clock, std::to_string(b.capacity) + "/" + std::to_string(b.rate.period.count()));
+    auto leaky = redis_limiter<ratelimit::LeakyBucket>(ratelimit::LeakyBucketConfig{b.capacity, b.rate}, storage, clock, std::to_string(b.capacity) + "/" + std::to_string(b.rate.period.count()));
+    ratelimit::TokenBucket<ManualClock> mem({b.capacity, b.rate}, {}, clock);
+    ratelimit::LeakyBucket<ManualClock> mem_leaky({b.capacity, b.rate}, {}, clock);
+    for (const auto start : {0ns, near_max - std::chrono::hours{24 * 400}}) {
+      clock.set(start);
+      const std::string key = "k" + std::to_string(start.count());
+      for (const std::int64_t cost : {b.capacity, std::int64_t{1}, b.capacity / 2 + 1, std::int64_t{7}}) {
+        CHECK(redis.try_acquire(key, cost) == mem.try_acquire(key, cost));
+        CHECK(leaky.try_acquire(key, cost) == mem_leaky.try_acquire(key, cost));
+        clock.advance(std::chrono::hours{24 * 10} + 1ms);
+      }
+      CHECK(redis.peek(key) == mem.peek(key));
+    }
+  }
+  // Windows of 366 days near the clock's end, and of 1 ms.
+  for (const auto rate : {ratelimit::Rate{1'000'000'000, std::chrono::hours{24 * 366}},
+                          ratelimit::Rate{3, 1ms}}) {
+    auto fw = redis_limiter<ratelimit::FixedWindow>(rate, storage, clock, "fw" + std::to_string(rate.period.count()));
+    auto sc = redis_limiter<ratelimit::SlidingCounter>(rate, storage, clock, "sc" + std::to_string(rate.period.count()));
+    auto sl = redis_limiter<ratelimit::SlidingLog>(rate, storage, clock, "sl" + std::to_string(rate.period.count()));
+    ratelimit::FixedWindow<ManualClock> mfw(rate, {}, clock);
+    ratelimit::SlidingCounter<ManualClock> msc(rate, {}, clock);
+    ratelimit::SlidingLog<ManualClock> msl(rate, {}, clock);
+    clock.set(near_max - rate.period * 3 - 10ms);
+    for (int i = 0; i < 6; ++i) {
+      const std::int64_t cost = i % 2 == 0 ? rate.count / 2 + 1 : 1;
+      CHECK(fw.try_acquire("k", cost) == mfw.try_acquire("k", cost));
+      CHECK(sc.try_acquire("k", cost) == msc.try_acquire("k", cost));
+      CHECK(sl.try_acquire("k", cost) == msl.try_acquire("k", cost));
+      clock.advance(std::chrono::duration_cast<std::chrono::milliseconds>(rate.period / 3) + 1ms);
+    }
+  }
+}
+
+TEST_CASE("The Redis backend decides at the clock's reading rounded down to a whole microsecond",
+          "[redis][time][token_bucket]") {
+  ManualClock clock;
+  RedisStorage storage(rltest::test_redis_options("resolution"));
+  auto tb = redis_limiter<ratelimit::TokenBucket>(ratelimit::TokenBucketConfig{1, ratelimit::per_second(1)}, storage, clock);
+  clock.set(1'000'999ns);  // decided at 1 000 000 ns (1 ms)
+  CHECK(tb.try_acquire("k") == admitted(1, 0, 1s));
+  // Denied at 1.5 ms: the token is back at 1 ms + 1 s, so retry_after = 1 s - 0.5 ms.
+  clock.set(1'500'000ns);
+  CHECK(tb.try_acquire("k") == denied(1, 0, 999'500'000ns, 999'500'000ns));
+}
+
+TEST_CASE("bind and the options reject what the Redis storage cannot honour, naming the field",
+          "[redis][validation]") {
+  RedisStorage storage(rltest::test_redis_options("validate"));
+  const auto message_of = [](auto&& f) {
+    try {
+      f();
+    } catch (const std::invalid_argument& e) {
+      return std::string(e.what());
+    }
+    return std::string("no exception");
+  };
+  CHECK_THAT(message_of([&] { storage.bind<ratelimit::TokenBucketModel>("", {0, 1, 1'000'000}); }),
+             Catch::Contains("params.limit = 0"));
+  CHECK_THAT(message_of([&] { storage.bind<ratelimit::FixedWindowModel>("", {5, 999'999}); }),
+             Catch::Contains("params.window (ns) = 999999"));
+  ratelimit::RedisOptions o;
+  o.key_prefix = "a{b";
+  CHECK_THAT(message_of([&] { RedisStorage s(o); }), Catch::Contains("key_prefix"));
+  o = {};
+  o.pool_size = 0;
+  CHECK_THAT(message_of([&] { RedisStorage s(o); }), Catch::Contains("pool_size = 0"));
+  o = {};
+  o.command_timeout = 0ms;
+  CHECK_THAT(message_of([&] { RedisStorage s(o); }), Catch::Contains("command_timeout (ms) = 0"));
+  o = {};
+  o.fallback_divisor = 0;
+  CHECK_THAT(message_of([&] { RedisStorage s(o); }), Catch::Contains("fallback_divisor = 0"));
+  auto tb = storage.bind<ratelimit::TokenBucketModel>(
+      "", ratelimit::TokenBucketModel::make_params({1, ratelimit::per_second(1)}));
+  CHECK_THROWS_AS(tb.apply("k", 0ns, {0, false, Decision::never}), std::invalid_argument);
+}
+
+TEST_CASE("After the tests' runs no key of this storage is left without a TTL", "[redis][ttl]") {
+  ManualClock clock;
+  RedisStorage storage(rltest::test_redis_options("scan"));
+  auto tb = redis_limiter<ratelimit::TokenBucket>(ratelimit::TokenBucketConfig{3, ratelimit::per_second(1)}, storage, clock);
+  auto lb = redis_limiter<ratelimit::LeakyBucket>(ratelimit::LeakyBucketConfig{3, ratelimit::per_second(1)}, storage, clock);
+  auto fw = redis_limiter<ratelimit::FixedWindow>(ratelimit::per_second(3), storage, clock);
+  auto sc = redis_limiter<ratelimit::SlidingCounter>(ratelimit::per_second(3), storage, clock);
+  auto sl = redis_limiter<ratelimit::SlidingLog>(ratelimit::per_second(3), storage, clock);
+  for (int i = 0; i < 200; ++i) {
+    const std::string key = "k" + std::to_string(i % 7);
+    const std::int64_t cost = 1 + i % 3;
+    (void)tb.try_acquire(key, cost);
+    (void)lb.try_acquire(key, cost);
+    (void)fw.try_acquire(key, cost);
+    (void)sc.try_acquire(key, cost);
+    (void)sl.try_acquire(key, cost);
+    if (i % 11 == 0) sl.reset(key);
+    clock.advance(std::chrono::milliseconds{(i * 37) % 450});
+  }
+  // The whole server, not only this prefix: no test may leave a key without expiry.
+  rltest::RedisAdmin admin(rltest::redis_endpoint());
+  const auto keys = admin.scan("*");
+  CHECK_FALSE(keys.empty());
+  for (const auto& k : keys) {
+    INFO(k);
+    const auto ttl = admin.integer({"PTTL", k});
+    CHECK(ttl != -1);
+  }
+}
