@@ -88,15 +88,24 @@ build() {
   }
 }
 
+# existing_targets NAME TARGET...: those of the given targets that build/NAME has.
+existing_targets() {
+  local name="$1"
+  shift
+  local available
+  available=$(cmake --build "build/$name" --target help | sed -n 's/^\.\.\. \([^ ]*\).*/\1/p')
+  printf '%s\n' "$@" | grep -Fxf <(printf '%s\n' "$available") || true
+}
+
 # test_targets NAME CTEST_SELECTION...: the build targets of the selected tests (a test made by
 # ratelimit_add_test is named after its executable; tests that are not targets are skipped).
 test_targets() {
   local name="$1"
   shift
-  local tests available
-  tests=$( (cd "build/$name" && ctest -N "$@") | sed -n 's/^ *Test *#[0-9]*: *//p')
-  available=$(cmake --build "build/$name" --target help | sed -n 's/^\.\.\. \([^ ]*\).*/\1/p')
-  grep -Fxf <(printf '%s\n' "$available") <<<"$tests" || true
+  local tests
+  mapfile -t tests < <( (cd "build/$name" && ctest -N "$@") | sed -n 's/^ *Test *#[0-9]*: *//p')
+  [[ ${#tests[@]} -gt 0 ]] && existing_targets "$name" "${tests[@]}"
+  return 0
 }
 
 # run_ctest NAME CTEST_ARGS...: runs ctest, adds its counts to the totals.
@@ -141,6 +150,8 @@ fi
 
 # --- build 2: clang++ ASan + UBSan ------------------------------------------------------------------
 
+# Also compiles the examples and each header alone with clang++, so both compilers are checked
+# warning-free on everything but the benchmarks.
 note "build 2/3: clang++ ASan+UBSan; ctest -LE 'concurrent|package${exclude_redis}'"
 export ASAN_OPTIONS="detect_leaks=1:abort_on_error=0:strict_string_checks=1"
 export UBSAN_OPTIONS="print_stacktrace=1:halt_on_error=1"
@@ -148,13 +159,14 @@ s=$SECONDS
 asan_select=(-LE "concurrent|package${exclude_redis}")
 if configure asan -DCMAKE_CXX_COMPILER=clang++ -DCMAKE_BUILD_TYPE=Debug \
     "-DCMAKE_CXX_FLAGS_DEBUG=-O1 -g -fsanitize=address,undefined -fno-sanitize-recover=all -fno-omit-frame-pointer" \
-    -DRATELIMIT_BUILD_TESTS=ON -DRATELIMIT_BUILD_BENCH=OFF -DRATELIMIT_BUILD_EXAMPLES=OFF \
-    -DRATELIMIT_CHECK_HEADERS=OFF; then
+    -DRATELIMIT_BUILD_TESTS=ON -DRATELIMIT_BUILD_BENCH=OFF -DRATELIMIT_BUILD_EXAMPLES=ON \
+    -DRATELIMIT_CHECK_HEADERS=ON; then
   mapfile -t targets < <(test_targets asan "${asan_select[@]}")
-  if [[ ${#targets[@]} -eq 0 ]]; then
-    record SKIP "ASan+UBSan: no test to build" $((SECONDS - s))
-  elif build asan "${targets[@]}"; then
-    record PASS "clang++ ASan+UBSan build (${#targets[@]} tests)" $((SECONDS - s))
+  mapfile -t extra < <(existing_targets asan ratelimit_header_check compare_algorithms http_gateway)
+  if [[ ${#targets[@]} -eq 0 && ${#extra[@]} -eq 0 ]]; then
+    record SKIP "ASan+UBSan: nothing to build" $((SECONDS - s))
+  elif build asan "${targets[@]}" "${extra[@]}"; then
+    record PASS "clang++ ASan+UBSan build (${#targets[@]} tests, ${#extra[@]} more)" $((SECONDS - s))
     s=$SECONDS
     if run_ctest asan "${asan_select[@]}"; then
       record PASS "ASan+UBSan ctest" $((SECONDS - s))
