@@ -143,3 +143,22 @@ TEMPLATE_LIST_TEST_CASE("Keys are arbitrary bytes and never collide",
     }
   });
 }
+
+TEMPLATE_LIST_TEST_CASE("The default key is the empty key",
+                        "[token_bucket][leaky_bucket][fixed_window][sliding_log][sliding_counter]"
+                        "[isolation][keys][any_storage]",
+                        Backends) {
+  INFO("storage: " << TestType::name);
+  rltest::for_each_algorithm([]<class Algo>() {
+    INFO("algorithm: " << Algo::name);
+    ManualClock clock;
+    auto limiter = Algo::make(one_per_minute, TestType::make(), clock);
+    CHECK(limiter.try_acquire().allowed);
+    CHECK(limiter.peek("").remaining == 0);
+    CHECK_FALSE(limiter.try_acquire("").allowed);
+    CHECK(limiter.peek(std::string(1, '\0')).remaining == 1);  // "\0" is not ""
+    limiter.reset();
+    CHECK(limiter.peek().remaining == 1);
+  });
+}
+
