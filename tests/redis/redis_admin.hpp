@@ -5,6 +5,7 @@
 /// kill and restart.
 
 #include <arpa/inet.h>
+#include <fcntl.h>
 #include <netinet/in.h>
 #include <signal.h>
 #include <sys/socket.h>
@@ -90,6 +91,12 @@ class ThrowawayRedis {
     pid_ = ::fork();
     if (pid_ < 0) throw std::runtime_error("fork failed");
     if (pid_ == 0) {
+      // Quiet: the server's warnings (overcommit...) are noise in the test log.
+      const int null = ::open("/dev/null", O_WRONLY);
+      if (null >= 0) {
+        ::dup2(null, 1);
+        ::dup2(null, 2);
+      }
       ::execlp(server.c_str(), server.c_str(), "--port", port.c_str(), "--bind", "127.0.0.1",
                "--save", "", "--appendonly", "no", "--daemonize", "no", "--loglevel", "warning",
                "--dir", "/tmp", static_cast<char*>(nullptr));

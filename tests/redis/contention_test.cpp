@@ -1,0 +1,169 @@
+// Issue 3, Tests, exactness under contention: several processes (each with its own
+// RedisStorage, i.e. its own connection pool, as separate service instances would have), each
+// with two threads, hammer one key with time frozen; together they must admit exactly the
+// limit, for every algorithm. Then two limiter instances in separate processes walk the same
+// run of time and must never exceed the shared limit.
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <catch2/catch.hpp>
+#include <ratelimit/manual_clock.hpp>
+#include <ratelimit/redis.hpp>
+
+#include "support/algorithms.hpp"
+#include "support/redis_backend.hpp"
+
+using namespace std::chrono_literals;
+using ratelimit::ManualClock;
+using ratelimit::RedisStorage;
+using rltest::Shape;
+
+namespace {
+
+/// Runs `body` (returning a count) in a child process; returns a handle to collect it.
+struct Child {
+  pid_t pid;
+  int fd;
+};
+
+template <class Body>
+Child spawn(Body body) {
+  int fds[2];
+  REQUIRE(::pipe(fds) == 0);
+  const pid_t pid = ::fork();
+  REQUIRE(pid >= 0);
+  if (pid == 0) {
+    ::close(fds[0]);
+    std::int64_t result = -1;
+    try {
+      result = body();
+    } catch (...) {
+      result = -1;
+    }
+    const auto written = ::write(fds[1], &result, sizeof result);
+    ::_exit(written == static_cast<ssize_t>(sizeof result) ? 0 : 1);
+  }
+  ::close(fds[1]);
+  return {pid, fds[0]};
+}
+
+std::int64_t collect(const Child& c) {
+  std::int64_t result = -2;
+  const auto got = ::read(c.fd, &result, sizeof result);
+  ::close(c.fd);
+  int status = 0;
+  ::waitpid(c.pid, &status, 0);
+  if (got != static_cast<ssize_t>(sizeof result) || !WIFEXITED(status) ||
+      WEXITSTATUS(status) != 0)
+    return -3;
+  return result;
+}
+
+constexpr int processes = 4;
+constexpr int threads_per_process = 2;
+constexpr int attempts_per_thread = 30;  // 4 x 2 x 30 = 240 attempts, far above the limit
+
+template <class Algo>
+void hammer_one_key(const Shape& shape) {
+  INFO("algorithm: " << Algo::name);
+  // Fail here, in the parent, if there is no server (the children only count).
+  auto options = rltest::test_redis_options("contention");
+  std::vector<Child> children;
+  for (int p = 0; p < processes; ++p) {
+    children.push_back(spawn([&]() -> std::int64_t {
+      ManualClock clock;
+      clock.set(5s);  // frozen: nothing refills, no window moves
+      auto limiter = Algo::make(shape, RedisStorage(options), clock);
+      std::atomic<std::int64_t> admitted{0};
+      std::vector<std::thread> threads;
+      for (int t = 0; t < threads_per_process; ++t)
+        threads.emplace_back([&] {
+          for (int i = 0; i < attempts_per_thread; ++i) {
+            const auto d = limiter.try_acquire("shared");
+            if (d.degraded) {
+              admitted.store(-1000000);  // a failure must not pass for a decision
+              return;
+            }
+            if (d.allowed) admitted.fetch_add(1);
+          }
+        });
+      for (auto& t : threads) t.join();
+      return admitted.load();
+    }));
+  }
+  std::int64_t total = 0;
+  for (const auto& c : children) {
+    const auto n = collect(c);
+    CHECK(n >= 0);
+    total += n;
+  }
+  // Frozen time: exactly the limit (37) is admitted, never one more.
+  CHECK(total == shape.limit);
+}
+
+}  // namespace
+
+TEST_CASE("Four processes of two threads on one key admit exactly the limit, for every algorithm",
+          "[redis][concurrent]") {
+  // Limit 37; the rate is slow (per hour) and time frozen, so only the limit matters.
+  hammer_one_key<rltest::TokenBucketAlgo>({37, ratelimit::per_hour(1)});
+  hammer_one_key<rltest::LeakyBucketAlgo>({37, ratelimit::per_hour(1)});
+  hammer_one_key<rltest::FixedWindowAlgo>({37, ratelimit::Rate{37, 1h}});
+  hammer_one_key<rltest::SlidingLogAlgo>({37, ratelimit::Rate{37, 1h}});
+  hammer_one_key<rltest::SlidingCounterAlgo>({37, ratelimit::Rate{37, 1h}});
+}
+
+TEST_CASE("Two limiter instances in separate processes never exceed the shared limit over a run",
+          "[redis][concurrent][token_bucket][fixed_window]") {
+  auto options = rltest::test_redis_options("two-instances");
+  // Both walk t = 0, 100 ms, ..., 5 s (51 steps) and try 3 requests at each step.
+  constexpr int steps = 51;
+  const auto run = [&](auto make) {
+    return spawn([&, make]() -> std::int64_t {
+      ManualClock clock;
+      auto limiter = make(RedisStorage(options), clock);
+      std::int64_t admitted = 0;
+      for (int s = 0; s < steps; ++s) {
+        clock.set(std::chrono::milliseconds{100 * s});
+        for (int i = 0; i < 3; ++i) {
+          const auto d = limiter.try_acquire("shared");
+          if (d.degraded) return -1000000;
+          admitted += d.allowed ? 1 : 0;
+        }
+      }
+      return admitted;
+    });
+  };
+  SECTION("token bucket") {
+    // B = 5, r = 10/s (one token per 100 ms step) over T = 5 s: at most B + r T = 5 + 50 = 55
+    // tokens exist. Demand (3 per process per step) exceeds the refill at every step, so after
+    // the first burst the bucket is never full (no refill is wasted) and ends empty: exactly 55.
+    const auto make = [](RedisStorage s, ManualClock c) {
+      return rltest::TokenBucketAlgo::make({5, ratelimit::per_second(10)}, std::move(s), c);
+    };
+    const auto a = run(make), b = run(make);
+    const auto na = collect(a), nb = collect(b);
+    CHECK(na >= 0);
+    CHECK(nb >= 0);
+    CHECK(na + nb == 55);
+  }
+  SECTION("fixed window") {
+    // N = 5 per 1 s: t = 0 .. 5 s touches windows 0..5, each saturated (6 requests per step,
+    // 10 steps per window, from either process): exactly 6 x 5 = 30 admitted, never more.
+    const auto make = [](RedisStorage s, ManualClock c) {
+      return rltest::FixedWindowAlgo::make({5, ratelimit::per_second(5)}, std::move(s), c);
+    };
+    const auto a = run(make), b = run(make);
+    const auto na = collect(a), nb = collect(b);
+    CHECK(na >= 0);
+    CHECK(nb >= 0);
+    CHECK(na + nb == 30);
+  }
+}
