@@ -15,6 +15,7 @@ root="$(cd "$here/../.." && pwd)"
 cd "$root"
 seconds=${1:-10}
 connections=${2:-8}
+threads=$((connections < 2 ? connections : 2))  # wrk needs connections >= threads
 
 if [[ -f scripts/deps.sh ]]; then bash scripts/deps.sh gateway curl >&2; fi
 build=build/gateway
@@ -48,9 +49,9 @@ run() {
   [[ -n "$port" ]] || { cat "$log" >&2; exit 1; }
   local url="http://127.0.0.1:$port/api/items"
   # Warm up (connections to Redis, the script cache), then measure.
-  wrk -t2 -c"$connections" -d2s -H 'X-API-Key: load-key' "$url" >/dev/null
+  wrk -t"$threads" -c"$connections" -d2s -H 'X-API-Key: load-key' "$url" >/dev/null
   local out
-  out=$(wrk -t2 -c"$connections" -d"${seconds}s" --latency -H 'X-API-Key: load-key' "$url")
+  out=$(wrk -t"$threads" -c"$connections" -d"${seconds}s" --latency -H 'X-API-Key: load-key' "$url")
   local rps p50 p99 non2xx lim50 lim99
   rps=$(awk '/^Requests\/sec:/ { print $2 }' <<<"$out")
   p50=$(awk '$1 == "50%" { print $2 }' <<<"$out")
@@ -67,7 +68,7 @@ run() {
   gw_pid=""
 }
 
-echo "wrk -t2 -c$connections -d${seconds}s, GET /api/items, one API key, $(nproc) CPUs:"
+echo "wrk -t$threads -c$connections -d${seconds}s, GET /api/items, one API key, $(nproc) CPUs:"
 echo
 echo '| gateway | requests/s | p50 | p99 | limiter p50 | limiter p99 | non-2xx |'
 echo '|---|---|---|---|---|---|---|'
