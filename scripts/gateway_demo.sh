@@ -12,7 +12,10 @@
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
-if [[ -f scripts/deps.sh ]]; then bash scripts/deps.sh gateway curl; fi
+# Only what the in-process demo needs (the gateway group also brings Redis and wrk).
+if [[ -f scripts/deps.sh ]]; then
+  bash scripts/deps.sh cmake g++ make pkg-config libyaml-cpp-dev libcpp-httplib-dev curl
+fi
 build=build/gateway
 cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=Release -DRATELIMIT_BUILD_TESTS=OFF \
   -DRATELIMIT_BUILD_BENCH=OFF -DRATELIMIT_BUILD_EXAMPLES=ON >/dev/null
