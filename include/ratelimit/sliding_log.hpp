@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "clock.hpp"
@@ -19,13 +20,60 @@
 
 namespace ratelimit {
 
+namespace detail {
+
+/// The log's entries, oldest first, in a ring buffer: expiring the oldest is O(1) and the ring
+/// never holds more entries than are live, so a key holds at most N entries.
+template <class Entry>
+class EntryRing {
+ public:
+  std::size_t size() const noexcept { return size_; }
+  bool empty() const noexcept { return size_ == 0; }
+  std::size_t capacity() const noexcept { return slots_.size(); }
+  /// The i-th oldest entry, i < size().
+  Entry& operator[](std::size_t i) noexcept { return slots_[(head_ + i) % slots_.size()]; }
+  const Entry& operator[](std::size_t i) const noexcept {
+    return slots_[(head_ + i) % slots_.size()];
+  }
+  const Entry& front() const noexcept { return (*this)[0]; }
+  Entry& back() noexcept { return (*this)[size_ - 1]; }
+  const Entry& back() const noexcept { return (*this)[size_ - 1]; }
+  void pop_front() noexcept {
+    head_ = (head_ + 1) % slots_.size();
+    --size_;
+  }
+  /// Appends `e`, growing to at most `max_slots` slots (the caller keeps size() below it).
+  void push_back(const Entry& e, std::size_t max_slots = SIZE_MAX) {
+    if (size_ == slots_.size()) grow(max_slots);
+    slots_[(head_ + size_) % slots_.size()] = e;
+    ++size_;
+  }
+
+ private:
+  void grow(std::size_t max_slots) {
+    std::size_t n = slots_.empty() ? 1 : slots_.size() * 2;
+    if (n > max_slots) n = max_slots;
+    if (n <= size_) n = size_ + 1;
+    std::vector<Entry> grown(n);
+    for (std::size_t i = 0; i < size_; ++i) grown[i] = (*this)[i];
+    slots_ = std::move(grown);
+    head_ = 0;
+  }
+
+  std::vector<Entry> slots_;
+  std::size_t head_ = 0;
+  std::size_t size_ = 0;
+};
+
+}  // namespace detail
+
 /// The sliding window log as a pure transition (see `ratelimit::Model`).
 ///
 /// The log holds the time of every admitted unit; at t the window is (t - W, t]. Admit iff
 /// |log| + n <= N, then log n entries at t; denied requests are not logged. Exact, at the cost
-/// of memory per admitted request (Figma's and the design doc's "sliding window log").
-/// State: 40 bytes plus 16 bytes per distinct admitted timestamp (equal times share one entry
-/// with a count), at most N entries.
+/// of memory per admitted request (the "sliding window log" of the design doc's case study).
+/// State: 56 bytes plus 16 bytes per slot; equal times share one entry with a count, expired
+/// entries leave on the next admission, and a key never holds more than N entries.
 struct SlidingLogModel {
   static constexpr std::string_view name = "sliding_log";
   using Params = detail::WindowParams;
@@ -34,9 +82,8 @@ struct SlidingLogModel {
     std::int64_t count;  ///< units admitted at `time`
   };
   struct State {
-    std::int64_t last = 0;       ///< ns: latest time seen
-    std::vector<Entry> entries;  ///< oldest first; entries[0, head) are expired
-    std::size_t head = 0;
+    std::int64_t last = 0;                ///< ns: latest time seen
+    detail::EntryRing<Entry> entries;     ///< oldest first (some may have expired since)
   };
 
   static Decision apply(const Params& p, State& s, std::chrono::nanoseconds now,
@@ -65,12 +112,12 @@ struct SlidingLogModel {
     }
     d.allowed = true;
     if (op.peek) return d;
-    s.head = first;
-    compact(s);
+    // Expired entries leave only now: a peek or denial must not move the key's time.
+    for (std::size_t i = 0; i < first; ++i) s.entries.pop_front();
     if (!s.entries.empty() && s.entries.back().time == t)
       s.entries.back().count += n;
     else
-      s.entries.push_back(Entry{t, n});
+      s.entries.push_back(Entry{t, n}, static_cast<std::size_t>(p.limit));
     s.last = t;
     d.remaining = p.limit - live - n;
     d.reset_after = std::chrono::nanoseconds{p.window};
@@ -79,21 +126,14 @@ struct SlidingLogModel {
 
   static bool is_fresh(const Params& p, const State& s, std::chrono::nanoseconds now) noexcept {
     const std::int64_t t = now.count() > s.last ? now.count() : s.last;
-    return s.entries.size() == s.head || s.entries.back().time <= t - p.window;
+    return s.entries.empty() || s.entries.back().time <= t - p.window;
   }
 
  private:
   static std::size_t first_live(const Params& p, const State& s, std::int64_t t) noexcept {
-    std::size_t i = s.head;
+    std::size_t i = 0;
     while (i < s.entries.size() && s.entries[i].time <= t - p.window) ++i;
     return i;
-  }
-
-  // Drops expired entries once they are at least half the vector: amortized O(1) per entry.
-  static void compact(State& s) {
-    if (s.head == 0 || s.head * 2 < s.entries.size()) return;
-    s.entries.erase(s.entries.begin(), s.entries.begin() + static_cast<std::ptrdiff_t>(s.head));
-    s.head = 0;
   }
 };
 
