@@ -20,6 +20,7 @@
 #include <chrono>
 #include <cstdint>
 #include <cstdio>
+#include <cstdlib>
 #include <memory>
 #include <numeric>
 #include <random>
@@ -323,14 +324,28 @@ void BM_MillionKeys(benchmark::State& state) {
 
 // --- registration -----------------------------------------------------------------------------------
 
+// RATELIMIT_BENCH_ITERATIONS=N fixes the iterations of the one-key benchmarks (bench/callgrind
+// runs them twice, with N and 2N, and divides the difference of the instruction counts by N).
+std::int64_t fixed_iterations() {
+  const char* v = std::getenv("RATELIMIT_BENCH_ITERATIONS");
+  return v != nullptr ? std::atoll(v) : 0;
+}
+
+benchmark::internal::Benchmark* maybe_fixed(benchmark::internal::Benchmark* b) {
+  if (const std::int64_t n = fixed_iterations(); n > 0) b->Iterations(n);
+  return b;
+}
+
 template <class A, class C>
 void register_algorithm() {
   const std::string base = std::string("BM_") + A::name + "_InMemory_";
   const std::string suffix = clock_suffix<C>();
-  benchmark::RegisterBenchmark((base + "OneKeyAdmitted" + suffix).c_str(), BM_OneKeyAdmitted<A, C>);
-  benchmark::RegisterBenchmark((base + "OneKeyDenied" + suffix).c_str(), BM_OneKeyDenied<A, C>);
-  benchmark::RegisterBenchmark((base + "OneKeyTwoThreads" + suffix).c_str(),
-                               BM_OneKeyTwoThreads<A, C>)
+  maybe_fixed(benchmark::RegisterBenchmark((base + "OneKeyAdmitted" + suffix).c_str(),
+                                           BM_OneKeyAdmitted<A, C>));
+  maybe_fixed(benchmark::RegisterBenchmark((base + "OneKeyDenied" + suffix).c_str(),
+                                           BM_OneKeyDenied<A, C>));
+  maybe_fixed(benchmark::RegisterBenchmark((base + "OneKeyTwoThreads" + suffix).c_str(),
+                                           BM_OneKeyTwoThreads<A, C>))
       ->Threads(2)
       ->UseRealTime();
   benchmark::RegisterBenchmark((base + "MillionKeys" + suffix).c_str(), BM_MillionKeys<A, C>)
@@ -350,8 +365,8 @@ void register_all() {
 }  // namespace
 
 int main(int argc, char** argv) {
-  benchmark::RegisterBenchmark("BM_Floor_SteadyClockNow", BM_Floor_SteadyClockNow);
-  benchmark::RegisterBenchmark("BM_Floor_AtomicCas", BM_Floor_AtomicCas);
+  maybe_fixed(benchmark::RegisterBenchmark("BM_Floor_SteadyClockNow", BM_Floor_SteadyClockNow));
+  maybe_fixed(benchmark::RegisterBenchmark("BM_Floor_AtomicCas", BM_Floor_AtomicCas));
   register_all<SteadyClock>();
   register_all<ManualClock>();
   benchmark::Initialize(&argc, argv);
