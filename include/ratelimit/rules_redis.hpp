@@ -9,9 +9,10 @@
 ///                                                     ratelimit::RedisStorage(options));
 ///     auto d = set.decide({{"api_key", key}, {"path", "/login"}});
 ///
-/// The script (lua/rules.lua) runs each limit's own algorithm script, unchanged, as a dry run
-/// with the request's real cost, then for real only if every dry run admitted; Redis runs the
-/// whole script atomically, so the two passes cannot be interleaved by any other decision.
+/// The script (lua/rules.lua) runs each limit's own algorithm script, unchanged, for real with
+/// the request's cost, after saving its keys (DUMP); at the first denial it restores the limits
+/// already run and only dry-runs the rest, so a denied request leaves no trace. Redis runs the
+/// whole script atomically: no other decision sees the interim state.
 /// Decisions then come from the same C++ models as `RedisStorage`'s own (exact, microsecond
 /// time), and they equal the in-process rule set's on whole-microsecond times.
 ///
@@ -55,9 +56,9 @@ inline constexpr std::string_view rules_lua_driver = R"lua(-- rules.lua: one rul
 --
 -- Not a standalone script: rules_redis.hpp builds the body as lua/prelude.lua, then each
 -- algorithm script (lua/<algorithm>.lua) wrapped as `local function algo_<algorithm>(KEYS,
--- ARGV) ... end`, then this driver. Each limit runs its own algorithm's script unchanged, first
--- as a dry run (its peek flag set) and then, only if every limit admits, for real: Redis runs
--- the whole body atomically, so nothing can move a counter between the two passes.
+-- ARGV) ... end`, then this driver. Each limit runs its own algorithm's script unchanged; when
+-- one denies, the limits already run are restored (DUMP/RESTORE) and the rest only dry-run (their
+-- peek flag set). Redis runs the whole body atomically: no other decision sees the interim.
 --
 -- KEYS     every limit's keys, in order. A per-client limit's keys carry the client's hash tag;
 --          a shared limit's keys carry their own.
@@ -66,9 +67,9 @@ inline constexpr std::string_view rules_lua_driver = R"lua(-- rules.lua: one rul
 -- then per limit: the algorithm (1 token_bucket, 2 leaky_bucket, 3 fixed_window, 4 sliding_log,
 --          5 sliding_counter), its number of keys, of dry-run arguments and of real arguments,
 --          then its dry-run ARGV and its real ARGV, exactly as its own script takes them.
--- Returns  { admitted (0|1), phase (0: the replies are dry runs', or a real run's that denied
---            and so changed nothing; 1: every reply is a real run's), reply_1, ..., reply_m },
---            reply_i being limit i's own script reply.
+-- Returns  { admitted (0|1), phase (0: denied, every reply reads as a dry run's; 1: admitted,
+--            every reply is a real run's), reply_1, ..., reply_m }, reply_i being limit i's own
+--            script reply.
 -- TTL      each algorithm script sets its keys' TTLs as it does alone.
 
 local algorithms = {
@@ -89,6 +90,22 @@ for i = 1, m do
   limits[i] = { run = algorithms[id], keys = keys, dry = dry, real = real }
 end
 
+-- Undo for the real runs of a decision that ends denied: each key's DUMP and PTTL before it ran.
+local function snapshot(keys)
+  local saved = {}
+  for j, key in ipairs(keys) do
+    saved[j] = { redis.call('DUMP', key), redis.call('PTTL', key) }
+  end
+  return saved
+end
+local function restore(keys, saved)
+  for j, key in ipairs(keys) do
+    redis.call('DEL', key)
+    local dump, ttl = saved[j][1], saved[j][2]
+    if dump then redis.call('RESTORE', key, ttl > 0 and ttl or 0, dump) end
+  end
+end
+
 local replies, admitted, phase = {}, true, 0
 if dry_only then
   for i = 1, m do
@@ -96,27 +113,26 @@ if dry_only then
     if replies[i][1] ~= 1 then admitted = false end
   end
 else
-  -- Dry runs of all but the last limit; then the last one for real (when it denies it has
-  -- changed nothing, and its reply is what its dry run would have said); then the others for
-  -- real, which must admit as their dry runs did, since nothing ran in between. A single limit
-  -- thus needs no dry run at all.
-  for i = 1, m - 1 do
-    replies[i] = limits[i].run(limits[i].keys, limits[i].dry)
-    if replies[i][1] ~= 1 then admitted = false end
-  end
-  if admitted then
-    replies[m] = limits[m].run(limits[m].keys, limits[m].real)
-    admitted = replies[m][1] == 1
-    if admitted then
-      phase = 1
-      for i = 1, m - 1 do
-        replies[i] = limits[i].run(limits[i].keys, limits[i].real)
-        if replies[i][1] ~= 1 then admitted = false end
+  -- Every limit runs for real, in order, each key saved first (the last limit's need not be:
+  -- a denial changes nothing). At the first denial the limits before it are put back exactly
+  -- as they were and the ones after it only dry-run, so a denied request leaves no trace.
+  -- Each reply describes the state before its run, so the replies of a denied request read
+  -- exactly as dry runs'. (Cheaper than dry-running every limit first: admission, the common
+  -- case, costs one run per limit plus a DUMP per key.)
+  local saved = {}
+  for i = 1, m do
+    if not admitted then
+      replies[i] = limits[i].run(limits[i].keys, limits[i].dry)
+    else
+      if i < m then saved[i] = snapshot(limits[i].keys) end
+      replies[i] = limits[i].run(limits[i].keys, limits[i].real)
+      if replies[i][1] ~= 1 then
+        admitted = false
+        for j = i - 1, 1, -1 do restore(limits[j].keys, saved[j]) end
       end
     end
-  else
-    replies[m] = limits[m].run(limits[m].keys, limits[m].dry)
   end
+  if admitted then phase = 1 end
 end
 
 local out = { admitted and 1 or 0, phase }

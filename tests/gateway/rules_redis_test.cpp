@@ -57,6 +57,19 @@ descriptors:
 using RedisSet = ratelimit::RuleSet<ratelimit::RedisStorage, ManualClock>;
 using LocalSet = ratelimit::RuleSet<ratelimit::InMemoryStorage, ManualClock>;
 
+long long pttl(const std::string& key) {
+  const auto& e = rltest::redis_endpoint();
+  redisContext* c = redisConnect(e.host.c_str(), e.port);
+  REQUIRE(c != nullptr);
+  REQUIRE(c->err == 0);
+  auto* r = static_cast<redisReply*>(redisCommand(c, "PTTL %b", key.data(), key.size()));
+  REQUIRE(r != nullptr);
+  const long long ttl = r->integer;
+  freeReplyObject(r);
+  redisFree(c);
+  return ttl;
+}
+
 std::vector<std::string> redis_keys(const std::string& prefix) {
   const auto& e = rltest::redis_endpoint();
   redisContext* c = redisConnect(e.host.c_str(), e.port);
@@ -88,6 +101,10 @@ TEST_CASE("On Redis a request denied by one rule spends nothing from the others"
     CHECK_FALSE(d.decision().degraded);
     CHECK(d.outcomes[0].decision.remaining == 3);
   }
+  // The denials ran tb for real and restored it: its keys still expire like any other.
+  const auto keys = redis_keys(options.key_prefix);
+  CHECK(keys.size() == 3);  // tb, log:log, log:meta
+  for (const auto& key : keys) CHECK(pttl(key) > 0);
   // So exactly 3 plain requests remain.
   for (int i = 0; i < 3; ++i) REQUIRE(set.decide({{"api_key", "K"}}));
   CHECK_FALSE(set.decide({{"api_key", "K"}}).allowed);
