@@ -1,97 +1,35 @@
 // Issue 2, Tests: for each algorithm, a randomized replay of thousands of events (times, keys,
 // costs, peeks, resets) against the deliberately naive reference models of
-// tests/support/reference.hpp; every Decision must be identical, field by field. Run against
-// every storage backend.
+// tests/support/reference.hpp (harness: tests/support/replay.hpp); every Decision must be
+// identical, field by field. Run against every storage backend.
 //
-// Time moves in whole milliseconds (multiples of the backend's resolution, if coarser): a
-// quarter of the steps are zero (same-instant requests), a few step back (the key's latest time
-// must win). Rates are chosen so that every exact duration is a whole number of milliseconds.
-// The seed is fixed and printed with any failure; RATELIMIT_TEST_SEED overrides it.
+// Time moves in whole milliseconds (multiples of the backend's resolution, if coarser), and the
+// rates are chosen so that every exact duration is a whole number of milliseconds. The
+// nanosecond version with awkward rates is in-memory only: differential_ns_test.cpp.
 #include <algorithm>
 #include <chrono>
 #include <cstdint>
-#include <cstdlib>
-#include <map>
-#include <random>
-#include <string>
 #include <vector>
 
 #include <catch2/catch.hpp>
-#include <ratelimit/manual_clock.hpp>
 
-#include "../support/algorithms.hpp"
 #include "../support/backends.hpp"
-#include "../support/expect.hpp"
+#include "../support/replay.hpp"
 
 using namespace std::chrono_literals;
-using ratelimit::ManualClock;
 using ratelimit::Rate;
 using rltest::Shape;
 
 namespace {
 
-std::uint64_t seed_for(std::uint64_t fixed) {
-  if (const char* s = std::getenv("RATELIMIT_TEST_SEED")) return std::strtoull(s, nullptr, 10);
-  return fixed;
-}
-
-template <class Algo, class Backend>
-void replay(const Shape& shape, std::uint64_t seed, int events) {
-  using namespace std::string_literals;
-  const std::int64_t tick_ms =
-      std::max<std::int64_t>(1, std::chrono::ceil<std::chrono::milliseconds>(Backend::resolution)
-                                    .count());
-  const std::int64_t period_ms =
-      std::chrono::duration_cast<std::chrono::milliseconds>(shape.rate.period).count();
-  // The time one unit takes to come back at the nominal rate: the natural scale of the steps.
-  const std::int64_t unit_ms = std::max<std::int64_t>(1, period_ms / shape.rate.count);
-
-  INFO("algorithm: " << Algo::name << ", storage: " << Backend::name << ", limit " << shape.limit
-                     << ", rate " << shape.rate.count << " per " << period_ms << " ms, seed "
-                     << seed);
-  ManualClock clock;
-  auto limiter = Algo::make(shape, Backend::make(), clock);
-  const std::vector<std::string> keys = {"alice"s, "bob"s, "c\0d"s, ""s};
-  std::map<std::string, typename Algo::Reference> refs;
-  for (const auto& k : keys) refs.emplace(k, Algo::reference(shape));
-
-  std::mt19937_64 rng(seed);
-  const auto uniform = [&](std::int64_t lo, std::int64_t hi) {
-    return std::uniform_int_distribution<std::int64_t>(lo, hi)(rng);
-  };
-  std::int64_t now_ms = 1000;
-  for (int i = 0; i < events; ++i) {
-    const auto roll = uniform(0, 99);
-    std::int64_t step = 0;  // roll < 25: same instant
-    if (roll >= 25 && roll < 80) step = uniform(1, unit_ms);
-    if (roll >= 80 && roll < 95) step = uniform(1, 3 * period_ms);
-    if (roll >= 95) step = -std::min(now_ms, uniform(1, period_ms));
-    now_ms += step / tick_ms * tick_ms;
-    clock.set(std::chrono::milliseconds{now_ms});
-
-    const auto& key = keys[static_cast<std::size_t>(uniform(0, 3))];
-    auto& ref = refs.at(key);
-    const auto action = uniform(0, 99);
-    INFO("event " << i << " at " << now_ms << " ms, key #" << (&key - keys.data()));
-    if (action < 3) {
-      limiter.reset(key);
-      ref = Algo::reference(shape);
-      continue;
-    }
-    const bool peek = action < 15;
-    const std::int64_t cost = peek ? 1 : uniform(1, 3);
-    INFO((peek ? "peek" : "try_acquire, cost ") << (peek ? ""s : std::to_string(cost)));
-    const auto want = ref.decide(clock.now(), cost, peek);
-    const auto got = peek ? limiter.peek(key) : limiter.try_acquire(key, cost);
-    REQUIRE(got == want);
-  }
-}
-
 template <class Algo, class Backend>
 void replay_all(const std::vector<Shape>& shapes, std::uint64_t fixed_seed) {
-  const auto seed = seed_for(fixed_seed);
+  const auto seed = rltest::seed_for(fixed_seed);
+  // Whole milliseconds, or the backend's resolution if coarser.
+  const auto tick = std::max<std::chrono::nanoseconds>(
+      1ms, std::chrono::ceil<std::chrono::milliseconds>(Backend::resolution));
   for (std::size_t i = 0; i < shapes.size(); ++i)
-    replay<Algo, Backend>(shapes[i], seed + i, 2500);
+    rltest::replay<Algo>(shapes[i], Backend::make(), Backend::name, seed + i, 2500, tick);
 }
 
 }  // namespace
