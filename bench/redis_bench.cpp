@@ -7,10 +7,12 @@
 /// and 64 keys per round trip (_Batch/16, _Batch/64). Keys are spread uniformly over 100,000
 /// client keys, as redis-benchmark spreads its keys with __rand_int__ over -r 100000 in bench/run,
 /// so the two are read as ratios. Counters: p50_us, p99_us, p999_us (latency of one call: a
-/// decision, or a whole batch round trip), `degraded` (decisions the failure policy made: must
-/// be 0, else Redis was not really measured).
+/// decision, or a whole batch round trip), `redis_cpu_us` (redis-server's CPU time, user + sys
+/// from INFO cpu, per decision), `degraded` (decisions the failure policy made: must be 0, else
+/// Redis was not really measured).
 
 #include <benchmark/benchmark.h>
+#include <hiredis/hiredis.h>
 
 #include <algorithm>
 #include <chrono>
@@ -22,6 +24,7 @@
 #include <mutex>
 #include <random>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include <ratelimit/ratelimit.hpp>
@@ -126,6 +129,49 @@ class Latencies {
   std::vector<std::int64_t> ns_;
 };
 
+/// redis-server's CPU seconds so far (INFO cpu: used_cpu_user + used_cpu_sys); -1 if unknown.
+double redis_cpu_seconds(const ratelimit::RedisOptions& o) {
+  redisContext* c = redisConnect(o.host.c_str(), o.port);
+  double total = -1;
+  if (c != nullptr && c->err == 0) {
+    if (auto* r = static_cast<redisReply*>(redisCommand(c, "INFO cpu"))) {
+      if (r->type == REDIS_REPLY_STRING) {
+        const std::string info(r->str, r->len);
+        total = 0;
+        for (const char* field : {"used_cpu_user:", "used_cpu_sys:"}) {
+          const auto at = info.find(field);
+          if (at == std::string::npos) {
+            total = -1;
+            break;
+          }
+          total += std::atof(info.c_str() + at + std::char_traits<char>::length(field));
+        }
+      }
+      freeReplyObject(r);
+    }
+  }
+  if (c != nullptr) redisFree(c);
+  return total;
+}
+
+/// Measures redis-server's CPU per decision between construction and `report` (thread 0 only:
+/// the other threads run in the same interval).
+class RedisCpu {
+ public:
+  RedisCpu(const benchmark::State& state, const ratelimit::RedisOptions& o)
+      : options_(o), active_(state.thread_index() == 0), start_(active_ ? redis_cpu_seconds(o) : -1) {}
+  void report(benchmark::State& state, double decisions) {
+    if (!active_ || start_ < 0 || decisions <= 0) return;
+    const double end = redis_cpu_seconds(options_);
+    if (end >= 0) state.counters["redis_cpu_us"] = (end - start_) * 1e6 / decisions;
+  }
+
+ private:
+  ratelimit::RedisOptions options_;
+  bool active_;
+  double start_;
+};
+
 bool have_server(benchmark::State& state, const ratelimit::RedisOptions& o) {
   if (o.host.empty()) {
     state.SkipWithError("set RATELIMIT_BENCH_REDIS=host:port (bench/run does)");
@@ -164,6 +210,7 @@ void BM_OneConnection(benchmark::State& state) {
   Latencies lat(1 << 16);
   const auto degraded_before = storage.stats().degraded_decisions;
   std::int64_t admitted = 0;
+  RedisCpu cpu(state, options);
   for (auto _ : state) {
     const auto& key = k[rng() % key_space];
     const auto t0 = std::chrono::steady_clock::now();
@@ -171,6 +218,7 @@ void BM_OneConnection(benchmark::State& state) {
     lat.add(std::chrono::steady_clock::now() - t0);
     admitted += d.allowed;
   }
+  cpu.report(state, static_cast<double>(state.iterations()));
   state.SetItemsProcessed(state.iterations());
   state.counters["admitted"] =
       static_cast<double>(admitted) / static_cast<double>(state.iterations());
@@ -190,12 +238,14 @@ void BM_Pool(benchmark::State& state) {
   std::minstd_rand rng(static_cast<unsigned>(state.thread_index() + 1));
   Latencies lat(1 << 14);
   const auto degraded_before = storage.stats().degraded_decisions;
+  RedisCpu cpu(state, options);
   for (auto _ : state) {
     const auto& key = k[rng() % key_space];
     const auto t0 = std::chrono::steady_clock::now();
     benchmark::DoNotOptimize(limiter.try_acquire(key));
     lat.add(std::chrono::steady_clock::now() - t0);
   }
+  cpu.report(state, static_cast<double>(state.iterations()) * static_cast<double>(threads));
   state.SetItemsProcessed(state.iterations());
   lat.report(state);
   if (state.thread_index() == 0) report_degraded(state, storage, degraded_before);
@@ -215,6 +265,7 @@ void BM_Batch(benchmark::State& state) {
   Latencies lat(1 << 14);
   const auto degraded_before = storage.stats().degraded_decisions;
   std::int64_t admitted = 0;
+  RedisCpu cpu(state, options);
   for (auto _ : state) {
     const auto t0 = std::chrono::steady_clock::now();
     ratelimit::RedisBatch batch(storage);
@@ -222,6 +273,7 @@ void BM_Batch(benchmark::State& state) {
     for (const auto& d : batch.run()) admitted += d.allowed;
     lat.add(std::chrono::steady_clock::now() - t0);
   }
+  cpu.report(state, static_cast<double>(state.iterations() * batch_size));
   state.SetItemsProcessed(state.iterations() * batch_size);
   state.counters["admitted"] = static_cast<double>(admitted) /
                                static_cast<double>(state.iterations() * batch_size);

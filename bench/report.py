@@ -1,0 +1,347 @@
+#!/usr/bin/env python3
+"""Turns bench/run's raw results into bench/results/latest.{md,json,png}.
+
+    python3 bench/report.py RAW_DIR OUT_DIR
+
+RAW_DIR holds meta.env, inprocess_*.json and redis.json (Google Benchmark JSON) and
+redis_benchmark.csv (bench/run's lines: c,P,n,cpu_before,cpu_after,<redis-benchmark CSV row>).
+Python 3 standard library only; the chart is drawn by gnuplot when it is installed.
+"""
+
+import csv
+import glob
+import io
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+
+ALGORITHMS = ["TokenBucket", "LeakyBucket", "FixedWindow", "SlidingCounter", "SlidingLog"]
+
+
+def read_meta(raw):
+    meta = {}
+    with open(os.path.join(raw, "meta.env")) as f:
+        for line in f:
+            key, _, value = line.rstrip("\n").partition("=")
+            meta[key] = value
+    return meta
+
+
+def base_name(b):
+    """The benchmark's name without Google Benchmark's /repeats, /iterations, /real_time parts
+    (threads and arguments are kept: /threads:8, /16)."""
+    name = b.get("run_name", b["name"])
+    parts = [p for p in name.split("/") if not re.match(r"(repeats|iterations|real_time|min_time)", p)]
+    return "/".join(parts)
+
+
+def read_benchmarks(paths):
+    """name -> the benchmark entry (the median when repetitions were aggregated)."""
+    out = {}
+    for path in paths:
+        with open(path) as f:
+            data = json.load(f)
+        for b in data.get("benchmarks", []):
+            if b.get("error_occurred"):
+                out[base_name(b)] = {"error": b.get("error_message", "error")}
+                continue
+            if b.get("run_type") == "aggregate" and b.get("aggregate_name") != "median":
+                continue
+            out[base_name(b)] = b
+    return out
+
+
+def ns_per_item(b):
+    ips = b.get("items_per_second")
+    return 1e9 / ips if ips else None
+
+
+def read_redis_benchmark(raw):
+    rows = []
+    path = os.path.join(raw, "redis_benchmark.csv")
+    if not os.path.exists(path):
+        return rows
+    with open(path) as f:
+        for line in f:
+            head = line.split(",", 5)
+            if len(head) < 6:
+                continue
+            c, p, n, cpu0, cpu1, rest = head
+            fields = next(csv.reader(io.StringIO(rest)))
+            if len(fields) < 8:
+                continue
+            rps = float(fields[1])
+            rows.append({
+                "c": int(c), "P": int(p), "n": int(n), "rps": rps,
+                "p50_us": float(fields[4]) * 1000, "p99_us": float(fields[6]) * 1000,
+                "cpu_us": (float(cpu1) - float(cpu0)) * 1e6 / int(n) if n else None,
+            })
+    return rows
+
+
+def fmt(x, digits=1):
+    if x is None:
+        return "–"
+    if abs(x) >= 1000:
+        return f"{x:,.0f}"
+    return f"{x:.{digits}f}"
+
+
+def ratio(x, y):
+    return x / y if x is not None and y else None
+
+
+def main():
+    raw, out = sys.argv[1], sys.argv[2]
+    meta = read_meta(raw)
+    inproc = read_benchmarks(sorted(glob.glob(os.path.join(raw, "inprocess_*.json"))))
+    redis = read_benchmarks([p for p in [os.path.join(raw, "redis.json")] if os.path.exists(p)])
+    rb = read_redis_benchmark(raw)
+    rb_by = {(r["c"], r["P"]): r for r in rb}
+
+    def ns(name, table=inproc):
+        b = table.get(name)
+        return ns_per_item(b) if b and "error" not in b else None
+
+    clock_floor = ns("BM_Floor_SteadyClockNow")
+    cas_floor = ns("BM_Floor_AtomicCas")
+    md = []
+    w = md.append
+    w("# ratelimit benchmarks: latest run")
+    w("")
+    w(f"- Date: {meta.get('date')}; commit {meta.get('commit')}")
+    w(f"- Machine: {meta.get('cpu')}, {meta.get('cores')} cores; Linux {meta.get('kernel')}")
+    w(f"- Compiler: {meta.get('compiler')}; {meta.get('flags')}; Google Benchmark "
+      f"{meta.get('benchmark_lib')}; Redis {meta.get('redis')}")
+    loads = [("start", "load_start"), ("after in-process one key", "load_inprocess"),
+             ("after 1M keys", "load_million"), ("after library on Redis", "load_redis"),
+             ("after redis-benchmark", "load_redis_benchmark"), ("end", "load_end")]
+    w("- Load average (1/5/15 min) " + "; ".join(f"{label}: {meta[k]}" for label, k in loads if k in meta)
+      + ". Figures from a machine with load well above 0 are noisy (other work shares the cores).")
+    w("")
+    w("ns/decision = 10^9 / items per second (CPU time for one thread, wall time for several "
+      "threads: then it is the aggregate cost, 1 / throughput). In process, the median of 3 "
+      "repetitions. Ratios are to the floors measured in the same binary and run: "
+      "`BM_Floor_SteadyClockNow` (one clock read) and `BM_Floor_AtomicCas` (a clock read and one "
+      "compare-and-swap: the cheapest possible decision).")
+    w("")
+
+    # --- floors and one key -----------------------------------------------------------------
+    w("## In process, one key")
+    w("")
+    w("| Benchmark | ns/decision | × AtomicCas | − AtomicCas (ns) | admitted |")
+    w("|---|---:|---:|---:|---:|")
+    for name in ["BM_Floor_SteadyClockNow", "BM_Floor_AtomicCas"]:
+        w(f"| `{name}` | {fmt(ns(name))} | {fmt(ratio(ns(name), cas_floor), 2)} | – | – |")
+    for algo in ALGORITHMS:
+        for scenario in ["OneKeyAdmitted", "OneKeyDenied", "OneKeyTwoThreads"]:
+            for suffix in ["", "_ManualClock"]:
+                name = f"BM_{algo}_InMemory_{scenario}{suffix}"
+                if scenario == "OneKeyTwoThreads":
+                    name += "/threads:2"
+                b = inproc.get(name)
+                if b is None:
+                    continue
+                if "error" in b:
+                    w(f"| `{name}` | error: {b['error']} | | | |")
+                    continue
+                v = ns_per_item(b)
+                diff = v - cas_floor if v is not None and cas_floor else None
+                w(f"| `{name}` | {fmt(v)} | {fmt(ratio(v, cas_floor), 2)} | {fmt(diff)} | "
+                  f"{fmt(b.get('admitted'), 3)} |")
+    w("")
+    w("The sliding log runs at limit 100 on its shortest window (1 ms): with the real clock most "
+      "of its \"admitted\" requests are denied (see `admitted`); its ManualClock variant, advanced "
+      "W/100 per call, admits every call with 99 live entries. _ManualClock variants read a "
+      "ManualClock (one atomic load) instead of steady_clock: the difference is the clock's cost.")
+    w("")
+
+    # --- million keys -------------------------------------------------------------------------
+    w("## In process, 1,000,000 keys")
+    w("")
+    w("Keys `client-0000000`..`client-0999999` built before timing, inserted in random order, "
+      "then decided in key order (random in the table): 2,000,000 decisions. Each benchmark in "
+      "its own process, so resident memory per key (growth of /proc/self/statm while storing the "
+      "keys, / 10^6) is its own.")
+    w("")
+    w("| Benchmark | ns/decision | × AtomicCas | state B/key | resident B/key |")
+    w("|---|---:|---:|---:|---:|")
+    for algo in ALGORITHMS:
+        for suffix in ["", "_ManualClock"]:
+            name = f"BM_{algo}_InMemory_MillionKeys{suffix}"
+            b = inproc.get(name)
+            if b is None:
+                continue
+            if "error" in b:
+                w(f"| `{name}` | error: {b['error']} | | | |")
+                continue
+            v = ns_per_item(b)
+            w(f"| `{name}` | {fmt(v)} | {fmt(ratio(v, cas_floor), 2)} | "
+              f"{fmt(b.get('state_B_per_key'), 0)} | {fmt(b.get('rss_B_per_key'), 0)} |")
+    w("")
+
+    # --- Redis --------------------------------------------------------------------------------
+    w("## Redis's own limit: redis-benchmark")
+    w("")
+    if rb:
+        w("`redis-benchmark` calling EVALSHA with the library's token-bucket script (the exact body "
+          "the library loads, SHA " + f"`{meta.get('redis_benchmark_sha', '?')}`" + "), the library's "
+          "arguments, keys spread with `__rand_int__` over 100,000 (`-r 100000`).")
+        w("")
+        w("| redis-benchmark | calls/s | µs/call | p50 µs | p99 µs | Redis CPU µs/call |")
+        w("|---|---:|---:|---:|---:|---:|")
+        for r in rb:
+            w(f"| `-c {r['c']} -P {r['P']}` ({r['n']:,} calls) | {fmt(r['rps'])} | "
+              f"{fmt(1e6 / r['rps'])} | {fmt(r['p50_us'])} | {fmt(r['p99_us'])} | {fmt(r['cpu_us'], 2)} |")
+    else:
+        w("Not run (lua/token_bucket.lua missing).")
+    w("")
+    w("## The library on Redis")
+    w("")
+    if redis:
+        w("A throwaway redis-server on loopback; keys spread uniformly over 100,000 client keys; "
+          "every algorithm with generous limits (so decisions write). Latency percentiles are per "
+          "call (one decision, or one whole batch round trip), averaged over threads for pools. "
+          "Ratios: one connection to `-c 1 -P 1`, pools to `-c 32 -P 1`, batches to `-c 32 -P 16`.")
+        w("")
+        w("| Benchmark | decisions/s | µs/decision | p50 µs | p99 µs | p99.9 µs | Redis CPU µs/decision | × redis-benchmark | degraded |")
+        w("|---|---:|---:|---:|---:|---:|---:|---:|---:|")
+        for algo in ALGORITHMS:
+            for scenario, ref in [("OneConnection", (1, 1)), ("Pool/threads:2", (32, 1)),
+                                  ("Pool/threads:8", (32, 1)), ("Pool/threads:32", (32, 1)),
+                                  ("Batch/16", (32, 16)), ("Batch/64", (32, 16))]:
+                name = f"BM_{algo}_Redis_{scenario}"
+                b = redis.get(name)
+                if b is None:
+                    continue
+                if "error" in b:
+                    w(f"| `{name}` | error: {b['error']} | | | | | | | |")
+                    continue
+                ips = b.get("items_per_second")
+                refr = rb_by.get(ref)
+                w(f"| `{name}` | {fmt(ips)} | {fmt(1e6 / ips if ips else None)} | "
+                  f"{fmt(b.get('p50_us'))} | {fmt(b.get('p99_us'))} | {fmt(b.get('p999_us'))} | "
+                  f"{fmt(b.get('redis_cpu_us'), 2)} | "
+                  f"{fmt(ratio(ips, refr['rps'] if refr else None), 2)} (`-c {ref[0]} -P {ref[1]}`) | "
+                  f"{fmt(b.get('degraded'), 0)} |")
+    else:
+        w("Not run (no redis_bench: include/ratelimit/redis.hpp or hiredis missing).")
+    w("")
+
+    # --- goals --------------------------------------------------------------------------------
+    goals = []
+
+    def goal(text, measured, ok):
+        status = "–" if ok is None else ("met" if ok else "missed")
+        goals.append((text, measured, status))
+
+    for algo, bound in [("TokenBucket", 15), ("LeakyBucket", 15), ("FixedWindow", 25),
+                        ("SlidingCounter", 25)]:
+        v = ns(f"BM_{algo}_InMemory_OneKeyAdmitted")
+        d = v - cas_floor if v is not None and cas_floor else None
+        goal(f"{algo}, one key, one thread: within {bound} ns of AtomicCas",
+             f"{fmt(v)} ns = AtomicCas + {fmt(d)} ns", None if d is None else d <= bound)
+    # The sliding log: its admitted case proper is the ManualClock run (with the real clock most
+    # calls are denied); add the clock's cost back to compare with the floor.
+    v = ns("BM_SlidingLog_InMemory_OneKeyAdmitted_ManualClock")
+    if v is not None and clock_floor and cas_floor:
+        v_clock = v + clock_floor
+        d = v_clock - cas_floor
+        goal("SlidingLog (limit 100), one key, one thread: within 60 ns of AtomicCas",
+             f"{fmt(v)} ns with ManualClock + {fmt(clock_floor)} ns clock = AtomicCas + {fmt(d)} ns",
+             d <= 60)
+    for algo in ALGORITHMS:
+        b = inproc.get(f"BM_{algo}_InMemory_MillionKeys")
+        if b is None or "error" in b:
+            continue
+        v = ns_per_item(b)
+        state_b, rss_b = b.get("state_B_per_key"), b.get("rss_B_per_key")
+        goal(f"{algo}, 1,000,000 keys: under 150 ns per decision", f"{fmt(v)} ns", v < 150)
+        if algo != "SlidingLog":
+            goal(f"{algo}, 1,000,000 keys: at most 64 B state, resident at most 2x (128 B) per key",
+                 f"{fmt(state_b, 0)} B state, {fmt(rss_b, 0)} B resident",
+                 state_b <= 64 and rss_b <= 128)
+    c1 = rb_by.get((1, 1))
+    tb1 = redis.get("BM_TokenBucket_Redis_OneConnection")
+    if c1 and tb1 and "error" not in tb1:
+        r = tb1["items_per_second"] / c1["rps"]
+        goal("Redis, one connection (token bucket): at least 0.9x redis-benchmark -c 1 -P 1",
+             f"{fmt(tb1['items_per_second'])}/s vs {fmt(c1['rps'])}/s = {r:.2f}x", r >= 0.9)
+    for algo in ALGORITHMS:
+        b = redis.get(f"BM_{algo}_Redis_OneConnection")
+        if b and "error" not in b and b.get("p99_us") is not None:
+            goal(f"Redis, one connection ({algo}): p99 latency under 200 µs",
+                 f"p99 {fmt(b['p99_us'])} µs (p50 {fmt(b['p50_us'])} µs)", b["p99_us"] < 200)
+    c32 = rb_by.get((32, 16))
+    tbb = redis.get("BM_TokenBucket_Redis_Batch/16")
+    if c32 and tbb and "error" not in tbb:
+        r = tbb["items_per_second"] / c32["rps"]
+        goal("Redis, batch of 16 (token bucket): at least 0.7x redis-benchmark -c 32 -P 16",
+             f"{fmt(tbb['items_per_second'])}/s vs {fmt(c32['rps'])}/s = {r:.2f}x", r >= 0.7)
+    w("## Goals (issue 5)")
+    w("")
+    w("| Goal | Measured | Status |")
+    w("|---|---|---|")
+    for text, measured, status in goals:
+        w(f"| {text} | {measured} | {status} |")
+    w("")
+    w("![ns per decision](latest.png)")
+    w("")
+
+    with open(os.path.join(out, "latest.md"), "w") as f:
+        f.write("\n".join(md))
+
+    summary = {
+        "meta": meta,
+        "inprocess": {k: {kk: vv for kk, vv in v.items() if kk in (
+            "items_per_second", "real_time", "cpu_time", "time_unit", "admitted",
+            "state_B_per_key", "rss_B_per_key", "error")} for k, v in inproc.items()},
+        "redis": {k: {kk: vv for kk, vv in v.items() if kk in (
+            "items_per_second", "p50_us", "p99_us", "p999_us", "redis_cpu_us", "degraded",
+            "admitted", "error")} for k, v in redis.items()},
+        "redis_benchmark": rb,
+        "goals": [{"goal": g, "measured": m, "status": s} for g, m, s in goals],
+    }
+    with open(os.path.join(out, "latest.json"), "w") as f:
+        json.dump(summary, f, indent=1, sort_keys=True)
+
+    # --- chart ----------------------------------------------------------------------------------
+    series = [("in process, 1 key", lambda a: ns(f"BM_{a}_InMemory_OneKeyAdmitted")),
+              ("in process, 1M keys", lambda a: ns(f"BM_{a}_InMemory_MillionKeys")),
+              ("Redis, 1 connection", lambda a: ns(f"BM_{a}_Redis_OneConnection", redis)),
+              ("Redis, 32 threads", lambda a: ns(f"BM_{a}_Redis_Pool/threads:32", redis)),
+              ("Redis, batch of 64", lambda a: ns(f"BM_{a}_Redis_Batch/64", redis))]
+    dat = os.path.join(out, "latest.dat")
+    with open(dat, "w") as f:
+        f.write("algorithm " + " ".join(f'"{s}"' for s, _ in series) + "\n")
+        for a in ALGORITHMS:
+            vals = [get(a) for _, get in series]
+            f.write(a + " " + " ".join("NaN" if v is None else f"{v:.1f}" for v in vals) + "\n")
+    if shutil.which("gnuplot"):
+        script = f"""
+set terminal pngcairo size 1100,600 noenhanced font ",11"
+set output "{os.path.join(out, 'latest.png')}"
+set title "ns per decision (log scale; lower is better) - {meta.get('date')}, {meta.get('cpu')}, {meta.get('cores')} cores, load {meta.get('load_start')}"
+set style data histograms
+set style histogram clustered gap 1
+set style fill solid 0.85 border -1
+set logscale y
+set yrange [10:*]
+set ylabel "ns per decision"
+set grid ytics
+set key top left
+plot for [i=2:{len(series) + 1}] "{dat}" using i:xtic(1) title columnheader(i)
+"""
+        try:
+            subprocess.run(["gnuplot"], input=script, text=True, check=True,
+                           stderr=subprocess.PIPE)
+        except (subprocess.CalledProcessError, OSError) as e:
+            print(f"report.py: gnuplot failed: {e}", file=sys.stderr)
+    os.remove(dat)
+
+
+if __name__ == "__main__":
+    main()
