@@ -9,10 +9,11 @@
 ///                                                     ratelimit::RedisStorage(options));
 ///     auto d = set.decide({{"api_key", key}, {"path", "/login"}});
 ///
-/// The script (lua/rules.lua) runs each limit's own algorithm script, unchanged, for real with
-/// the request's cost, after saving its keys (DUMP); at the first denial it restores the limits
-/// already run and only dry-runs the rest, so a denied request leaves no trace. Redis runs the
-/// whole script atomically: no other decision sees the interim state.
+/// The script (lua/rules.lua) runs each limit's own algorithm script, unchanged, with the
+/// request's real cost: sliding logs as a dry run first (committed last), the others for real
+/// after saving their keys (DUMP), restoring them if a later limit denies. A denied request
+/// thus leaves no trace, and Redis runs the whole script atomically: no other decision sees the
+/// interim state.
 /// Decisions then come from the same C++ models as `RedisStorage`'s own (exact, microsecond
 /// time), and they equal the in-process rule set's on whole-microsecond times.
 ///
@@ -56,17 +57,18 @@ inline constexpr std::string_view rules_lua_driver = R"lua(-- rules.lua: one rul
 --
 -- Not a standalone script: rules_redis.hpp builds the body as lua/prelude.lua, then each
 -- algorithm script (lua/<algorithm>.lua) wrapped as `local function algo_<algorithm>(KEYS,
--- ARGV) ... end`, then this driver. Each limit runs its own algorithm's script unchanged; when
--- one denies, the limits already run are restored (DUMP/RESTORE) and the rest only dry-run (their
--- peek flag set). Redis runs the whole body atomically: no other decision sees the interim.
+-- ARGV) ... end`, then this driver. Each limit runs its own algorithm's script unchanged, as a
+-- dry run (its peek flag set) or for real; real runs of a request that ends denied are undone
+-- (DUMP/RESTORE). Redis runs the whole body atomically: no other decision sees the interim.
 --
 -- KEYS     every limit's keys, in order. A per-client limit's keys carry the client's hash tag;
 --          a shared limit's keys carry their own.
 -- ARGV[1]  m, the number of limits (>= 1)
 -- ARGV[2]  '1': dry runs only (change nothing), '0': decide
 -- then per limit: the algorithm (1 token_bucket, 2 leaky_bucket, 3 fixed_window, 4 sliding_log,
---          5 sliding_counter), its number of keys, of dry-run arguments and of real arguments,
---          then its dry-run ARGV and its real ARGV, exactly as its own script takes them.
+--          5 sliding_counter), its number of keys, '1' if its keys are cheap to save (DUMP) or
+--          '0' to dry-run it first instead, its number of dry-run and of real arguments, then
+--          its dry-run ARGV and its real ARGV, exactly as its own script takes them.
 -- Returns  { admitted (0|1), phase (0: denied, every reply reads as a dry run's; 1: admitted,
 --            every reply is a real run's), reply_1, ..., reply_m }, reply_i being limit i's own
 --            script reply.
@@ -80,14 +82,14 @@ local dry_only = ARGV[2] == '1'
 local limits = {}
 local a, k = 3, 1
 for i = 1, m do
-  local id, nk, nd, nr = tonumber(ARGV[a]), tonumber(ARGV[a + 1]), tonumber(ARGV[a + 2]),
-    tonumber(ARGV[a + 3])
-  a = a + 4
+  local id, nk, save, nd, nr = tonumber(ARGV[a]), tonumber(ARGV[a + 1]), ARGV[a + 2] == '1',
+    tonumber(ARGV[a + 3]), tonumber(ARGV[a + 4])
+  a = a + 5
   local keys, dry, real = {}, {}, {}
   for j = 1, nk do keys[j] = KEYS[k]; k = k + 1 end
   for j = 1, nd do dry[j] = ARGV[a]; a = a + 1 end
   for j = 1, nr do real[j] = ARGV[a]; a = a + 1 end
-  limits[i] = { run = algorithms[id], keys = keys, dry = dry, real = real }
+  limits[i] = { run = algorithms[id], keys = keys, save = save, dry = dry, real = real }
 end
 
 -- Undo for the real runs of a decision that ends denied: each key's DUMP and PTTL before it ran.
@@ -113,26 +115,50 @@ if dry_only then
     if replies[i][1] ~= 1 then admitted = false end
   end
 else
-  -- Every limit runs for real, in order, each key saved first (the last limit's need not be:
-  -- a denial changes nothing). At the first denial the limits before it are put back exactly
-  -- as they were and the ones after it only dry-run, so a denied request leaves no trace.
-  -- Each reply describes the state before its run, so the replies of a denied request read
-  -- exactly as dry runs'. (Cheaper than dry-running every limit first: admission, the common
-  -- case, costs one run per limit plus a DUMP per key.)
-  local saved = {}
+  -- 1. Limits whose keys are costly to save (a sliding log holds up to N entries) dry-run
+  --    first; they are committed last (step 3), when nothing can deny any more.
   for i = 1, m do
-    if not admitted then
+    if not limits[i].save then
       replies[i] = limits[i].run(limits[i].keys, limits[i].dry)
-    else
-      if i < m then saved[i] = snapshot(limits[i].keys) end
+      if replies[i][1] ~= 1 then admitted = false end
+    end
+  end
+  -- 2. The others run for real, in order, each saved first (DUMP; the last one need not be: a
+  --    denial changes nothing). At the first denial those already run are put back exactly as
+  --    they were. Admission, the common case, so costs one run per limit and a DUMP per key.
+  local saved, last_saved = {}, 0
+  for i = 1, m do
+    if limits[i].save then last_saved = i end
+  end
+  local run_so_far = {}
+  for i = 1, m do
+    if admitted and limits[i].save then
+      if i < last_saved then saved[i] = snapshot(limits[i].keys) end
       replies[i] = limits[i].run(limits[i].keys, limits[i].real)
       if replies[i][1] ~= 1 then
         admitted = false
-        for j = i - 1, 1, -1 do restore(limits[j].keys, saved[j]) end
+        for j = #run_so_far, 1, -1 do restore(limits[run_so_far[j]].keys, saved[run_so_far[j]]) end
+      else
+        run_so_far[#run_so_far + 1] = i
       end
     end
   end
-  if admitted then phase = 1 end
+  if admitted then
+    -- 3. Commit the dry-run limits: they admitted, and nothing they depend on has moved.
+    phase = 1
+    for i = 1, m do
+      if not limits[i].save then
+        replies[i] = limits[i].run(limits[i].keys, limits[i].real)
+        if replies[i][1] ~= 1 then admitted = false end
+      end
+    end
+  else
+    -- A denied request: every limit not yet asked dry-runs, for its reply. Each reply describes
+    -- the state before its run, so real runs that were put back read exactly as dry runs.
+    for i = 1, m do
+      if replies[i] == nil then replies[i] = limits[i].run(limits[i].keys, limits[i].dry) end
+    end
+  end
 end
 
 local out = { admitted and 1 or 0, phase }
@@ -370,6 +396,8 @@ class RedisRuleBackend {
       ls[i]->add(tag(matches[i]), matches[i].key, now, real, call, r);
       call.argv.push_back(std::to_string(ls[i]->algorithm));
       call.argv.push_back(std::to_string(call.keys.size() - keys_before));
+      // A sliding log's keys hold up to N entries: DUMPing them costs more than a dry run.
+      call.argv.push_back(ls[i]->algorithm == 4 ? "0" : "1");
       call.argv.push_back(d.front());
       call.argv.push_back(r.front());
       call.argv.insert(call.argv.end(), d.begin() + 1, d.end());

@@ -101,14 +101,34 @@ TEST_CASE("On Redis a request denied by one rule spends nothing from the others"
     CHECK_FALSE(d.decision().degraded);
     CHECK(d.outcomes[0].decision.remaining == 3);
   }
-  // The denials ran tb for real and restored it: its keys still expire like any other.
-  const auto keys = redis_keys(options.key_prefix);
-  CHECK(keys.size() == 3);  // tb, log:log, log:meta
-  for (const auto& key : keys) CHECK(pttl(key) > 0);
   // So exactly 3 plain requests remain.
   for (int i = 0; i < 3; ++i) REQUIRE(set.decide({{"api_key", "K"}}));
   CHECK_FALSE(set.decide({{"api_key", "K"}}).allowed);
   CHECK(set.storage().stats().degraded_decisions == 0);
+}
+
+TEST_CASE("On Redis a limit run before the one that denies is put back exactly, TTL included",
+          "[rules][redis][atomic]") {
+  // Regression guard for the script's undo: tb (a token bucket) runs for real before fixed (a
+  // fixed window) is asked; when fixed denies, tb must be restored from its saved copy.
+  ManualClock clock;
+  const auto options = rltest::test_redis_options("rules-undo");
+  RedisSet set(Rules::from_string(all_algorithms), ratelimit::RedisStorage(options), clock);
+  const std::initializer_list<DescriptorEntry> search = {{"api_key", "K"}, {"path", "/search"}};
+  // tb: 7 per second (bucket of 7); fixed: 5 per minute. Frozen clock.
+  for (int i = 0; i < 5; ++i) REQUIRE(set.decide(search));  // tb 5/7, fixed 5/5
+  for (int i = 0; i < 4; ++i) {
+    const auto d = set.decide(search);  // fixed denies; tb ran and was put back at 7 - 5 = 2
+    REQUIRE_FALSE(d.allowed);
+    CHECK(d.outcomes[0].decision.allowed);
+    CHECK(d.outcomes[0].decision.remaining == 2);
+    CHECK_FALSE(d.outcomes[1].decision.allowed);
+  }
+  const auto keys = redis_keys(options.key_prefix);
+  CHECK(keys.size() == 2);  // tb and fixed
+  for (const auto& key : keys) CHECK(pttl(key) > 0);  // restored keys still expire
+  for (int i = 0; i < 2; ++i) REQUIRE(set.decide({{"api_key", "K"}}));
+  CHECK_FALSE(set.decide({{"api_key", "K"}}).allowed);
 }
 
 TEST_CASE("On Redis a rule set decides exactly like the in-process one, all five algorithms",
