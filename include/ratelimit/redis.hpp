@@ -167,8 +167,11 @@ class RedisBinding {
 /// Thread safety: every member is safe from many threads.
 class RedisStorage {
  public:
+  /// A storage on 127.0.0.1:6379 with the default options (so `Storage = {}` works).
+  RedisStorage() : RedisStorage(RedisOptions{}) {}
+
   /// A storage on `options.host:options.port`.
-  explicit RedisStorage(RedisOptions options = {})
+  explicit RedisStorage(RedisOptions options)
       : client_(std::make_shared<detail::RedisClient>(std::move(options))) {}
 
   /// The binding type for model `M`.
