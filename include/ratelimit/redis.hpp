@@ -76,14 +76,15 @@ class RedisBinding {
   using Redis = detail::RedisModel<M>;
 
   RedisBinding(std::shared_ptr<detail::RedisClient> client, InMemoryStorage fallback_storage,
-               std::string_view name, const typename M::Params& params)
+               std::string_view name, const typename M::Params& params,
+               const std::optional<typename M::Params>& local)
       : client_(std::move(client)),
         params_(params),
         fixed_(Redis::fix(params)),
         tail_(detail::redis_key_tail(M::name, name)) {
     if (client_->options().failure_policy == FailurePolicy::local_fallback)
       fallback_.emplace(fallback_storage.template bind<M>(
-          name, Redis::fallback(params, client_->options().fallback_divisor)));
+          name, local ? *local : Redis::fallback(params, client_->options().fallback_divisor)));
   }
 
   detail::RedisCall call(std::string_view key, std::chrono::nanoseconds now,
@@ -183,7 +184,16 @@ class RedisStorage {
   template <Model M>
     requires detail::RedisScripted<M>
   RedisBinding<M> bind(std::string_view name, const typename M::Params& params) {
-    return RedisBinding<M>(client_, fallback_, name, params);
+    return RedisBinding<M>(client_, fallback_, name, params, std::nullopt);
+  }
+
+  /// As above, with an explicit per-instance limit for `FailurePolicy::local_fallback` instead
+  /// of the shared one divided by `fallback_divisor` (e.g. `TokenBucketModel::make_params(...)`).
+  template <Model M>
+    requires detail::RedisScripted<M>
+  RedisBinding<M> bind(std::string_view name, const typename M::Params& params,
+                       const typename M::Params& local_fallback) {
+    return RedisBinding<M>(client_, fallback_, name, params, local_fallback);
   }
 
   /// Counters since construction (shared by every copy).

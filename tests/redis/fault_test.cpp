@@ -166,3 +166,21 @@ TEST_CASE("A storage made while Redis is down fails open at once and reports the
   REQUIRE(wait_until_redis_decides(limiter, "k"));
   CHECK(limiter.try_acquire("k") == admitted(4, 3, 60s));
 }
+
+TEST_CASE("local_fallback takes an explicit per-instance limit when bind is given one",
+          "[redis][failure][token_bucket]") {
+  rltest::ThrowawayRedis server;
+  server.kill();
+  auto options = options_for(server, FailurePolicy::local_fallback);
+  RedisStorage storage(options);
+  // Shared: 100 tokens at 10/s; local: 3 tokens at 1/s (not 100 / 2).
+  auto tb = storage.bind<ratelimit::TokenBucketModel>(
+      "api", ratelimit::TokenBucketModel::make_params({100, ratelimit::per_second(10)}),
+      ratelimit::TokenBucketModel::make_params({3, ratelimit::per_second(1)}));
+  // Local bucket: T = 3 - 1 = 2, reset (3 - 2) / 1 = 1 s; then 1 left (2 s); then 0 (3 s);
+  // the 4th waits 1 s for a token.
+  CHECK(tb.apply("k", 0ns, {}) == Decision{true, 3, 2, 0ns, 1s, 0ns, true});
+  CHECK(tb.apply("k", 0ns, {}) == Decision{true, 3, 1, 0ns, 2s, 0ns, true});
+  CHECK(tb.apply("k", 0ns, {}) == Decision{true, 3, 0, 0ns, 3s, 0ns, true});
+  CHECK(tb.apply("k", 0ns, {}) == Decision{false, 3, 0, 1s, 3s, 0ns, true});
+}
