@@ -63,6 +63,7 @@
 #include <algorithm>
 #include <array>
 #include <chrono>
+#include <concepts>
 #include <cstddef>
 #include <cstdint>
 #include <filesystem>
@@ -85,6 +86,7 @@
 #include "http.hpp"
 #include "in_memory_storage.hpp"
 #include "leaky_bucket.hpp"
+#include "redis_options.hpp"
 #include "rate.hpp"
 #include "sliding_counter.hpp"
 #include "sliding_log.hpp"
@@ -413,6 +415,11 @@ class LocalRuleBackend {
                     StorageFor<Storage, SlidingLogModel>,
                 "ratelimit::RuleSet: the Storage must hold all five algorithms' state "
                 "(`bind<Model>(name, params)` for each; see storage.hpp)");
+  // A RedisStorage decided here would be atomic only within this process; rules_redis.hpp
+  // specializes RuleBackendFor so that it is atomic across every instance.
+  static_assert(!requires(const Storage& s) {
+    { s.stats() } -> std::same_as<RedisStats>;
+  }, "ratelimit::RuleSet<RedisStorage>: #include <ratelimit/rules_redis.hpp>");
 
  public:
   LocalRuleBackend(const Rules& rules, Storage& storage) {
