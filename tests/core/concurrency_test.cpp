@@ -82,11 +82,12 @@ TEMPLATE_LIST_TEST_CASE("Eight threads hammering one key admit exactly the limit
   });
 }
 
-TEMPLATE_LIST_TEST_CASE("Eight threads with their own limiters on one storage share one key's "
-                        "limit exactly",
-                        "[token_bucket][leaky_bucket][fixed_window][sliding_log][sliding_counter]"
-                        "[concurrent][any_storage]",
-                        Backends) {
+TEMPLATE_LIST_TEST_CASE(
+    "Eight threads with their own limiters on one storage share one key's "
+    "limit exactly",
+    "[token_bucket][leaky_bucket][fixed_window][sliding_log][sliding_counter]"
+    "[concurrent][any_storage]",
+    Backends) {
   INFO("storage: " << TestType::name);
   rltest::for_each_algorithm([]<class Algo>() {
     INFO("algorithm: " << Algo::name);

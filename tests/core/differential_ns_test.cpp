@@ -21,8 +21,7 @@ template <class Algo>
 void replay_ns(const std::vector<Shape>& shapes, std::uint64_t fixed_seed) {
   const auto seed = rltest::seed_for(fixed_seed);
   for (std::size_t i = 0; i < shapes.size(); ++i)
-    rltest::replay<Algo>(shapes[i], ratelimit::InMemoryStorage{}, "in-memory", seed + i, 2500,
-                         1ns);
+    rltest::replay<Algo>(shapes[i], ratelimit::InMemoryStorage{}, "in-memory", seed + i, 2500, 1ns);
 }
 
 // Buckets: 333 333 333.3 ns per token; 2.6 ms per token; 1 000 000 007 / 3 ns per token; and

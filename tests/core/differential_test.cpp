@@ -76,9 +76,7 @@ TEMPLATE_LIST_TEST_CASE("Sliding counter decisions equal the naive model's over 
   // The counter's exact retry instants are (c + n + p - N) W / p into a window: with p up to 7
   // they are whole ms only when W is a multiple of every p. W = 840 ms = lcm(1..8) x 1 ms keeps
   // them exact (the ns-precision cases are in precision_test.cpp).
-  replay_all<rltest::SlidingCounterAlgo, TestType>({{5, Rate{5, 840ms}},
-                                                    {3, Rate{3, 840ms}},
-                                                    {7, Rate{7, 1680ms}},
-                                                    {2, Rate{2, 840ms}}},
-                                                   20240505);
+  replay_all<rltest::SlidingCounterAlgo, TestType>(
+      {{5, Rate{5, 840ms}}, {3, Rate{3, 840ms}}, {7, Rate{7, 1680ms}}, {2, Rate{2, 840ms}}},
+      20240505);
 }

@@ -24,7 +24,7 @@ namespace {
 template <class Backend>
 auto make_window(Rate rate, ManualClock clock) {
   return ratelimit::FixedWindow<ManualClock, typename Backend::Storage>(rate, Backend::make(),
-                                                                       clock);
+                                                                        clock);
 }
 
 constexpr Rate three_per_second{3, std::chrono::seconds{1}};
@@ -42,9 +42,10 @@ TEMPLATE_LIST_TEST_CASE("A fixed window key starts with an empty window",
   CHECK(fw.peek("never seen") == admitted(3, 3, 0ms));
 }
 
-TEMPLATE_LIST_TEST_CASE("A fixed window counts admissions until the window aligned to the epoch "
-                        "ends",
-                        "[fixed_window][any_storage]", Backends) {
+TEMPLATE_LIST_TEST_CASE(
+    "A fixed window counts admissions until the window aligned to the epoch "
+    "ends",
+    "[fixed_window][any_storage]", Backends) {
   INFO("storage: " << TestType::name);
   ManualClock clock;
   auto fw = make_window<TestType>(three_per_second, clock);
@@ -141,9 +142,10 @@ TEMPLATE_LIST_TEST_CASE("A fixed window decides a stepped-back clock at the key'
   CHECK(fw.try_acquire("k") == admitted(3, 1, 1s));
 }
 
-TEMPLATE_LIST_TEST_CASE("Worked example (d): 100/min fixed windows admit 200 around a boundary, a "
-                        "sliding log only 100",
-                        "[fixed_window][sliding_log][any_storage][example]", Backends) {
+TEMPLATE_LIST_TEST_CASE(
+    "Worked example (d): 100/min fixed windows admit 200 around a boundary, a "
+    "sliding log only 100",
+    "[fixed_window][sliding_log][any_storage][example]", Backends) {
   INFO("storage: " << TestType::name);
   using namespace std::chrono;
   ManualClock clock;

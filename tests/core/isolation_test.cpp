@@ -25,6 +25,7 @@ const rltest::Shape one_per_minute{1, ratelimit::per_minute(1)};
 
 std::vector<std::string> awkward_keys() {
   using namespace std::string_literals;
+  // clang-format off
   std::vector<std::string> keys = {
       ""s,      "a"s,         "a\0b"s,     "a\0"s,      "\0"s,     "\0\0"s,         "b"s,
       "{"s,     "}"s,         "{a}"s,      "{a}b"s,     "a{b}"s,   "{}"s,           ":"s,
@@ -32,6 +33,7 @@ std::vector<std::string> awkward_keys() {
       "\xff"s,  "\xff\xfe"s,  "\x80"s,     "\xc3\xa9"s, "e\xcc\x81"s, "*1\r\n$4\r\nPING\r\n"s,
       "token_bucket"s, "token_bucket:a"s, "sliding_log:"s, "%s%n"s, "\\"s, "'\""s,
   };
+  // clang-format on
   std::string every_byte;
   for (int b = 0; b < 256; ++b) every_byte.push_back(static_cast<char>(b));
   keys.push_back(every_byte);
@@ -46,11 +48,12 @@ std::vector<std::string> awkward_keys() {
 
 }  // namespace
 
-TEMPLATE_LIST_TEST_CASE("Limiters of the five algorithms on one storage never see each other's "
-                        "keys",
-                        "[token_bucket][leaky_bucket][fixed_window][sliding_log][sliding_counter]"
-                        "[isolation][any_storage]",
-                        Backends) {
+TEMPLATE_LIST_TEST_CASE(
+    "Limiters of the five algorithms on one storage never see each other's "
+    "keys",
+    "[token_bucket][leaky_bucket][fixed_window][sliding_log][sliding_counter]"
+    "[isolation][any_storage]",
+    Backends) {
   INFO("storage: " << TestType::name);
   using S = typename TestType::Storage;
   ManualClock clock;
@@ -82,11 +85,12 @@ TEMPLATE_LIST_TEST_CASE("Limiters of the five algorithms on one storage never se
   CHECK_FALSE(sc.peek("k"));
 }
 
-TEMPLATE_LIST_TEST_CASE("Limiters of one algorithm share keys on a storage only under the same "
-                        "name",
-                        "[token_bucket][leaky_bucket][fixed_window][sliding_log][sliding_counter]"
-                        "[isolation][any_storage]",
-                        Backends) {
+TEMPLATE_LIST_TEST_CASE(
+    "Limiters of one algorithm share keys on a storage only under the same "
+    "name",
+    "[token_bucket][leaky_bucket][fixed_window][sliding_log][sliding_counter]"
+    "[isolation][any_storage]",
+    Backends) {
   INFO("storage: " << TestType::name);
   using S = typename TestType::Storage;
   using namespace std::string_literals;
@@ -96,9 +100,9 @@ TEMPLATE_LIST_TEST_CASE("Limiters of one algorithm share keys on a storage only 
     S storage = TestType::make();
     // Pairs (name, key) that a careless "name:key" encoding would merge.
     const std::vector<std::pair<std::string, std::string>> slots = {
-        {""s, "k"s},     {"a"s, "k"s},     {"b"s, "k"s},    {"a"s, "b:c"s}, {"a:b"s, "c"s},
-        {"a:"s, "b"s},   {"a"s, ":b"s},    {""s, "x"s},     {"x"s, ""s},    {"a\0b"s, "c"s},
-        {"a"s, "\0b"s},  {"a"s, "b\0c"s},  {"{a}"s, "b"s},  {"a"s, "}b"s},
+        {""s, "k"s},    {"a"s, "k"s},    {"b"s, "k"s},   {"a"s, "b:c"s}, {"a:b"s, "c"s},
+        {"a:"s, "b"s},  {"a"s, ":b"s},   {""s, "x"s},    {"x"s, ""s},    {"a\0b"s, "c"s},
+        {"a"s, "\0b"s}, {"a"s, "b\0c"s}, {"{a}"s, "b"s}, {"a"s, "}b"s},
     };
     for (const auto& [name, key] : slots) {
       INFO("name " << name.size() << " bytes, key " << key.size() << " bytes");
@@ -161,4 +165,3 @@ TEMPLATE_LIST_TEST_CASE("The default key is the empty key",
     CHECK(limiter.peek().remaining == 1);
   });
 }
-

@@ -23,7 +23,7 @@ namespace {
 template <class Backend>
 auto make_queue(LeakyBucketConfig config, ManualClock clock) {
   return ratelimit::LeakyBucket<ManualClock, typename Backend::Storage>(config, Backend::make(),
-                                                                       clock);
+                                                                        clock);
 }
 
 constexpr LeakyBucketConfig ten_at_two_per_second{10, ratelimit::per_second(2)};
@@ -72,9 +72,10 @@ TEMPLATE_LIST_TEST_CASE("An admitted leaky bucket request waits behind the queue
   CHECK(lb.try_acquire("k", 4) == admitted(10, 6, 2s, 0ms));
 }
 
-TEMPLATE_LIST_TEST_CASE("A denied leaky bucket request reports when it would fit and changes "
-                        "nothing",
-                        "[leaky_bucket][any_storage]", Backends) {
+TEMPLATE_LIST_TEST_CASE(
+    "A denied leaky bucket request reports when it would fit and changes "
+    "nothing",
+    "[leaky_bucket][any_storage]", Backends) {
   INFO("storage: " << TestType::name);
   ManualClock clock;
   auto lb = make_queue<TestType>(ten_at_two_per_second, clock);
@@ -181,9 +182,10 @@ TEMPLATE_LIST_TEST_CASE("Leaky bucket acquire waits out the delay, within max_wa
   CHECK(clock.now() == 500ms);
 }
 
-TEMPLATE_LIST_TEST_CASE("Leaky bucket acquire counts both the wait for room and the delay against "
-                        "max_wait",
-                        "[leaky_bucket][any_storage][acquire]", Backends) {
+TEMPLATE_LIST_TEST_CASE(
+    "Leaky bucket acquire counts both the wait for room and the delay against "
+    "max_wait",
+    "[leaky_bucket][any_storage][acquire]", Backends) {
   INFO("storage: " << TestType::name);
   ManualClock clock;
   auto lb = make_queue<TestType>(ten_at_two_per_second, clock);

@@ -30,8 +30,8 @@ namespace {
 
 template <class Algo>
 void generations(std::int64_t keys_per_generation, int generation_count) {
-  INFO("algorithm: " << Algo::name << ", " << keys_per_generation << " keys x "
-                     << generation_count << " generations");
+  INFO("algorithm: " << Algo::name << ", " << keys_per_generation << " keys x " << generation_count
+                     << " generations");
   const rltest::Shape shape{3, ratelimit::per_second(3)};
   ManualClock clock;
   InMemoryStorage storage;
@@ -72,8 +72,8 @@ void generations(std::int64_t keys_per_generation, int generation_count) {
       // A live key of this generation again: it must have kept its state.
       if (i % 13 == 5) decide(key_of(g, i - 5), 2, false);
       // A key of an older generation: fresh again, probably dropped; decided as fresh.
-      if (g > 0 && i % 10 == 3) decide(key_of((g * 7 + i) % g, (i * 31) % keys_per_generation),
-                                       1 + i % 3, false);
+      if (g > 0 && i % 10 == 3)
+        decide(key_of((g * 7 + i) % g, (i * 31) % keys_per_generation), 1 + i % 3, false);
     }
     const std::size_t size = storage.size();
     largest = std::max(largest, size);

@@ -84,7 +84,8 @@ TEST_CASE("Sliding counter retry instants between nanoseconds are rounded up",
   CHECK(sc.try_acquire("k").allowed);
 }
 
-TEST_CASE("Window edges are exact to the nanosecond", "[fixed_window][sliding_log][in_memory]"
+TEST_CASE("Window edges are exact to the nanosecond",
+          "[fixed_window][sliding_log][in_memory]"
           "[precision]") {
   ManualClock clock;
   ratelimit::FixedWindow<ManualClock> fw(ratelimit::per_second(1), {}, clock);

@@ -68,17 +68,23 @@ TEST_CASE("A token bucket rejects every out-of-range field, naming it and its va
           "[token_bucket][in_memory][range]") {
   const auto make = [](std::int64_t capacity, Rate r) { return TB({capacity, r}); };
   for (const std::int64_t bad : {std::int64_t{0}, std::int64_t{-7}, std::int64_t{1'000'000'001}})
-    CHECK_THROWS_MATCHES(make(bad, ratelimit::per_second(1)), std::invalid_argument, Names("capacity", bad));
+    CHECK_THROWS_MATCHES(make(bad, ratelimit::per_second(1)), std::invalid_argument,
+                         Names("capacity", bad));
   for (const std::int64_t bad : {std::int64_t{0}, std::int64_t{-1}, std::int64_t{1'000'000'001}})
-    CHECK_THROWS_MATCHES(make(1, Rate{bad, std::chrono::hours{1}}), std::invalid_argument, Names("refill.count", bad));
+    CHECK_THROWS_MATCHES(make(1, Rate{bad, std::chrono::hours{1}}), std::invalid_argument,
+                         Names("refill.count", bad));
   for (const nanoseconds bad : bad_periods)
-    CHECK_THROWS_MATCHES(make(1, Rate{1, bad}), std::invalid_argument, Names("refill.period", bad.count()));
+    CHECK_THROWS_MATCHES(make(1, Rate{1, bad}), std::invalid_argument,
+                         Names("refill.period", bad.count()));
   // More than one token per ns: 1 000 001 tokens per 1 000 000 ns.
-  CHECK_THROWS_MATCHES(make(1, Rate{1'000'001, 1ms}), std::invalid_argument, Names("refill.count", 1'000'001));
+  CHECK_THROWS_MATCHES(make(1, Rate{1'000'001, 1ms}), std::invalid_argument,
+                       Names("refill.count", 1'000'001));
   // A whole refill longer than 100 years: 10^9 x 366 days / 10^7 = 36 600 days; and one day
   // past 100 Julian years (36 525 days).
-  CHECK_THROWS_MATCHES(make(1'000'000'000, Rate{10'000'000, days366}), std::invalid_argument, Names("capacity", 1'000'000'000));
-  CHECK_THROWS_MATCHES(make(36'526, ratelimit::per_day(1)), std::invalid_argument, Names("capacity", 36'526));
+  CHECK_THROWS_MATCHES(make(1'000'000'000, Rate{10'000'000, days366}), std::invalid_argument,
+                       Names("capacity", 1'000'000'000));
+  CHECK_THROWS_MATCHES(make(36'526, ratelimit::per_day(1)), std::invalid_argument,
+                       Names("capacity", 36'526));
   CHECK_THROWS_AS(make(0, ratelimit::per_second(1)), std::invalid_argument);
   // The edges themselves are accepted.
   CHECK_NOTHROW(make(1'000'000'000, ratelimit::per_second(1'000'000'000)));
@@ -93,13 +99,18 @@ TEST_CASE("A leaky bucket rejects every out-of-range field, naming it and its va
           "[leaky_bucket][in_memory][range]") {
   const auto make = [](std::int64_t queue, Rate r) { return LB({queue, r}); };
   for (const std::int64_t bad : {std::int64_t{0}, std::int64_t{-7}, std::int64_t{1'000'000'001}})
-    CHECK_THROWS_MATCHES(make(bad, ratelimit::per_second(1)), std::invalid_argument, Names("queue_size", bad));
+    CHECK_THROWS_MATCHES(make(bad, ratelimit::per_second(1)), std::invalid_argument,
+                         Names("queue_size", bad));
   for (const std::int64_t bad : {std::int64_t{0}, std::int64_t{-1}, std::int64_t{1'000'000'001}})
-    CHECK_THROWS_MATCHES(make(1, Rate{bad, std::chrono::hours{1}}), std::invalid_argument, Names("leak.count", bad));
+    CHECK_THROWS_MATCHES(make(1, Rate{bad, std::chrono::hours{1}}), std::invalid_argument,
+                         Names("leak.count", bad));
   for (const nanoseconds bad : bad_periods)
-    CHECK_THROWS_MATCHES(make(1, Rate{1, bad}), std::invalid_argument, Names("leak.period", bad.count()));
-  CHECK_THROWS_MATCHES(make(1, Rate{1'000'001, 1ms}), std::invalid_argument, Names("leak.count", 1'000'001));
-  CHECK_THROWS_MATCHES(make(1'000'000'000, Rate{10'000'000, days366}), std::invalid_argument, Names("queue_size", 1'000'000'000));
+    CHECK_THROWS_MATCHES(make(1, Rate{1, bad}), std::invalid_argument,
+                         Names("leak.period", bad.count()));
+  CHECK_THROWS_MATCHES(make(1, Rate{1'000'001, 1ms}), std::invalid_argument,
+                       Names("leak.count", 1'000'001));
+  CHECK_THROWS_MATCHES(make(1'000'000'000, Rate{10'000'000, days366}), std::invalid_argument,
+                       Names("queue_size", 1'000'000'000));
   CHECK_NOTHROW(make(1'000'000'000, ratelimit::per_second(1'000'000'000)));
   CHECK_NOTHROW(make(1, Rate{1, days366}));
   CHECK_NOTHROW(make(1'000'000'000, Rate{10'000'000, 365 * day}));
@@ -110,7 +121,8 @@ TEMPLATE_TEST_CASE("A window limiter rejects an out-of-range rate, naming the fi
   for (const std::int64_t bad : {std::int64_t{0}, std::int64_t{-1}, std::int64_t{1'000'000'001}})
     CHECK_THROWS_MATCHES(TestType(Rate{bad, 1s}), std::invalid_argument, Names("rate.count", bad));
   for (const nanoseconds bad : bad_periods)
-    CHECK_THROWS_MATCHES(TestType(Rate{1, bad}), std::invalid_argument, Names("rate.period", bad.count()));
+    CHECK_THROWS_MATCHES(TestType(Rate{1, bad}), std::invalid_argument,
+                         Names("rate.period", bad.count()));
   CHECK_NOTHROW(TestType(Rate{1'000'000'000, 1ms}));
   CHECK_NOTHROW(TestType(Rate{1'000'000'000, days366}));
   CHECK_NOTHROW(TestType(Rate{1, 1ms}));
@@ -122,7 +134,8 @@ TEMPLATE_TEST_CASE("A cost below 1 and a negative max_wait throw, naming the val
                    TB, LB, FW, SL, SC) {
   ManualClock clock;
   auto limiter = [&] {
-    if constexpr (std::is_same_v<TestType, TB>) return TB({5, ratelimit::per_second(1)}, {}, clock);
+    if constexpr (std::is_same_v<TestType, TB>)
+      return TB({5, ratelimit::per_second(1)}, {}, clock);
     else if constexpr (std::is_same_v<TestType, LB>)
       return LB({5, ratelimit::per_second(1)}, {}, clock);
     else
@@ -163,10 +176,31 @@ TEST_CASE("parse_rate reads the documented forms", "[rate][in_memory]") {
 }
 
 TEST_CASE("parse_rate rejects everything else, quoting the text", "[rate][in_memory]") {
-  for (const std::string bad :
-       {"", " ", "100", "/s", "100/", "0/s", "-1/s", "+5/s", "1.5/s", "ten/s", "10/x", "10/0s",
-        "10/-1s", "10/S", "10/Minute", "10/s extra", "10 per", "per hour", "10 per hour per day",
-        "10//s", "99999999999999999999/s", "10/99999999999999d", "10/1.5s", "10 s", "10/s/m"}) {
+  for (const std::string bad : {"",
+                                " ",
+                                "100",
+                                "/s",
+                                "100/",
+                                "0/s",
+                                "-1/s",
+                                "+5/s",
+                                "1.5/s",
+                                "ten/s",
+                                "10/x",
+                                "10/0s",
+                                "10/-1s",
+                                "10/S",
+                                "10/Minute",
+                                "10/s extra",
+                                "10 per",
+                                "per hour",
+                                "10 per hour per day",
+                                "10//s",
+                                "99999999999999999999/s",
+                                "10/99999999999999d",
+                                "10/1.5s",
+                                "10 s",
+                                "10/s/m"}) {
     INFO("text: \"" << bad << "\"");
     CHECK_THROWS_AS(ratelimit::parse_rate(bad), std::invalid_argument);
     CHECK_THROWS_WITH(ratelimit::parse_rate(bad), Contains("\"" + bad + "\""));
@@ -190,8 +224,7 @@ TEST_CASE("A bucket of 10^9 tokens refilled at 10^9 per second is exact to the n
   // At 500 000 001 ns: T = 5 x 10^8, exactly a cost of 5 x 10^8; a cost of 10^9 waits 10^9 -
   // 5 x 10^8 tokens = 5 x 10^8 ns.
   clock.set(500'000'001ns);
-  CHECK(tb.try_acquire("k", 1'000'000'000) ==
-        denied(1'000'000'000, 500'000'000, 500ms, 500ms));
+  CHECK(tb.try_acquire("k", 1'000'000'000) == denied(1'000'000'000, 500'000'000, 500ms, 500ms));
   CHECK(tb.try_acquire("k", 500'000'000) == admitted(1'000'000'000, 0, 1s));
   // The same near the clock's end: spend all 1 s before 2^62, full again at 2^62.
   clock.set(two_to_62 - 1s);
@@ -230,9 +263,10 @@ TEST_CASE("A bucket of 1 token refilled once per 366 days is exact",
   CHECK(tb.try_acquire("far") == denied(1, 0, days366, days366));
 }
 
-TEST_CASE("A bucket of 10^9 tokens refilled at 10^7 per 365 days (a refill just under 100 years) "
-          "is exact near 2^62 ns",
-          "[token_bucket][leaky_bucket][in_memory][range][extremes]") {
+TEST_CASE(
+    "A bucket of 10^9 tokens refilled at 10^7 per 365 days (a refill just under 100 years) "
+    "is exact near 2^62 ns",
+    "[token_bucket][leaky_bucket][in_memory][range][extremes]") {
   ManualClock clock;
   const Rate slow{10'000'000, 365 * day};
   TB tb({1'000'000'000, slow}, {}, clock);
@@ -274,6 +308,5 @@ TEST_CASE("Windows of 10^9 per 366 days are exact at 2^62 ns",
   // c = 10^9: fresh again at (k + 2) W, to_end + W = 36 806 781 572 612 096 ns from now. A unit
   // fits in window 146 once 10^9 e >= (1 + 10^9 - 10^9) W, e = W / 10^9 = 31 622 400 ns.
   CHECK(sc.try_acquire("k", 1'000'000'000) == admitted(1'000'000'000, 0, to_end + days366));
-  CHECK(sc.try_acquire("k") ==
-        denied(1'000'000'000, 0, to_end + 31'622'400ns, to_end + days366));
+  CHECK(sc.try_acquire("k") == denied(1'000'000'000, 0, to_end + 31'622'400ns, to_end + days366));
 }

@@ -24,7 +24,7 @@ namespace {
 template <class Backend>
 auto make_counter(Rate rate, ManualClock clock) {
   return ratelimit::SlidingCounter<ManualClock, typename Backend::Storage>(rate, Backend::make(),
-                                                                          clock);
+                                                                           clock);
 }
 
 constexpr Rate ten_per_second{10, std::chrono::seconds{1}};
@@ -63,9 +63,10 @@ TEMPLATE_LIST_TEST_CASE("A sliding counter weighs the previous window by its ove
   CHECK(sc.peek("k") == admitted(10, 10, 0ms));
 }
 
-TEMPLATE_LIST_TEST_CASE("A denied sliding counter request gets the exact earliest instant and "
-                        "changes nothing",
-                        "[sliding_counter][any_storage]", Backends) {
+TEMPLATE_LIST_TEST_CASE(
+    "A denied sliding counter request gets the exact earliest instant and "
+    "changes nothing",
+    "[sliding_counter][any_storage]", Backends) {
   INFO("storage: " << TestType::name);
   ManualClock clock;
   auto sc = make_counter<TestType>(ten_per_second, clock);
@@ -159,9 +160,10 @@ TEMPLATE_LIST_TEST_CASE("A sliding counter decides a stepped-back clock at the k
   CHECK(sc.try_acquire("k") == denied(10, 0, 100ms, 1900ms));
 }
 
-TEMPLATE_LIST_TEST_CASE("Worked example (c): 100/min with 80 in the previous minute and 30 in "
-                        "this one admits a request 15 s in, leaving 9",
-                        "[sliding_counter][any_storage][example]", Backends) {
+TEMPLATE_LIST_TEST_CASE(
+    "Worked example (c): 100/min with 80 in the previous minute and 30 in "
+    "this one admits a request 15 s in, leaving 9",
+    "[sliding_counter][any_storage][example]", Backends) {
   INFO("storage: " << TestType::name);
   ManualClock clock;
   auto sc = make_counter<TestType>(ratelimit::per_minute(100), clock);

@@ -22,7 +22,7 @@ namespace {
 template <class Backend>
 auto make_log(Rate rate, ManualClock clock) {
   return ratelimit::SlidingLog<ManualClock, typename Backend::Storage>(rate, Backend::make(),
-                                                                      clock);
+                                                                       clock);
 }
 
 constexpr Rate three_per_second{3, std::chrono::seconds{1}};
@@ -39,9 +39,10 @@ TEMPLATE_LIST_TEST_CASE("A sliding log key starts with an empty log", "[sliding_
   CHECK(sl.peek("never seen") == admitted(3, 3, 0ms));
 }
 
-TEMPLATE_LIST_TEST_CASE("A sliding log admits N in any window and waits for the oldest entry to "
-                        "leave",
-                        "[sliding_log][any_storage]", Backends) {
+TEMPLATE_LIST_TEST_CASE(
+    "A sliding log admits N in any window and waits for the oldest entry to "
+    "leave",
+    "[sliding_log][any_storage]", Backends) {
   INFO("storage: " << TestType::name);
   ManualClock clock;
   auto sl = make_log<TestType>(three_per_second, clock);
@@ -54,9 +55,9 @@ TEMPLATE_LIST_TEST_CASE("A sliding log admits N in any window and waits for the 
   // At 500 ms |log| = 3; cost n waits for the (3 + n - 3) = n-th oldest: e + 1000 - 500.
   // reset = 400 + 1000 - 500 = 900 ms.
   clock.set(500ms);
-  CHECK(sl.try_acquire("k") == denied(3, 0, 500ms, 900ms));      // e = 0
-  CHECK(sl.try_acquire("k", 2) == denied(3, 0, 700ms, 900ms));   // e = 200
-  CHECK(sl.try_acquire("k", 3) == denied(3, 0, 900ms, 900ms));   // e = 400
+  CHECK(sl.try_acquire("k") == denied(3, 0, 500ms, 900ms));     // e = 0
+  CHECK(sl.try_acquire("k", 2) == denied(3, 0, 700ms, 900ms));  // e = 200
+  CHECK(sl.try_acquire("k", 3) == denied(3, 0, 900ms, 900ms));  // e = 400
   // At 999 ms the entry at 0 still counts (999 - 1000 < 0): 1 ms to go; reset 401 ms.
   clock.set(999ms);
   CHECK(sl.try_acquire("k") == denied(3, 0, 1ms, 401ms));
@@ -71,9 +72,10 @@ TEMPLATE_LIST_TEST_CASE("A sliding log admits N in any window and waits for the 
   CHECK(sl.peek("k") == admitted(3, 3, 0ms));
 }
 
-TEMPLATE_LIST_TEST_CASE("A sliding log counts each unit of a costly request as an entry at its "
-                        "time",
-                        "[sliding_log][any_storage]", Backends) {
+TEMPLATE_LIST_TEST_CASE(
+    "A sliding log counts each unit of a costly request as an entry at its "
+    "time",
+    "[sliding_log][any_storage]", Backends) {
   INFO("storage: " << TestType::name);
   ManualClock clock;
   auto sl = make_log<TestType>(three_per_second, clock);

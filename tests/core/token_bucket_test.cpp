@@ -23,15 +23,14 @@ namespace {
 template <class Backend>
 auto make_bucket(TokenBucketConfig config, ManualClock clock) {
   return ratelimit::TokenBucket<ManualClock, typename Backend::Storage>(config, Backend::make(),
-                                                                       clock);
+                                                                        clock);
 }
 
 constexpr TokenBucketConfig ten_at_two_per_second{10, ratelimit::per_second(2)};
 
 }  // namespace
 
-TEMPLATE_LIST_TEST_CASE("A token bucket key starts full", "[token_bucket][any_storage]",
-                        Backends) {
+TEMPLATE_LIST_TEST_CASE("A token bucket key starts full", "[token_bucket][any_storage]", Backends) {
   INFO("storage: " << TestType::name);
   ManualClock clock;
   auto tb = make_bucket<TestType>(ten_at_two_per_second, clock);
@@ -43,9 +42,10 @@ TEMPLATE_LIST_TEST_CASE("A token bucket key starts full", "[token_bucket][any_st
   CHECK(tb.try_acquire("other", 10) == admitted(10, 0, 5s));
 }
 
-TEMPLATE_LIST_TEST_CASE("An admitted token bucket request reports the tokens left and the refill "
-                        "time",
-                        "[token_bucket][any_storage]", Backends) {
+TEMPLATE_LIST_TEST_CASE(
+    "An admitted token bucket request reports the tokens left and the refill "
+    "time",
+    "[token_bucket][any_storage]", Backends) {
   INFO("storage: " << TestType::name);
   ManualClock clock;
   auto tb = make_bucket<TestType>(ten_at_two_per_second, clock);
@@ -62,9 +62,10 @@ TEMPLATE_LIST_TEST_CASE("An admitted token bucket request reports the tokens lef
   CHECK(tb.try_acquire("k", 4) == admitted(10, 6, 2s));
 }
 
-TEMPLATE_LIST_TEST_CASE("A denied token bucket request reports when it would pass and changes "
-                        "nothing",
-                        "[token_bucket][any_storage]", Backends) {
+TEMPLATE_LIST_TEST_CASE(
+    "A denied token bucket request reports when it would pass and changes "
+    "nothing",
+    "[token_bucket][any_storage]", Backends) {
   INFO("storage: " << TestType::name);
   ManualClock clock;
   auto tb = make_bucket<TestType>(ten_at_two_per_second, clock);
@@ -166,9 +167,10 @@ TEMPLATE_LIST_TEST_CASE("A token bucket decides a stepped-back clock at the key'
   CHECK(tb.try_acquire("j") == admitted(10, 9, 500ms));
 }
 
-TEMPLATE_LIST_TEST_CASE("Worked example (a): a 10-token bucket at 2/s admits 10 of 15, then 5 of "
-                        "5 three seconds later",
-                        "[token_bucket][any_storage][example]", Backends) {
+TEMPLATE_LIST_TEST_CASE(
+    "Worked example (a): a 10-token bucket at 2/s admits 10 of 15, then 5 of "
+    "5 three seconds later",
+    "[token_bucket][any_storage][example]", Backends) {
   INFO("storage: " << TestType::name);
   ManualClock clock;
   auto tb = make_bucket<TestType>({10, ratelimit::per_second(2)}, clock);

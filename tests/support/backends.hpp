@@ -28,7 +28,10 @@ struct InMemoryBackend {
   static constexpr std::chrono::nanoseconds resolution{1};
 };
 
-#if defined(RATELIMIT_TEST_WITH_REDIS)
+#if defined(RATELIMIT_TEST_WITH_CLUSTER)
+#include "cluster_backend.hpp"  // the cluster helper's ClusterBackend (tests/cluster/)
+using Backends = std::tuple<ClusterBackend>;
+#elif defined(RATELIMIT_TEST_WITH_REDIS)
 #include "redis_backend.hpp"  // the Redis helper's RedisBackend, with the same members
 using Backends = std::tuple<InMemoryBackend, RedisBackend>;
 #else

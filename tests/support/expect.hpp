@@ -40,8 +40,8 @@ struct StringMaker<ratelimit::Decision> {
     std::ostringstream os;
     os << "{allowed=" << d.allowed << " limit=" << d.limit << " remaining=" << d.remaining
        << " retry_after=" << rltest::show_ns(d.retry_after)
-       << " reset_after=" << rltest::show_ns(d.reset_after)
-       << " delay=" << rltest::show_ns(d.delay) << " degraded=" << d.degraded << "}";
+       << " reset_after=" << rltest::show_ns(d.reset_after) << " delay=" << rltest::show_ns(d.delay)
+       << " degraded=" << d.degraded << "}";
     return os.str();
   }
 };

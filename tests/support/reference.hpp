@@ -30,8 +30,8 @@
 namespace rltest::ref {
 
 __extension__ using wide = __int128;  // products such as count x elapsed, exactly
-using std::chrono::nanoseconds;
 using ratelimit::Decision;
+using std::chrono::nanoseconds;
 
 inline wide ceil_div(wide a, wide b) { return a <= 0 ? -((-a) / b) : (a + b - 1) / b; }
 inline wide floor_div(wide a, wide b) { return a >= 0 ? a / b : -ceil_div(-a, b); }
@@ -42,7 +42,9 @@ inline nanoseconds to_ns(wide v) { return nanoseconds{static_cast<std::int64_t>(
 class TokenBucket {
  public:
   TokenBucket(std::int64_t capacity, ratelimit::Rate refill)
-      : b_(capacity), count_(refill.count), period_(refill.period.count()),
+      : b_(capacity),
+        count_(refill.count),
+        period_(refill.period.count()),
         tokens_(wide{capacity} * period_) {}
 
   Decision decide(nanoseconds now, std::int64_t cost, bool peek) {
@@ -72,8 +74,8 @@ class TokenBucket {
 
  private:
   std::int64_t b_, count_, period_;
-  wide tokens_;     // T * period at last_
-  wide last_ = 0;   // ns: time of the latest admission
+  wide tokens_;    // T * period at last_
+  wide last_ = 0;  // ns: time of the latest admission
 };
 
 /// LeakyBucket {queue_size Q, leak r}: level L * period kept as an integer, draining by count

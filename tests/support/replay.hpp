@@ -78,8 +78,8 @@ void replay(const Shape& shape, Storage storage, const char* storage_name, std::
       continue;
     }
     const auto check = [&](std::int64_t cost, bool peek) {
-      INFO((peek ? "peek" : "try_acquire, cost ") << (peek ? ""s : std::to_string(cost)) << " at "
-                                                   << clock.now().count() << " ns");
+      INFO((peek ? "peek" : "try_acquire, cost ")
+           << (peek ? ""s : std::to_string(cost)) << " at " << clock.now().count() << " ns");
       const auto want = ref.decide(clock.now(), cost, peek);
       const auto got = peek ? limiter.peek(key) : limiter.try_acquire(key, cost);
       REQUIRE(got == want);
