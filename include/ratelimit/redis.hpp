@@ -202,6 +202,10 @@ class RedisStorage {
   /// The options it was built with.
   const RedisOptions& options() const noexcept { return client_->options(); }
 
+ protected:
+  /// The cluster hook: RedisClusterStorage is a RedisStorage whose client routes by slot.
+  explicit RedisStorage(std::shared_ptr<detail::RedisClient> client) : client_(std::move(client)) {}
+
  private:
   friend class RedisBatch;
   std::shared_ptr<detail::RedisClient> client_;

@@ -59,7 +59,7 @@ inline const std::string& cluster_seed() {
       s.command_timeout = std::chrono::seconds{1};
       auto c = ratelimit::detail::RedisConnection::open(node, s);
       auto r = c.pipeline({{"CLUSTER", "INFO"}});
-      if (r.front()->type != REDIS_REPLY_STRING && r.front()->type != REDIS_REPLY_VERB)
+      if (r.front()->type != REDIS_REPLY_STRING)
         no_cluster(std::string(v) + " is not a cluster node");
       if (std::string_view(r.front()->str, r.front()->len).find("cluster_state:ok") ==
           std::string_view::npos)

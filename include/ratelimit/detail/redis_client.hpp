@@ -74,8 +74,14 @@ inline void check_redis_options(const RedisOptions& o) {
 }
 
 /// Thread safety: every member is safe from many threads.
+/// The cluster hook: `execute`, `stats` and `retry_in` are virtual and the per-node machinery
+/// (run_on, round_trip, counters) is protected, so detail::RedisClusterClient routes calls by
+/// slot and reuses the rest; `keep_error` lets it receive MOVED/ASK/TRYAGAIN replies as replies
+/// to follow instead of failures. A single node never overrides anything.
 class RedisClient {
  public:
+  virtual ~RedisClient() = default;
+
   explicit RedisClient(RedisOptions options)
       : options_((check_redis_options(options), std::move(options))),
         margin_ms_(std::to_string(options_.ttl_margin.count())) {
@@ -94,7 +100,7 @@ class RedisClient {
 
   /// Runs `calls` (each routed by its first key) in one pipelined round trip per node and
   /// returns one result per call, in order. Never throws RedisError: failures are results.
-  std::vector<RedisResult> execute(const std::vector<RedisCall>& calls) {
+  virtual std::vector<RedisResult> execute(const std::vector<RedisCall>& calls) {
     std::vector<RedisResult> results(calls.size());
     std::vector<std::pair<RedisNodeClient*, std::vector<std::size_t>>> groups;
     for (std::size_t i = 0; i < calls.size(); ++i) {
@@ -117,7 +123,7 @@ class RedisClient {
   void count_degraded() noexcept { degraded_.fetch_add(1, std::memory_order_relaxed); }
   void count_decision() noexcept { decisions_.fetch_add(1, std::memory_order_relaxed); }
 
-  RedisStats stats() const noexcept {
+  virtual RedisStats stats() const noexcept {
     RedisStats s;
     s.decisions = decisions_.load(std::memory_order_relaxed);
     s.degraded_decisions = degraded_.load(std::memory_order_relaxed);
@@ -129,11 +135,15 @@ class RedisClient {
   }
 
   /// How long until the node owning `redis_key` is tried again (0 if it is not being avoided).
-  std::chrono::nanoseconds retry_in(std::string_view redis_key) noexcept {
+  virtual std::chrono::nanoseconds retry_in(std::string_view redis_key) noexcept {
     return node_for(redis_key).breaker.retry_in();
   }
 
- private:
+ protected:
+  /// True: an error reply the caller follows itself (a cluster's redirections), returned as the
+  /// result's reply without counting a failure or touching the breaker.
+  virtual bool keep_error(const redisReply&) const noexcept { return false; }
+
   static RedisCommand command_of(const RedisCall& call, bool full_script) {
     RedisCommand cmd;
     if (call.script == nullptr) {
@@ -194,7 +204,9 @@ class RedisClient {
       for (std::size_t j = 0; j < replies.size(); ++j) {
         RedisResult& res = results[indexes[j]];
         const redisReply& r = *replies[j];
-        if (r.type == REDIS_REPLY_ERROR) {
+        if (r.type == REDIS_REPLY_ERROR && keep_error(r)) {
+          res.reply = std::move(replies[j]);
+        } else if (r.type == REDIS_REPLY_ERROR) {
           if (node_unavailable(r)) node_ok = false;
           res.failure = RedisFailure{RedisFailureKind::reply, node.pool.node().address() + ": " +
                                                                   std::string(r.str, r.len)};

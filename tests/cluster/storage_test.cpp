@@ -1,0 +1,224 @@
+// Issue 6: the cluster storage's routing. Slots as the specification computes them, validation,
+// keys spread over every primary with exact decisions, the batch split by node, and a slot with
+// live keys moved under traffic (ASK while it migrates, MOVED after) with decisions still exact.
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <set>
+#include <stdexcept>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <catch2/catch.hpp>
+#include <ratelimit/fixed_window.hpp>
+#include <ratelimit/manual_clock.hpp>
+#include <ratelimit/redis_cluster.hpp>
+#include <ratelimit/sliding_log.hpp>
+
+#include "cluster_admin.hpp"
+#include "support/expect.hpp"
+
+using namespace std::chrono_literals;
+using ratelimit::FixedWindow;
+using ratelimit::ManualClock;
+using ratelimit::RedisClusterStorage;
+using rltest::admitted;
+using rltest::denied;
+
+TEST_CASE("CRC16 matches the cluster specification's check value", "[cluster][slot]") {
+  // The specification's test vector: CRC16 (XMODEM) of "123456789" is 0x31C3.
+  STATIC_REQUIRE(ratelimit::detail::crc16("123456789") == 0x31C3);
+  // "{user1000}.following" and "{user1000}.followers" hash only the tag: the same slot.
+  CHECK(ratelimit::detail::redis_key_slot("{user1000}.following") ==
+        ratelimit::detail::redis_key_slot("{user1000}.followers"));
+  // An empty tag "{}" does not count: the whole key is hashed.
+  CHECK(ratelimit::detail::redis_key_slot("foo{}{bar}") ==
+        (ratelimit::detail::crc16("foo{}{bar}") & 16383));
+}
+
+TEST_CASE("The client's slot of every kind of key equals the cluster's CLUSTER KEYSLOT",
+          "[cluster][slot]") {
+  rltest::Admin admin(rltest::seed_node());
+  const std::string hostile_bytes("a{b}c\0:}{", 9);
+  for (const std::string& client_key :
+       {std::string("alice"), std::string(), hostile_bytes, std::string(10000, '}'),
+        std::string("user-42")}) {
+    const std::string key = ratelimit::detail::redis_key(
+        "p:", client_key, ratelimit::detail::redis_key_tail("fixed_window", "n"));
+    auto r = admin.run({"CLUSTER", "KEYSLOT", key});
+    CHECK(ratelimit::detail::redis_key_slot(key) == r->integer);
+  }
+}
+
+TEST_CASE("Cluster options out of range are rejected, naming the field", "[cluster]") {
+  ratelimit::RedisClusterOptions o;
+  o.seeds = {};
+  CHECK_THROWS_WITH(RedisClusterStorage(o), Catch::Contains("seeds"));
+  o.seeds = {"localhost"};
+  CHECK_THROWS_WITH(RedisClusterStorage(o), Catch::Contains("seeds[0]"));
+  o.seeds = {"127.0.0.1:7000", "h:70000"};
+  CHECK_THROWS_WITH(RedisClusterStorage(o), Catch::Contains("seeds[1]"));
+  o.seeds = {"127.0.0.1:7000"};
+  o.redis.db = 1;
+  CHECK_THROWS_WITH(RedisClusterStorage(o), Catch::Contains("db"));
+  o.redis.db = 0;
+  o.max_redirects = 0;
+  CHECK_THROWS_WITH(RedisClusterStorage(o), Catch::Contains("max_redirects"));
+  o.max_redirects = 5;
+  o.redis.pool_size = 0;
+  CHECK_THROWS_WITH(RedisClusterStorage(o), Catch::Contains("pool_size"));
+}
+
+TEST_CASE("Keys spread over every primary and each key's decisions are exact",
+          "[cluster][fixed_window]") {
+  RedisClusterStorage storage(rltest::test_cluster_options("spread"));
+  ManualClock clock;
+  clock.set(10s);
+  FixedWindow<ManualClock, RedisClusterStorage> fw(ratelimit::Rate{3, 1s}, storage, clock, "fw");
+  std::set<std::string> nodes;
+  for (int k = 0; k < 30; ++k) {
+    const std::string key = "user-" + std::to_string(k);
+    nodes.insert(storage.node_of<ratelimit::FixedWindowModel>("fw", key));
+    // 3 per 1 s window, at t = 10 s (a window start): 3 admitted (2, 1, 0 left, reset 1 s),
+    // the 4th denied until the window ends in 1 s.
+    CHECK(fw.try_acquire(key) == admitted(3, 2, 1s));
+    CHECK(fw.try_acquire(key, 2) == admitted(3, 0, 1s));
+    CHECK(fw.try_acquire(key) == denied(3, 0, 1s, 1s));
+  }
+  // 30 keys over three primaries' slots: all three get some.
+  CHECK(nodes.size() == rltest::live_primaries().size());
+  for (const auto& p : rltest::live_primaries()) {
+    INFO("primary " << p.address.address());
+    CHECK(rltest::count_keys(p.address, storage.options().key_prefix) > 0);
+  }
+  CHECK(storage.stats().degraded_decisions == 0);
+}
+
+TEST_CASE("A batch over keys on every node returns each decision in order", "[cluster][batch]") {
+  RedisClusterStorage storage(rltest::test_cluster_options("batch"));
+  ManualClock clock;
+  clock.set(10s);
+  FixedWindow<ManualClock, ratelimit::RedisStorage> fw(ratelimit::Rate{2, 1s}, storage, clock,
+                                                       "b");
+  ratelimit::RedisBatch batch(storage);
+  // Each of 12 keys three times: admitted with 1 then 0 left, then denied (2 per 1 s window).
+  for (int round = 0; round < 3; ++round)
+    for (int k = 0; k < 12; ++k) batch.add(fw, "k" + std::to_string(k));
+  const auto d = batch.run();
+  REQUIRE(d.size() == 36);
+  for (int k = 0; k < 12; ++k) {
+    INFO("key k" << k);
+    CHECK(d[static_cast<std::size_t>(k)] == admitted(2, 1, 1s));
+    CHECK(d[static_cast<std::size_t>(12 + k)] == admitted(2, 0, 1s));
+    CHECK(d[static_cast<std::size_t>(24 + k)] == denied(2, 0, 1s, 1s));
+  }
+}
+
+namespace {
+
+/// Sets `slot` to `state` ("NODE <id>", ...) on every live primary, the two sides first.
+void setslot_everywhere(int slot, const std::string& owner_id, const rltest::RedisNode& dst,
+                        const rltest::RedisNode& src) {
+  rltest::Admin(dst).run({"CLUSTER", "SETSLOT", std::to_string(slot), "NODE", owner_id});
+  rltest::Admin(src).run({"CLUSTER", "SETSLOT", std::to_string(slot), "NODE", owner_id});
+  for (const auto& p : rltest::live_primaries())
+    if (!(p.address == dst) && !(p.address == src))
+      rltest::Admin(p.address).run({"CLUSTER", "SETSLOT", std::to_string(slot), "NODE", owner_id});
+}
+
+}  // namespace
+
+TEST_CASE("Moving a slot with live keys under traffic keeps decisions exact (ASK, then MOVED)",
+          "[cluster][resharding][fixed_window][sliding_log]") {
+  auto options = rltest::test_cluster_options("reshard");
+  RedisClusterStorage storage(options);
+  ManualClock clock;
+  clock.set(100s);  // frozen: only the limits matter
+  using FW = FixedWindow<ManualClock, RedisClusterStorage>;
+  FW fw(ratelimit::Rate{10, 1h}, storage, clock, "reshard");
+  const std::string key = "moving";
+  const std::string redis_key = ratelimit::detail::redis_key(
+      options.redis.key_prefix, key, ratelimit::detail::redis_key_tail("fixed_window", "reshard"));
+  const int slot = ratelimit::detail::redis_key_slot(redis_key);
+
+  const auto primaries = rltest::live_primaries();
+  REQUIRE(primaries.size() >= 2);
+  const rltest::RedisNode src =
+      ratelimit::detail::parse_redis_node(storage.node_of<ratelimit::FixedWindowModel>("reshard", key), "src");
+  const rltest::ClusterNodeInfo* src_info = nullptr;
+  const rltest::ClusterNodeInfo* dst_info = nullptr;
+  for (const auto& p : primaries) {
+    if (p.address == src)
+      src_info = &p;
+    else if (dst_info == nullptr)
+      dst_info = &p;
+  }
+  REQUIRE(src_info != nullptr);
+  REQUIRE(dst_info != nullptr);
+  const rltest::RedisNode dst = dst_info->address;
+
+  // Background traffic on the same slot (same client key, other limiter names): a fixed window
+  // and a sliding log (two Redis keys per decision), 25 per hour each, time frozen.
+  std::atomic<bool> stop{false};
+  std::atomic<std::int64_t> bg_admitted{0}, bg_degraded{0}, bg_attempts{0};
+  std::thread traffic([&] {
+    FW bg_fw(ratelimit::Rate{25, 1h}, storage, clock, "bg-fw");
+    ratelimit::SlidingLog<ManualClock, RedisClusterStorage> bg_log(ratelimit::Rate{25, 1h},
+                                                                    storage, clock, "bg-log");
+    while (!stop.load() || bg_attempts.load() < 200) {
+      for (const auto& d : {bg_fw.try_acquire(key), bg_log.try_acquire(key)}) {
+        bg_attempts.fetch_add(1);
+        if (d.degraded) bg_degraded.fetch_add(1);
+        if (d.allowed) bg_admitted.fetch_add(1);
+      }
+    }
+  });
+
+  // Limit 10: three admitted before the move (9 left after the 1st, 7 after the 3rd).
+  CHECK(fw.try_acquire(key) == admitted(10, 9, 3600s - 100s));
+  CHECK(fw.try_acquire(key, 2) == admitted(10, 7, 3500s));
+
+  // Migration starts: the source still holds the key and serves it.
+  rltest::Admin(dst).run({"CLUSTER", "SETSLOT", std::to_string(slot), "IMPORTING", src_info->id});
+  rltest::Admin(src).run({"CLUSTER", "SETSLOT", std::to_string(slot), "MIGRATING", dst_info->id});
+  CHECK(fw.try_acquire(key) == admitted(10, 6, 3500s));
+  // A key the source does not hold is created on the target: ASK, then ASKING + the script.
+  // A new limiter name, same client key, so the same slot: fresh, 10 - 1 = 9 left.
+  FW fresh(ratelimit::Rate{10, 1h}, storage, clock, "reshard-new");
+  CHECK(fresh.try_acquire(key) == admitted(10, 9, 3500s));
+  CHECK(storage.cluster_stats().ask >= 1);
+
+  // Every key of the slot moves (MIGRATE is atomic per call on the source).
+  {
+    rltest::Admin s(src);
+    for (;;) {
+      auto keys = s.run({"CLUSTER", "GETKEYSINSLOT", std::to_string(slot), "100"});
+      if (keys->elements == 0) break;
+      std::vector<std::string> cmd{"MIGRATE", dst.host, std::to_string(dst.port), "", "0",
+                                   "5000", "KEYS"};
+      for (std::size_t i = 0; i < keys->elements; ++i)
+        cmd.emplace_back(keys->element[i]->str, keys->element[i]->len);
+      s.run(cmd);
+    }
+  }
+  // The key now lives on the target while the slot is still migrating: ASK again; the count
+  // continued there (4 spent, so 5 and 4 left).
+  CHECK(fw.try_acquire(key) == admitted(10, 5, 3500s));
+  CHECK(fw.try_acquire(key) == admitted(10, 4, 3500s));
+
+  // The target owns the slot: the source answers MOVED, the client follows and re-learns.
+  setslot_everywhere(slot, dst_info->id, dst, src);
+  for (int i = 3; i >= 0; --i) CHECK(fw.try_acquire(key) == admitted(10, i, 3500s));
+  CHECK(fw.try_acquire(key) == denied(10, 0, 3500s, 3500s));
+  CHECK(storage.cluster_stats().moved >= 1);
+  CHECK(storage.node_of<ratelimit::FixedWindowModel>("reshard", key) == dst.address());
+  CHECK(fresh.try_acquire(key) == admitted(10, 8, 3500s));
+
+  stop.store(true);
+  traffic.join();
+  // 25 per hour, time frozen, at least 200 attempts over both: exactly 25 + 25 admitted.
+  CHECK(bg_degraded.load() == 0);
+  CHECK(bg_admitted.load() == 50);
+  CHECK(storage.stats().degraded_decisions == 0);
+}
