@@ -168,16 +168,19 @@ template <class C>
 struct Ticker {
   C clock{};
   std::int64_t t = 0;
-  explicit Ticker(std::chrono::nanoseconds) {}
+  explicit Ticker(std::chrono::nanoseconds, std::chrono::nanoseconds = {}) {}
   void tick() noexcept {}
 };
 
 template <>
 struct Ticker<ManualClock> {
   ManualClock clock{};
-  std::int64_t t = std::chrono::nanoseconds(1h).count();
+  std::int64_t t;
   std::int64_t step;
-  explicit Ticker(std::chrono::nanoseconds s) : step(s.count()) { clock.set(std::chrono::nanoseconds{t}); }
+  explicit Ticker(std::chrono::nanoseconds s, std::chrono::nanoseconds start = 1h)
+      : t(start.count()), step(s.count()) {
+    clock.set(std::chrono::nanoseconds{t});
+  }
   void tick() {
     t += step;
     clock.set(std::chrono::nanoseconds{t});
@@ -224,7 +227,10 @@ void BM_OneKeyDenied(benchmark::State& state) {
 template <class A, class C>
 void BM_OneKeyTwoThreads(benchmark::State& state) {
   static InMemoryStorage storage;  // shared by the threads, one per instantiation
-  Ticker<C> ticker(admitted_step<A>());
+  // The key outlives a run (Google Benchmark calls this several times): each run's ManualClocks
+  // start where the latest clock of the previous runs stopped, so time never steps back.
+  static std::atomic<std::int64_t> resume_at{std::chrono::nanoseconds(1h).count()};
+  Ticker<C> ticker(admitted_step<A>(), std::chrono::nanoseconds{resume_at.load()});
   typename A::template Limiter<C> limiter(A::admitting(), storage, ticker.clock);
   const std::string key = "client-0000042";
   std::int64_t admitted = 0;
@@ -234,6 +240,8 @@ void BM_OneKeyTwoThreads(benchmark::State& state) {
     admitted += d.allowed;
     benchmark::DoNotOptimize(d);
   }
+  for (std::int64_t seen = resume_at.load(); seen < ticker.t;)
+    if (resume_at.compare_exchange_weak(seen, ticker.t)) break;
   state.SetItemsProcessed(state.iterations());
   state.counters["admitted"] = benchmark::Counter(
       static_cast<double>(admitted) / static_cast<double>(state.iterations()),
