@@ -72,7 +72,7 @@ class EntryRing {
 /// The log holds the time of every admitted unit; at t the window is (t - W, t]. Admit iff
 /// |log| + n <= N, then log n entries at t; denied requests are not logged. Exact, at the cost
 /// of memory per admitted request (the "sliding window log" of the design doc's case study).
-/// State: 56 bytes plus 16 bytes per slot; equal times share one entry with a count, expired
+/// State: 48 bytes plus 16 bytes per slot; equal times share one entry with a count, expired
 /// entries leave on the next admission, and a key never holds more than N entries.
 struct SlidingLogModel {
   static constexpr std::string_view name = "sliding_log";
