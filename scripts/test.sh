@@ -7,8 +7,10 @@
 #      `concurrent` and `package` labels.
 #   3. ThreadSanitizer (clang++): the `concurrent` tests.
 # A throwaway Redis runs for the whole script (RATELIMIT_TEST_REDIS=127.0.0.1:PORT) and is
-# stopped on exit, failure included. Without Redis the `redis` tests are skipped with a warning,
-# except when CI=true, where that is a failure. Benchmarks are never run here.
+# stopped on exit, failure included; so is a throwaway Redis Cluster (RATELIMIT_TEST_CLUSTER,
+# scripts/redis_cluster.sh) for the `cluster` tests, run apart with `ctest -L cluster` in build 1.
+# Without Redis the `redis` (and `cluster`) tests are skipped with a warning, except when
+# CI=true, where that is a failure. Benchmarks are never run here.
 # Build trees: build/gcc, build/asan, build/tsan. Exit status: 0 iff every step passed.
 set -uo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
@@ -43,8 +45,16 @@ stop_redis() {
     redis_port=""
   fi
 }
-trap stop_redis EXIT
-trap 'stop_redis; exit 130' INT TERM
+# The Redis Cluster for the `cluster` tests (scripts/redis_cluster.sh; its seed host:port).
+cluster_seed=""
+stop_cluster() {
+  if [[ -n "$cluster_seed" ]]; then
+    bash "$root/scripts/redis_cluster.sh" stop "$cluster_seed" || true
+    cluster_seed=""
+  fi
+}
+trap 'stop_redis; stop_cluster' EXIT
+trap 'stop_redis; stop_cluster; exit 130' INT TERM
 
 note "redis"
 exclude_redis=""
@@ -60,6 +70,20 @@ else
   echo "test.sh: WARNING: no Redis; the tests labelled 'redis' are NOT run" >&2
   unset RATELIMIT_TEST_REDIS
   exclude_redis="|redis"
+fi
+
+note "redis cluster"
+if cluster_seed=$(bash scripts/redis_cluster.sh start); then
+  export RATELIMIT_TEST_CLUSTER="$cluster_seed"
+  echo "RATELIMIT_TEST_CLUSTER=$RATELIMIT_TEST_CLUSTER"
+else
+  cluster_seed=""
+  unset RATELIMIT_TEST_CLUSTER
+  if [[ "${CI:-}" == "true" ]]; then
+    echo "test.sh: CI=true and no Redis Cluster: the tests labelled 'cluster' will fail" >&2
+  else
+    echo "test.sh: WARNING: no Redis Cluster; the tests labelled 'cluster' are NOT run" >&2
+  fi
 fi
 
 # --- helpers --------------------------------------------------------------------------------------
@@ -137,12 +161,20 @@ if configure gcc -DCMAKE_CXX_COMPILER=g++ -DCMAKE_BUILD_TYPE=Release \
     -DRATELIMIT_BUILD_EXAMPLES=ON && build gcc; then
   record PASS "g++ build (tests, bench, examples)" $((SECONDS - s))
   s=$SECONDS
-  gcc_select=()
-  [[ -n "$exclude_redis" ]] && gcc_select=(-LE redis)
+  gcc_select=(-LE "cluster${exclude_redis}")
   if run_ctest gcc "${gcc_select[@]}"; then
-    record PASS "g++ ctest (all labels)" $((SECONDS - s))
+    record PASS "g++ ctest (all labels but cluster)" $((SECONDS - s))
   else
-    record FAIL "g++ ctest (all labels)" $((SECONDS - s))
+    record FAIL "g++ ctest (all labels but cluster)" $((SECONDS - s))
+  fi
+  # Separately, on the throwaway cluster (the failover test changes its topology).
+  s=$SECONDS
+  if [[ -z "$cluster_seed" && "${CI:-}" != "true" ]]; then
+    record SKIP "g++ ctest -L cluster (no Redis Cluster)" 0
+  elif run_ctest gcc -L cluster; then
+    record PASS "g++ ctest -L cluster (Redis Cluster)" $((SECONDS - s))
+  else
+    record FAIL "g++ ctest -L cluster (Redis Cluster)" $((SECONDS - s))
   fi
 else
   record FAIL "g++ build (tests, bench, examples)" $((SECONDS - s))
@@ -152,11 +184,11 @@ fi
 
 # Also compiles the examples and each header alone with clang++, so both compilers are checked
 # warning-free on everything but the benchmarks.
-note "build 2/3: clang++ ASan+UBSan; ctest -LE 'concurrent|package${exclude_redis}'"
+note "build 2/3: clang++ ASan+UBSan; ctest -LE 'concurrent|package|cluster${exclude_redis}'"
 export ASAN_OPTIONS="detect_leaks=1:abort_on_error=0:strict_string_checks=1"
 export UBSAN_OPTIONS="print_stacktrace=1:halt_on_error=1"
 s=$SECONDS
-asan_select=(-LE "concurrent|package${exclude_redis}")
+asan_select=(-LE "concurrent|package|cluster${exclude_redis}")
 if configure asan -DCMAKE_CXX_COMPILER=clang++ -DCMAKE_BUILD_TYPE=Debug \
     "-DCMAKE_CXX_FLAGS_DEBUG=-O1 -g -fsanitize=address,undefined -fno-sanitize-recover=all -fno-omit-frame-pointer" \
     -DRATELIMIT_BUILD_TESTS=ON -DRATELIMIT_BUILD_BENCH=OFF -DRATELIMIT_BUILD_EXAMPLES=ON \
