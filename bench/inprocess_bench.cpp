@@ -4,7 +4,8 @@
 /// with a ManualClock (advanced per iteration) to separate the clock's cost.
 ///
 /// Read every figure as a ratio to the floors of the same run: BM_Floor_SteadyClockNow (one clock
-/// read) and BM_Floor_AtomicCas (a clock read and one CAS on one word: the cheapest decision).
+/// read) and BM_Floor_AtomicCas (a clock read and one CAS on one word: the cheapest decision);
+/// the 1,000,000-key runs also to BM_Floor_MemoryLatency (one dependent read from memory).
 /// Counters: `admitted` (the fraction of decisions that admitted), and for _MillionKeys
 /// `state_B_per_key` (sizeof(Model::State), plus the sliding log's entries) and
 /// `rss_B_per_key` (the growth of the process's resident memory while the keys were stored,
@@ -66,6 +67,31 @@ void BM_Floor_AtomicCas(benchmark::State& state) {
   state.SetItemsProcessed(state.iterations());
   state.counters["admitted"] =
       static_cast<double>(admitted) / static_cast<double>(state.iterations());
+}
+
+// The memory floor for the 1,000,000-key runs: one dependent read of a random cache line in a
+// 128 MiB array (a random cycle through it), about the size of a million keys' table. A decision
+// on a key not in cache costs at least this: its slot's line must come from memory, and the
+// lock's atomic instruction keeps the next decision's read from starting earlier.
+void BM_Floor_MemoryLatency(benchmark::State& state) {
+  struct alignas(64) Line {
+    std::uint32_t next;
+  };
+  constexpr std::uint32_t lines = (128u << 20) / sizeof(Line);
+  static const std::unique_ptr<Line[]> cycle = [] {
+    std::vector<std::uint32_t> order(lines);
+    std::iota(order.begin(), order.end(), 0u);
+    std::shuffle(order.begin() + 1, order.end(), std::mt19937_64{7});
+    auto c = std::make_unique<Line[]>(lines);
+    for (std::uint32_t i = 0; i < lines; ++i) c[order[i]].next = order[(i + 1) % lines];
+    return c;
+  }();
+  std::uint32_t at = 0;
+  for (auto _ : state) {
+    at = cycle[at].next;
+    benchmark::DoNotOptimize(at);
+  }
+  state.SetItemsProcessed(state.iterations());
 }
 
 // --- the algorithms and their configurations ------------------------------------------------------
@@ -375,6 +401,7 @@ void register_all() {
 int main(int argc, char** argv) {
   maybe_fixed(benchmark::RegisterBenchmark("BM_Floor_SteadyClockNow", BM_Floor_SteadyClockNow));
   maybe_fixed(benchmark::RegisterBenchmark("BM_Floor_AtomicCas", BM_Floor_AtomicCas));
+  benchmark::RegisterBenchmark("BM_Floor_MemoryLatency", BM_Floor_MemoryLatency);
   register_all<SteadyClock>();
   register_all<ManualClock>();
   benchmark::Initialize(&argc, argv);
