@@ -96,9 +96,10 @@ void hammer_one_key(const rltest::Shape& shape) {
 
 }  // namespace
 
-TEST_CASE("Four processes of two threads on one cluster key admit exactly the limit, for every "
-          "algorithm",
-          "[cluster][concurrent]") {
+TEST_CASE(
+    "Four processes of two threads on one cluster key admit exactly the limit, for every "
+    "algorithm",
+    "[cluster][concurrent]") {
   // Limit 37; the rate is slow (per hour) and time frozen, so only the limit matters.
   hammer_one_key<rltest::TokenBucketAlgo>({37, ratelimit::per_hour(1)});
   hammer_one_key<rltest::LeakyBucketAlgo>({37, ratelimit::per_hour(1)});

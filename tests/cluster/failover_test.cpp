@@ -8,8 +8,8 @@
 #include <chrono>
 #include <set>
 #include <string>
-#include <vector>
 #include <thread>
+#include <vector>
 
 #include <catch2/catch.hpp>
 #include <ratelimit/fixed_window.hpp>
@@ -25,9 +25,10 @@ using ratelimit::ManualClock;
 using ratelimit::RedisClusterStorage;
 using rltest::admitted;
 
-TEST_CASE("A killed primary's keys degrade per policy until its replica takes over, then are "
-          "exact again; other keys are unaffected",
-          "[cluster][failover][fixed_window]") {
+TEST_CASE(
+    "A killed primary's keys degrade per policy until its replica takes over, then are "
+    "exact again; other keys are unaffected",
+    "[cluster][failover][fixed_window]") {
   auto closed_options = rltest::test_cluster_options("failover");
   closed_options.redis.connect_timeout = 300ms;
   closed_options.redis.command_timeout = 500ms;
@@ -82,13 +83,11 @@ TEST_CASE("A killed primary's keys degrade per policy until its replica takes ov
   // (replication is ordered, so its acknowledgement covers the earlier writes).
   {
     rltest::Admin admin(victim.address);
-    const std::string marker = closed_options.redis.key_prefix + "{k" +
-                               [&] {
-                                 std::string hex;
-                                 ratelimit::detail::append_hex(hex, on_victim);
-                                 return hex;
-                               }() +
-                               "}:wait-marker";
+    const std::string marker = closed_options.redis.key_prefix + "{k" + [&] {
+      std::string hex;
+      ratelimit::detail::append_hex(hex, on_victim);
+      return hex;
+    }() + "}:wait-marker";
     admin.run({"SET", marker, "1", "EX", "600"});
     auto acked = admin.run({"WAIT", "1", "5000"});
     REQUIRE(acked->integer >= 1);
@@ -122,8 +121,7 @@ TEST_CASE("A killed primary's keys degrade per policy until its replica takes ov
   }
   REQUIRE(recovered);
   CHECK(degraded_seen > 0);
-  CHECK(closed.node_of<ratelimit::FixedWindowModel>("fo", on_victim) !=
-        victim.address.address());
+  CHECK(closed.node_of<ratelimit::FixedWindowModel>("fo", on_victim) != victim.address.address());
 
   // Exact again, on the same storage objects: 3 left, then the limit holds.
   CHECK(fw_closed.try_acquire(on_victim, 3) == admitted(5, 0, 3500s));

@@ -41,9 +41,8 @@ TEST_CASE("The client's slot of every kind of key equals the cluster's CLUSTER K
           "[cluster][slot]") {
   rltest::Admin admin(rltest::seed_node());
   const std::string hostile_bytes("a{b}c\0:}{", 9);
-  for (const std::string& client_key :
-       {std::string("alice"), std::string(), hostile_bytes, std::string(10000, '}'),
-        std::string("user-42")}) {
+  for (const std::string& client_key : {std::string("alice"), std::string(), hostile_bytes,
+                                        std::string(10000, '}'), std::string("user-42")}) {
     const std::string key = ratelimit::detail::redis_key(
         "p:", client_key, ratelimit::detail::redis_key_tail("fixed_window", "n"));
     auto r = admin.run({"CLUSTER", "KEYSLOT", key});
@@ -99,8 +98,7 @@ TEST_CASE("A batch over keys on every node returns each decision in order", "[cl
   RedisClusterStorage storage(rltest::test_cluster_options("batch"));
   ManualClock clock;
   clock.set(10s);
-  FixedWindow<ManualClock, ratelimit::RedisStorage> fw(ratelimit::Rate{2, 1s}, storage, clock,
-                                                       "b");
+  FixedWindow<ManualClock, ratelimit::RedisStorage> fw(ratelimit::Rate{2, 1s}, storage, clock, "b");
   ratelimit::RedisBatch batch(storage);
   // Each of 12 keys three times: admitted with 1 then 0 left, then denied (2 per 1 s window).
   for (int round = 0; round < 3; ++round)
@@ -139,13 +137,14 @@ TEST_CASE("Moving a slot with live keys under traffic keeps decisions exact (ASK
   FW fw(ratelimit::Rate{10, 1h}, storage, clock, "reshard");
   const std::string key = "moving";
   const std::string redis_key = ratelimit::detail::redis_key(
-      options.redis.key_prefix, key, ratelimit::detail::redis_key_tail("fixed_window", "reshard"));
+      options.redis.key_prefix, key,
+      ratelimit::detail::redis_key_tail(ratelimit::FixedWindowModel::name, "reshard"));
   const int slot = ratelimit::detail::redis_key_slot(redis_key);
 
   const auto primaries = rltest::live_primaries();
   REQUIRE(primaries.size() >= 2);
-  const rltest::RedisNode src =
-      ratelimit::detail::parse_redis_node(storage.node_of<ratelimit::FixedWindowModel>("reshard", key), "src");
+  const rltest::RedisNode src = ratelimit::detail::parse_redis_node(
+      storage.node_of<ratelimit::FixedWindowModel>("reshard", key), "src");
   const rltest::ClusterNodeInfo* src_info = nullptr;
   const rltest::ClusterNodeInfo* dst_info = nullptr;
   for (const auto& p : primaries) {
@@ -164,8 +163,8 @@ TEST_CASE("Moving a slot with live keys under traffic keeps decisions exact (ASK
   std::atomic<std::int64_t> bg_admitted{0}, bg_degraded{0}, bg_attempts{0};
   std::thread traffic([&] {
     FW bg_fw(ratelimit::Rate{25, 1h}, storage, clock, "bg-fw");
-    ratelimit::SlidingLog<ManualClock, RedisClusterStorage> bg_log(ratelimit::Rate{25, 1h},
-                                                                    storage, clock, "bg-log");
+    ratelimit::SlidingLog<ManualClock, RedisClusterStorage> bg_log(ratelimit::Rate{25, 1h}, storage,
+                                                                   clock, "bg-log");
     while (!stop.load() || bg_attempts.load() < 200) {
       for (const auto& d : {bg_fw.try_acquire(key), bg_log.try_acquire(key)}) {
         bg_attempts.fetch_add(1);
@@ -196,7 +195,7 @@ TEST_CASE("Moving a slot with live keys under traffic keeps decisions exact (ASK
       auto keys = s.run({"CLUSTER", "GETKEYSINSLOT", std::to_string(slot), "100"});
       if (keys->elements == 0) break;
       std::vector<std::string> cmd{"MIGRATE", dst.host, std::to_string(dst.port), "", "0",
-                                   "5000", "KEYS"};
+                                   "5000",    "KEYS"};
       for (std::size_t i = 0; i < keys->elements; ++i)
         cmd.emplace_back(keys->element[i]->str, keys->element[i]->len);
       s.run(cmd);
@@ -221,4 +220,67 @@ TEST_CASE("Moving a slot with live keys under traffic keeps decisions exact (ASK
   CHECK(bg_degraded.load() == 0);
   CHECK(bg_admitted.load() == 50);
   CHECK(storage.stats().degraded_decisions == 0);
+}
+
+TEST_CASE(
+    "A sliding log whose two keys a migration split is retried (TRYAGAIN), then degraded, "
+    "never decided on half its state; exact again once both keys moved",
+    "[cluster][resharding][sliding_log]") {
+  auto options = rltest::test_cluster_options("split");
+  options.max_redirects = 3;
+  RedisClusterStorage storage(options);
+  ManualClock clock;
+  clock.set(100s);  // frozen
+  ratelimit::SlidingLog<ManualClock, RedisClusterStorage> sl(ratelimit::Rate{6, 1h}, storage, clock,
+                                                             "split");
+  const std::string key = "split-key";
+  const std::string tail =
+      ratelimit::detail::redis_key_tail(ratelimit::SlidingLogModel::name, "split");
+  const std::string log_key =
+      ratelimit::detail::redis_key(options.redis.key_prefix, key, tail, ":log");
+  const std::string meta_key =
+      ratelimit::detail::redis_key(options.redis.key_prefix, key, tail, ":meta");
+  const int slot = ratelimit::detail::redis_key_slot(log_key);
+  REQUIRE(slot == ratelimit::detail::redis_key_slot(meta_key));
+
+  // 6 per hour (sliding): two admitted at t = 100 s, 5 then 4 left; nothing leaves the window
+  // before 100 s + 1 h, so reset_after is 3600 s.
+  CHECK(sl.try_acquire(key) == admitted(6, 5, 3600s));
+  CHECK(sl.try_acquire(key) == admitted(6, 4, 3600s));
+
+  const rltest::RedisNode src = ratelimit::detail::parse_redis_node(
+      storage.node_of<ratelimit::SlidingLogModel>("split", key), "src");
+  const rltest::ClusterNodeInfo* src_info = nullptr;
+  const rltest::ClusterNodeInfo* dst_info = nullptr;
+  const auto primaries = rltest::live_primaries();
+  for (const auto& p : primaries) {
+    if (p.address == src)
+      src_info = &p;
+    else if (dst_info == nullptr)
+      dst_info = &p;
+  }
+  REQUIRE(src_info != nullptr);
+  REQUIRE(dst_info != nullptr);
+  const rltest::RedisNode dst = dst_info->address;
+  rltest::Admin(dst).run({"CLUSTER", "SETSLOT", std::to_string(slot), "IMPORTING", src_info->id});
+  rltest::Admin(src).run({"CLUSTER", "SETSLOT", std::to_string(slot), "MIGRATING", dst_info->id});
+  const auto migrate = [&](const std::string& k) {
+    rltest::Admin(src).run({"MIGRATE", dst.host, std::to_string(dst.port), k, "0", "5000"});
+  };
+
+  // Only the log moves: the source holds one key of the two and answers TRYAGAIN, every time.
+  migrate(log_key);
+  const auto tries_before = storage.cluster_stats().tryagain;
+  const auto d = sl.try_acquire(key);
+  CHECK(d.degraded);
+  CHECK_FALSE(d.allowed);  // fail closed
+  // The first attempt and max_redirects = 3 retries: 4 TRYAGAIN replies.
+  CHECK(storage.cluster_stats().tryagain - tries_before == 4);
+
+  // Both keys on the target: ASK, then the same count as before (4 left, then 3).
+  migrate(meta_key);
+  CHECK(sl.try_acquire(key) == admitted(6, 3, 3600s));
+  setslot_everywhere(slot, dst_info->id, dst, src);
+  CHECK(sl.try_acquire(key) == admitted(6, 2, 3600s));
+  CHECK(storage.node_of<ratelimit::SlidingLogModel>("split", key) == dst.address());
 }

@@ -92,9 +92,9 @@ class RedisClusterClient final : public RedisClient {
       if (round > max_redirects_) {
         for (const std::size_t i : pending) {
           results[i].reply.reset();
-          results[i].failure = RedisFailure{RedisFailureKind::reply,
-                                            "more than " + std::to_string(max_redirects_) +
-                                                " cluster redirections"};
+          results[i].failure =
+              RedisFailure{RedisFailureKind::reply,
+                           "more than " + std::to_string(max_redirects_) + " cluster redirections"};
           report(*results[i].failure);
         }
         break;
@@ -240,15 +240,14 @@ class RedisClusterClient final : public RedisClient {
       if (n->pool.node() == address) return *n;
     const RedisOptions& o = options();
     cluster_nodes_.push_back(std::make_unique<RedisNodeClient>(
-        address,
-        RedisConnectionSettings{o.connect_timeout, o.command_timeout, o.password, 0},
+        address, RedisConnectionSettings{o.connect_timeout, o.command_timeout, o.password, 0},
         o.pool_size, o.breaker_backoff, o.breaker_max_backoff));
     return *cluster_nodes_.back();
   }
 
   RedisNodeClient& owner_of(std::string_view redis_key) {
-    RedisNodeClient* n =
-        owners_[static_cast<std::size_t>(redis_key_slot(redis_key))].load(std::memory_order_acquire);
+    RedisNodeClient* n = owners_[static_cast<std::size_t>(redis_key_slot(redis_key))].load(
+        std::memory_order_acquire);
     return n != nullptr ? *n : node(seeds_.front());
   }
 
@@ -304,8 +303,7 @@ class RedisClusterClient final : public RedisClient {
       run_on(*n, sub, all, sub_results);
       for (std::size_t k = 0; k < indexes.size(); ++k) {
         RedisResult& asked = sub_results[2 * k];
-        results[indexes[k]] =
-            asked.failure ? std::move(asked) : std::move(sub_results[2 * k + 1]);
+        results[indexes[k]] = asked.failure ? std::move(asked) : std::move(sub_results[2 * k + 1]);
       }
     }
   }
@@ -344,8 +342,9 @@ class RedisClusterClient final : public RedisClient {
       std::string host(primary->element[0]->str, primary->element[0]->len);
       // An empty or "?" endpoint means "the address you reached me on".
       if (host.empty() || host == "?") host = n.pool.node().host;
-      ranges.push_back({{static_cast<int>(from->integer), static_cast<int>(to->integer)},
-                        RedisNode{std::move(host), static_cast<int>(primary->element[1]->integer)}});
+      ranges.push_back(
+          {{static_cast<int>(from->integer), static_cast<int>(to->integer)},
+           RedisNode{std::move(host), static_cast<int>(primary->element[1]->integer)}});
     }
     for (const auto& [range, address] : ranges) {
       RedisNodeClient* owner = &node(address);
