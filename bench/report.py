@@ -124,8 +124,8 @@ def main():
       + ". Figures from a machine with load well above 0 are noisy (other work shares the cores).")
     w("")
     w("ns/decision = 10^9 / items per second (CPU time for one thread, wall time for several "
-      "threads: then it is the aggregate cost, 1 / throughput). In process, the median of 3 "
-      "repetitions. Ratios are to the floors measured in the same binary and run: "
+      "threads: then it is the aggregate cost, 1 / throughput). In process, one key: the median of "
+      f"{meta.get('repetitions', '?')} repetitions. Ratios are to the floors measured in the same binary and run: "
       "`BM_Floor_SteadyClockNow` (one clock read) and `BM_Floor_AtomicCas` (a clock read and one "
       "compare-and-swap: the cheapest possible decision).")
     w("")
