@@ -23,33 +23,45 @@ namespace ratelimit {
 namespace detail {
 
 /// The log's entries, oldest first, in a ring buffer: expiring the oldest is O(1) and the ring
-/// never holds more entries than are live, so a key holds at most N entries.
+/// never holds more entries than are live, so a key holds at most N entries. It also keeps the
+/// sum of the entries' counts, so a decision reads only the entries that expire.
 template <class Entry>
 class EntryRing {
  public:
   std::size_t size() const noexcept { return size_; }
   bool empty() const noexcept { return size_ == 0; }
   std::size_t capacity() const noexcept { return slots_.size(); }
+  /// Sum of every held entry's count (units).
+  std::int64_t units() const noexcept { return units_; }
   /// The i-th oldest entry, i < size().
-  Entry& operator[](std::size_t i) noexcept { return slots_[(head_ + i) % slots_.size()]; }
-  const Entry& operator[](std::size_t i) const noexcept {
-    return slots_[(head_ + i) % slots_.size()];
-  }
+  const Entry& operator[](std::size_t i) const noexcept { return slots_[slot(i)]; }
   const Entry& front() const noexcept { return (*this)[0]; }
-  Entry& back() noexcept { return (*this)[size_ - 1]; }
   const Entry& back() const noexcept { return (*this)[size_ - 1]; }
   void pop_front() noexcept {
-    head_ = (head_ + 1) % slots_.size();
+    units_ -= slots_[head_].count;
+    if (++head_ == slots_.size()) head_ = 0;
     --size_;
+  }
+  /// Adds `n` units to the newest entry (same timestamp).
+  void add_to_back(std::int64_t n) noexcept {
+    slots_[slot(size_ - 1)].count += n;
+    units_ += n;
   }
   /// Appends `e`, growing to at most `max_slots` slots (the caller keeps size() below it).
   void push_back(const Entry& e, std::size_t max_slots = SIZE_MAX) {
     if (size_ == slots_.size()) grow(max_slots);
-    slots_[(head_ + size_) % slots_.size()] = e;
+    slots_[slot(size_)] = e;
     ++size_;
+    units_ += e.count;
   }
 
  private:
+  // head_ + i < 2 * capacity, so one comparison wraps it (a % would divide on every access).
+  std::size_t slot(std::size_t i) const noexcept {
+    const std::size_t at = head_ + i;
+    return at >= slots_.size() ? at - slots_.size() : at;
+  }
+
   void grow(std::size_t max_slots) {
     std::size_t n = slots_.empty() ? 1 : slots_.size() * 2;
     if (n > max_slots) n = max_slots;
@@ -63,6 +75,7 @@ class EntryRing {
   std::vector<Entry> slots_;
   std::size_t head_ = 0;
   std::size_t size_ = 0;
+  std::int64_t units_ = 0;
 };
 
 }  // namespace detail
@@ -72,7 +85,7 @@ class EntryRing {
 /// The log holds the time of every admitted unit; at t the window is (t - W, t]. Admit iff
 /// |log| + n <= N, then log n entries at t; denied requests are not logged. Exact, at the cost
 /// of memory per admitted request (the "sliding window log" of the design doc's case study).
-/// State: 48 bytes plus 16 bytes per slot; equal times share one entry with a count, expired
+/// State: 56 bytes plus 16 bytes per slot; equal times share one entry with a count, expired
 /// entries leave on the next admission, and a key never holds more than N entries.
 struct SlidingLogModel {
   static constexpr std::string_view name = "sliding_log";
@@ -89,9 +102,10 @@ struct SlidingLogModel {
   static Decision apply(const Params& p, State& s, std::chrono::nanoseconds now,
                         const Operation& op) {
     const std::int64_t t = now.count() > s.last ? now.count() : s.last;
-    const std::size_t first = first_live(p, s, t);
-    std::int64_t live = 0;
-    for (std::size_t i = first; i < s.entries.size(); ++i) live += s.entries[i].count;
+    std::size_t first = 0;  // entries before it have left the window
+    std::int64_t live = s.entries.units();
+    while (first < s.entries.size() && s.entries[first].time <= t - p.window)
+      live -= s.entries[first++].count;
     const std::int64_t n = op.cost;
     Decision d{};
     d.limit = p.limit;
@@ -115,7 +129,7 @@ struct SlidingLogModel {
     // Expired entries leave only now: a peek or denial must not move the key's time.
     for (std::size_t i = 0; i < first; ++i) s.entries.pop_front();
     if (!s.entries.empty() && s.entries.back().time == t)
-      s.entries.back().count += n;
+      s.entries.add_to_back(n);
     else
       s.entries.push_back(Entry{t, n}, static_cast<std::size_t>(p.limit));
     s.last = t;
@@ -129,12 +143,6 @@ struct SlidingLogModel {
     return s.entries.empty() || s.entries.back().time <= t - p.window;
   }
 
- private:
-  static std::size_t first_live(const Params& p, const State& s, std::int64_t t) noexcept {
-    std::size_t i = 0;
-    while (i < s.entries.size() && s.entries[i].time <= t - p.window) ++i;
-    return i;
-  }
 };
 
 /// A sliding log limiter per key: exactly at most `rate.count` requests in any window of

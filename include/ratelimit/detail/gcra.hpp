@@ -47,10 +47,10 @@ template <bool Shaping>
 Decision gcra_apply(const GcraParams& p, GcraState& s, std::chrono::nanoseconds now,
                     const Operation& op) noexcept {
   const std::int64_t t = now.count() > s.last ? now.count() : s.last;
-  const i128 scaled_t = i128{t} * p.count;
-  const i128 at = i128{s.at_ns} * p.count + s.at_frac;
-  const i128 backlog = at > scaled_t ? at - scaled_t : 0;  // D * count, in 1/count ns
-  const i128 full = i128{p.limit} * p.period;              // B (or Q) in the same unit as D*count
+  // Backlog D * count = (at - t) * count, from at's whole ns and remainder: no 128-bit division.
+  const bool ahead = s.at_ns > t || (s.at_ns == t && s.at_frac > 0);
+  const i128 backlog = ahead ? i128{s.at_ns - t} * p.count + s.at_frac : 0;  // in 1/count ns
+  const i128 full = i128{p.limit} * p.period;  // B (or Q) in the same unit as D*count
   const std::int64_t n = op.cost;
 
   Decision d{};
@@ -78,9 +78,10 @@ Decision gcra_apply(const GcraParams& p, GcraState& s, std::chrono::nanoseconds 
   d.allowed = true;
   if (Shaping) d.delay = delay;
   if (op.peek) return d;
-  const i128 new_at = (at > scaled_t ? at : scaled_t) + i128{n} * p.period;
-  s.at_ns = static_cast<std::int64_t>(new_at / p.count);
-  s.at_frac = static_cast<std::int64_t>(new_at % p.count);
+  // at <- max(at, t) + n * period / count, kept as whole ns plus a remainder below count.
+  const auto [whole, frac] = divmod((ahead ? s.at_frac : 0) + i128{n} * p.period, p.count);
+  s.at_ns = (ahead ? s.at_ns : t) + static_cast<std::int64_t>(whole);
+  s.at_frac = static_cast<std::int64_t>(frac);
   s.last = t;
   state_after(needed);
   return d;
