@@ -94,7 +94,8 @@ void BM_Floor_MemoryLatency(benchmark::State& state) {
   state.SetItemsProcessed(state.iterations());
 }
 
-// --- the algorithms and their configurations ------------------------------------------------------
+// --- the algorithms and their configurations
+// ------------------------------------------------------
 
 // Each algorithm names its limiter, its model and three configurations: `admitting` (generous:
 // with the real clock at tens of ns per call every request is admitted), `denying` (one first
@@ -186,7 +187,8 @@ std::size_t state_bytes_per_key() {
   return bytes;
 }
 
-// --- clocks ---------------------------------------------------------------------------------------
+// --- clocks
+// ---------------------------------------------------------------------------------------
 
 // A clock the benchmark can step: ManualClock moves by `step` per call (a plain atomic store);
 // SteadyClock ignores it.
@@ -218,7 +220,8 @@ constexpr const char* clock_suffix() {
   return std::is_same_v<C, ManualClock> ? "_ManualClock" : "";
 }
 
-// --- one key ----------------------------------------------------------------------------------------
+// --- one key
+// ----------------------------------------------------------------------------------------
 
 template <class A, class C>
 void one_key(benchmark::State& state, typename A::Config config, std::chrono::nanoseconds step) {
@@ -269,9 +272,9 @@ void BM_OneKeyTwoThreads(benchmark::State& state) {
   for (std::int64_t seen = resume_at.load(); seen < ticker.t;)
     if (resume_at.compare_exchange_weak(seen, ticker.t)) break;
   state.SetItemsProcessed(state.iterations());
-  state.counters["admitted"] = benchmark::Counter(
-      static_cast<double>(admitted) / static_cast<double>(state.iterations()),
-      benchmark::Counter::kAvgThreads);
+  state.counters["admitted"] =
+      benchmark::Counter(static_cast<double>(admitted) / static_cast<double>(state.iterations()),
+                         benchmark::Counter::kAvgThreads);
 }
 
 // --- a million keys -----------------------------------------------------------------------------
@@ -356,7 +359,8 @@ void BM_MillionKeys(benchmark::State& state) {
   malloc_trim(0);
 }
 
-// --- registration -----------------------------------------------------------------------------------
+// --- registration
+// -----------------------------------------------------------------------------------
 
 // RATELIMIT_BENCH_ITERATIONS=N fixes the iterations of the one-key benchmarks (bench/callgrind
 // runs them twice, with N and 2N, and divides the difference of the instruction counts by N).

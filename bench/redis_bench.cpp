@@ -159,7 +159,9 @@ double redis_cpu_seconds(const ratelimit::RedisOptions& o) {
 class RedisCpu {
  public:
   RedisCpu(const benchmark::State& state, const ratelimit::RedisOptions& o)
-      : options_(o), active_(state.thread_index() == 0), start_(active_ ? redis_cpu_seconds(o) : -1) {}
+      : options_(o),
+        active_(state.thread_index() == 0),
+        start_(active_ ? redis_cpu_seconds(o) : -1) {}
   void report(benchmark::State& state, double decisions) {
     if (!active_ || start_ < 0 || decisions <= 0) return;
     const double end = redis_cpu_seconds(options_);
@@ -275,8 +277,8 @@ void BM_Batch(benchmark::State& state) {
   }
   cpu.report(state, static_cast<double>(state.iterations() * batch_size));
   state.SetItemsProcessed(state.iterations() * batch_size);
-  state.counters["admitted"] = static_cast<double>(admitted) /
-                               static_cast<double>(state.iterations() * batch_size);
+  state.counters["admitted"] =
+      static_cast<double>(admitted) / static_cast<double>(state.iterations() * batch_size);
   lat.report(state);
   report_degraded(state, storage, degraded_before);
 }

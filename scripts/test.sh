@@ -152,6 +152,16 @@ run_ctest() {
   return "$rc"
 }
 
+# --- formatting ---------------------------------------------------------------------------------
+
+note "format: clang-format --dry-run against .clang-format"
+s=$SECONDS
+if bash scripts/format.sh --check; then
+  record PASS "clang-format check" $((SECONDS - s))
+else
+  record FAIL "clang-format check (run scripts/format.sh)" $((SECONDS - s))
+fi
+
 # --- build 1: g++, everything --------------------------------------------------------------------
 
 note "build 1/3: g++ -O2 -Werror, everything; ctest (all labels)"

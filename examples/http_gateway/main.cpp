@@ -52,7 +52,7 @@ struct Options {
   std::string host = "127.0.0.1";
   int port = 8080;
   std::string rules = RATELIMIT_GATEWAY_DEFAULT_RULES;
-  std::string redis;  // HOST:PORT, empty = in-process storage
+  std::string redis;                    // HOST:PORT, empty = in-process storage
   std::string key_prefix = "gateway:";  // Redis keys; instances sharing limits use the same
   int threads = 16;
   bool limit = true;
@@ -84,15 +84,24 @@ Options parse_args(int argc, char** argv) {
       if (i + 1 >= argc) usage(a + " needs a value");
       return argv[++i];
     };
-    if (a == "--port") o.port = to_int(next(), "--port", 0, 65535);
-    else if (a == "--host") o.host = next();
-    else if (a == "--rules") o.rules = next();
-    else if (a == "--redis") o.redis = next();
-    else if (a == "--key-prefix") o.key_prefix = next();
-    else if (a == "--threads") o.threads = to_int(next(), "--threads", 1, 1024);
-    else if (a == "--no-limit") o.limit = false;
-    else if (a == "--help" || a == "-h") usage("help");
-    else usage("unknown argument " + a);
+    if (a == "--port")
+      o.port = to_int(next(), "--port", 0, 65535);
+    else if (a == "--host")
+      o.host = next();
+    else if (a == "--rules")
+      o.rules = next();
+    else if (a == "--redis")
+      o.redis = next();
+    else if (a == "--key-prefix")
+      o.key_prefix = next();
+    else if (a == "--threads")
+      o.threads = to_int(next(), "--threads", 1, 1024);
+    else if (a == "--no-limit")
+      o.limit = false;
+    else if (a == "--help" || a == "-h")
+      usage("help");
+    else
+      usage("unknown argument " + a);
   }
   return o;
 }
@@ -147,7 +156,8 @@ struct Metrics {
   LatencyHistogram latency;
 };
 
-using Decide = std::function<ratelimit::RuleSetDecision(std::span<const ratelimit::DescriptorEntry>)>;
+using Decide =
+    std::function<ratelimit::RuleSetDecision(std::span<const ratelimit::DescriptorEntry>)>;
 
 std::string json_escape(std::string_view s) {
   std::string out;
@@ -237,7 +247,9 @@ int serve(const Options& opt, const ratelimit::Rules& rules, Decide decide,
   // Without it, a keep-alive client waits ~40 ms per response (Nagle's algorithm holding the
   // body back until the headers' delayed ACK): that would hide everything else in a load run.
   server.set_tcp_nodelay(true);
-  server.new_task_queue = [n = opt.threads] { return new httplib::ThreadPool(static_cast<std::size_t>(n)); };
+  server.new_task_queue = [n = opt.threads] {
+    return new httplib::ThreadPool(static_cast<std::size_t>(n));
+  };
 
   // The limiter in front of every API endpoint: returns false (and fills the 429) if denied.
   const auto admit = [&](const httplib::Request& req, httplib::Response& res) {
@@ -270,16 +282,17 @@ int serve(const Options& opt, const ratelimit::Rules& rules, Decide decide,
     (d.allowed ? metrics.allowed : metrics.limited).fetch_add(1, std::memory_order_relaxed);
     if (!d.allowed) {
       const auto dec = d.decision();
-      std::string detail = dec.retry_after == ratelimit::Decision::never
-                               ? "This request can never be admitted under the current policy."
-                               : "Retry after " +
-                                     std::to_string(ratelimit::detail::ceil_seconds(dec.retry_after)) +
-                                     " s.";
+      std::string detail =
+          dec.retry_after == ratelimit::Decision::never
+              ? "This request can never be admitted under the current policy."
+              : "Retry after " + std::to_string(ratelimit::detail::ceil_seconds(dec.retry_after)) +
+                    " s.";
       res.status = 429;
-      res.set_content("{\"type\": \"https://iana.org/assignments/http-problem-types#quota-exceeded\", "
-                      "\"title\": \"Too Many Requests\", \"detail\": \"" + detail +
-                          "\", \"violated-policies\": [" + violated + "]}\n",
-                      "application/problem+json");
+      res.set_content(
+          "{\"type\": \"https://iana.org/assignments/http-problem-types#quota-exceeded\", "
+          "\"title\": \"Too Many Requests\", \"detail\": \"" +
+              detail + "\", \"violated-policies\": [" + violated + "]}\n",
+          "application/problem+json");
     }
     metrics.latency.record(std::chrono::steady_clock::now() - start);
     return d.allowed;
@@ -340,9 +353,10 @@ int main(int argc, char** argv) {
     const ratelimit::Rules rules = ratelimit::Rules::from_file(opt.rules);
     if (opt.redis.empty()) {
       auto set = std::make_shared<ratelimit::RuleSet<>>(rules);
-      return serve(opt, set->rules(),
-                   [set](std::span<const ratelimit::DescriptorEntry> e) { return set->decide(e); },
-                   "in-process");
+      return serve(
+          opt, set->rules(),
+          [set](std::span<const ratelimit::DescriptorEntry> e) { return set->decide(e); },
+          "in-process");
     }
 #ifdef RATELIMIT_GATEWAY_REDIS
     ratelimit::RedisOptions ro;
@@ -354,9 +368,10 @@ int main(int argc, char** argv) {
     ro.pool_size = static_cast<std::size_t>(opt.threads);
     auto set = std::make_shared<ratelimit::RuleSet<ratelimit::RedisStorage>>(
         rules, ratelimit::RedisStorage(ro));
-    return serve(opt, set->rules(),
-                 [set](std::span<const ratelimit::DescriptorEntry> e) { return set->decide(e); },
-                 "redis " + opt.redis);
+    return serve(
+        opt, set->rules(),
+        [set](std::span<const ratelimit::DescriptorEntry> e) { return set->decide(e); },
+        "redis " + opt.redis);
 #else
     usage("--redis: this build has no Redis support (needs libhiredis-dev and ratelimit::redis)");
 #endif

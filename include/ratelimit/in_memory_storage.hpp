@@ -111,8 +111,7 @@ inline bool equal_bytes(const char* a, const char* b, std::size_t n) noexcept {
 /// twice per decision), 16 bytes per multiply. `seed` differs per table, so that a set of keys
 /// that collide in one process does not collide in the next.
 inline std::uint64_t hash_key(std::string_view key, std::uint64_t seed) noexcept {
-  constexpr std::uint64_t k0 = 0x9e3779b97f4a7c15, k1 = 0xd1b54a32d192ed03,
-                          k2 = 0x8cb92ba72f3d8dd7;
+  constexpr std::uint64_t k0 = 0x9e3779b97f4a7c15, k1 = 0xd1b54a32d192ed03, k2 = 0x8cb92ba72f3d8dd7;
   const char* p = key.data();
   std::size_t n = key.size();
   std::uint64_t h = seed ^ (n * k0);
@@ -226,8 +225,7 @@ class Table {
 
   static bool key_equals(const Slot& s, std::string_view key) noexcept {
     const std::size_t n = key.size();
-    if (n <= inline_room)
-      return s.length == n && equal_bytes(s.bytes, key.data(), n);
+    if (n <= inline_room) return s.length == n && equal_bytes(s.bytes, key.data(), n);
     if (s.length != spilled_length) return false;
     const char* heap = spilled(s);
     std::size_t stored;
@@ -374,7 +372,6 @@ class Table {
       --size;
     }
   };
-
 
   std::uint64_t seed_;
   std::array<Shard, shard_count> shards_;

@@ -57,12 +57,23 @@ inline std::chrono::nanoseconds unit_length(std::string_view u) noexcept {
     nanoseconds length;
   };
   constexpr Unit units[] = {
-      {"ms", milliseconds{1}}, {"millisecond", milliseconds{1}}, {"milliseconds", milliseconds{1}},
-      {"s", seconds{1}},       {"sec", seconds{1}},              {"second", seconds{1}},
-      {"seconds", seconds{1}}, {"m", minutes{1}},                {"min", minutes{1}},
-      {"minute", minutes{1}},  {"minutes", minutes{1}},          {"h", hours{1}},
-      {"hour", hours{1}},      {"hours", hours{1}},              {"d", hours{24}},
-      {"day", hours{24}},      {"days", hours{24}},
+      {"ms", milliseconds{1}},
+      {"millisecond", milliseconds{1}},
+      {"milliseconds", milliseconds{1}},
+      {"s", seconds{1}},
+      {"sec", seconds{1}},
+      {"second", seconds{1}},
+      {"seconds", seconds{1}},
+      {"m", minutes{1}},
+      {"min", minutes{1}},
+      {"minute", minutes{1}},
+      {"minutes", minutes{1}},
+      {"h", hours{1}},
+      {"hour", hours{1}},
+      {"hours", hours{1}},
+      {"d", hours{24}},
+      {"day", hours{24}},
+      {"days", hours{24}},
   };
   for (const auto& unit : units)
     if (unit.name == u) return unit.length;
@@ -70,8 +81,8 @@ inline std::chrono::nanoseconds unit_length(std::string_view u) noexcept {
 }
 
 [[noreturn]] inline void bad_rate(std::string_view text, std::string_view why) {
-  throw std::invalid_argument("rate: cannot parse \"" + std::string(text) + "\": " +
-                              std::string(why));
+  throw std::invalid_argument("rate: cannot parse \"" + std::string(text) +
+                              "\": " + std::string(why));
 }
 
 }  // namespace detail
@@ -101,8 +112,8 @@ inline Rate parse_rate(std::string_view text) {
   while (digits < period_part.size() && period_part[digits] >= '0' && period_part[digits] <= '9')
     ++digits;
   std::int64_t multiplier = 1;
-  if (digits > 0 && (!detail::parse_count(period_part.substr(0, digits), multiplier) ||
-                     multiplier == 0))
+  if (digits > 0 &&
+      (!detail::parse_count(period_part.substr(0, digits), multiplier) || multiplier == 0))
     detail::bad_rate(text, "period multiplier must be a whole number >= 1");
   const auto unit = detail::unit_length(detail::trim(period_part.substr(digits)));
   if (unit.count() == 0) detail::bad_rate(text, "unknown unit");

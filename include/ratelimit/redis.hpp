@@ -107,9 +107,8 @@ class RedisBinding {
       client_->count_decision();
       return *d;
     }
-    const RedisFailure f{RedisFailureKind::protocol,
-                         std::string("unexpected reply from the ") + std::string(M::name) +
-                             " script"};
+    const RedisFailure f{RedisFailureKind::protocol, std::string("unexpected reply from the ") +
+                                                         std::string(M::name) + " script"};
     client_->report(f);
     return degrade(f, key, now, op);
   }
@@ -136,8 +135,8 @@ class RedisBinding {
       d.remaining = limit;
       return d;
     }
-    const auto wait = client_->retry_in(detail::redis_key(client_->options().key_prefix, key, tail_,
-                                                          Redis::key_suffixes[0]));
+    const auto wait = client_->retry_in(
+        detail::redis_key(client_->options().key_prefix, key, tail_, Redis::key_suffixes[0]));
     d.retry_after = wait < std::chrono::milliseconds{1} ? std::chrono::milliseconds{1} : wait;
     return d;
   }
@@ -182,17 +181,17 @@ class RedisStorage {
   /// Binds model `M` under limiter name `name` (bindings with equal M and name share keys).
   /// Throws `std::invalid_argument` naming the field for params outside the range.
   template <Model M>
-    requires detail::RedisScripted<M>
-  RedisBinding<M> bind(std::string_view name, const typename M::Params& params) {
+  requires detail::RedisScripted<M> RedisBinding<M> bind(std::string_view name,
+                                                         const typename M::Params& params) {
     return RedisBinding<M>(client_, fallback_, name, params, std::nullopt);
   }
 
   /// As above, with an explicit per-instance limit for `FailurePolicy::local_fallback` instead
   /// of the shared one divided by `fallback_divisor` (e.g. `TokenBucketModel::make_params(...)`).
   template <Model M>
-    requires detail::RedisScripted<M>
-  RedisBinding<M> bind(std::string_view name, const typename M::Params& params,
-                       const typename M::Params& local_fallback) {
+  requires detail::RedisScripted<M> RedisBinding<M> bind(std::string_view name,
+                                                         const typename M::Params& params,
+                                                         const typename M::Params& local_fallback) {
     return RedisBinding<M>(client_, fallback_, name, params, local_fallback);
   }
 

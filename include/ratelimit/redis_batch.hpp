@@ -53,8 +53,8 @@ class RedisBatch {
     if (binding.client_ != client_)
       throw std::invalid_argument("binding: belongs to another RedisStorage than the batch");
     calls_.push_back(binding.call(key, now, op));
-    finishers_.push_back([b = binding, k = std::string(key), now, op](
-                             detail::RedisResult& r) mutable { return b.finish(r, k, now, op); });
+    finishers_.push_back([b = binding, k = std::string(key), now,
+                          op](detail::RedisResult& r) mutable { return b.finish(r, k, now, op); });
     return calls_.size() - 1;
   }
 

@@ -76,7 +76,7 @@ struct RedisOptions {
   std::string key_prefix = "ratelimit:";
   std::chrono::milliseconds connect_timeout{200};  ///< per connection attempt, >= 1 ms
   std::chrono::milliseconds command_timeout{100};  ///< per round trip, >= 1 ms
-  std::size_t pool_size = 8;  ///< most connections open at once, >= 1
+  std::size_t pool_size = 8;                       ///< most connections open at once, >= 1
   FailurePolicy failure_policy = FailurePolicy::fail_open;
   /// local_fallback: the per-instance limit is the shared one divided by this, at least 1
   /// (limits, capacities and rates; counts round down to at least 1). 1..10^6.

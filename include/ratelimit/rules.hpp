@@ -86,8 +86,8 @@
 #include "http.hpp"
 #include "in_memory_storage.hpp"
 #include "leaky_bucket.hpp"
-#include "redis_options.hpp"
 #include "rate.hpp"
+#include "redis_options.hpp"
 #include "sliding_counter.hpp"
 #include "sliding_log.hpp"
 #include "storage.hpp"
@@ -227,10 +227,9 @@ class Rules {
     for (std::size_t i = 0; i < r.rules_.size(); ++i)
       for (std::size_t j = 0; j < i; ++j)
         if (r.rules_[i].name == r.rules_[j].name)
-          throw std::invalid_argument(source + ":" + std::to_string(r.rules_[i].line) +
-                                      ": rule name \"" + r.rules_[i].name +
-                                      "\" already used at line " +
-                                      std::to_string(r.rules_[j].line));
+          throw std::invalid_argument(
+              source + ":" + std::to_string(r.rules_[i].line) + ": rule name \"" +
+              r.rules_[i].name + "\" already used at line " + std::to_string(r.rules_[j].line));
     return r;
   }
 
@@ -411,15 +410,17 @@ class StripeLock {
 template <class Storage>
 class LocalRuleBackend {
   static_assert(StorageFor<Storage, SlidingCounterModel> && StorageFor<Storage, TokenBucketModel> &&
-                    StorageFor<Storage, LeakyBucketModel> && StorageFor<Storage, FixedWindowModel> &&
-                    StorageFor<Storage, SlidingLogModel>,
+                    StorageFor<Storage, LeakyBucketModel> &&
+                    StorageFor<Storage, FixedWindowModel> && StorageFor<Storage, SlidingLogModel>,
                 "ratelimit::RuleSet: the Storage must hold all five algorithms' state "
                 "(`bind<Model>(name, params)` for each; see storage.hpp)");
   // A RedisStorage decided here would be atomic only within this process; rules_redis.hpp
   // specializes RuleBackendFor so that it is atomic across every instance.
-  static_assert(!requires(const Storage& s) {
-    { s.stats() } -> std::same_as<RedisStats>;
-  }, "ratelimit::RuleSet<RedisStorage>: #include <ratelimit/rules_redis.hpp>");
+  static_assert(
+      !requires(const Storage& s) {
+        { s.stats() } -> std::same_as<RedisStats>;
+      },
+      "ratelimit::RuleSet<RedisStorage>: #include <ratelimit/rules_redis.hpp>");
 
  public:
   LocalRuleBackend(const Rules& rules, Storage& storage) {
@@ -458,8 +459,8 @@ class LocalRuleBackend {
 
   /// Fills `out[i]` with what `matches[i]` would decide for `cost`, changing nothing.
   template <Clock C>
-  void peek(const Rules& rules, const std::vector<RuleMatch>& matches, C& clock,
-            std::int64_t cost, std::vector<Decision>& out) {
+  void peek(const Rules& rules, const std::vector<RuleMatch>& matches, C& clock, std::int64_t cost,
+            std::vector<Decision>& out) {
     std::vector<std::size_t> stripes;
     stripes.reserve(matches.size());
     for (const RuleMatch& m : matches) stripes.push_back(stripe(rules, m));
@@ -471,8 +472,8 @@ class LocalRuleBackend {
   }
 
  private:
-  using Apply = std::function<Decision(std::string_view, std::chrono::nanoseconds,
-                                       const Operation&)>;
+  using Apply =
+      std::function<Decision(std::string_view, std::chrono::nanoseconds, const Operation&)>;
 
   template <Model M>
   static Apply bind(Storage& storage, const Rule& r, const typename M::Params& params) {
@@ -495,7 +496,8 @@ class LocalRuleBackend {
         return bind<FixedWindowModel>(storage, r, make_window_params(r.rate));
       case Algorithm::sliding_log:
         return bind<SlidingLogModel>(storage, r, make_window_params(r.rate));
-      case Algorithm::sliding_counter: break;
+      case Algorithm::sliding_counter:
+        break;
     }
     return bind<SlidingCounterModel>(storage, r, make_window_params(r.rate));
   }
@@ -552,8 +554,8 @@ class RuleSet {
     bool blocked = false;
     for (RuleMatch& m : matches) {
       blocked = blocked || m.rule->blocks();
-      result.outcomes.push_back({m.rule, std::move(m.key), std::move(m.client),
-                                 detail::blocked_decision()});
+      result.outcomes.push_back(
+          {m.rule, std::move(m.key), std::move(m.client), detail::blocked_decision()});
     }
     if (blocked) {
       // Nothing is spent anywhere; the other rules report their state as it is.

@@ -52,7 +52,8 @@ namespace ratelimit {
 namespace detail {
 
 /// lua/rules.lua, the driver of the rule-set script (a test checks it matches the file).
-inline constexpr std::string_view rules_lua_driver = R"lua(-- rules.lua: one rule-set decision (include/ratelimit/rules_redis.hpp), atomically: every limit
+inline constexpr std::string_view rules_lua_driver =
+    R"lua(-- rules.lua: one rule-set decision (include/ratelimit/rules_redis.hpp), atomically: every limit
 -- that matches the request admits it and spends its cost, or none spends anything.
 --
 -- Not a standalone script: rules_redis.hpp builds the body as lua/prelude.lua, then each
@@ -246,8 +247,7 @@ class RulesScript {
     std::size_t prelude = head.rfind('\n');
     prelude = prelude == std::string_view::npos ? 0 : prelude + 1;
     for (const RedisScript* s : algos)
-      if (s->body.substr(prelude, 3 + s->name.size() + 4) !=
-          "-- " + std::string(s->name) + ".lua")
+      if (s->body.substr(prelude, 3 + s->name.size() + 4) != "-- " + std::string(s->name) + ".lua")
         prelude = 0;
     body_ = std::string(algos[0]->body.substr(0, prelude));
     for (const RedisScript* s : algos) {
@@ -299,8 +299,8 @@ class RedisRuleBackend {
   }
 
   template <Clock C>
-  void peek(const Rules& rules, const std::vector<RuleMatch>& matches, C& clock,
-            std::int64_t cost, std::vector<Decision>& out) {
+  void peek(const Rules& rules, const std::vector<RuleMatch>& matches, C& clock, std::int64_t cost,
+            std::vector<Decision>& out) {
     (void)run(rules, matches, clock.now(), cost, true, out);
   }
 
@@ -343,9 +343,7 @@ class RedisRuleBackend {
       return RedisModel<M>::decide(b->params(), reply, op);
     };
     l.degrade = [b](const RedisFailure& f, std::string_view key, std::chrono::nanoseconds now,
-                    const Operation& op) {
-      return RedisRuleAccess::degrade(*b, f, key, now, op);
-    };
+                    const Operation& op) { return RedisRuleAccess::degrade(*b, f, key, now, op); };
     return l;
   }
 
@@ -362,7 +360,8 @@ class RedisRuleBackend {
         return limit_of<FixedWindowModel>(storage, r, make_window_params(r.rate), 3);
       case Algorithm::sliding_log:
         return limit_of<SlidingLogModel>(storage, r, make_window_params(r.rate), 4);
-      case Algorithm::sliding_counter: break;
+      case Algorithm::sliding_counter:
+        break;
     }
     return limit_of<SlidingCounterModel>(storage, r, make_window_params(r.rate), 5);
   }
@@ -373,9 +372,8 @@ class RedisRuleBackend {
     return r.element[i]->integer;
   }
 
-  bool run(const Rules& rules, const std::vector<RuleMatch>& matches,
-           std::chrono::nanoseconds now, std::int64_t cost, bool dry_only,
-           std::vector<Decision>& out) {
+  bool run(const Rules& rules, const std::vector<RuleMatch>& matches, std::chrono::nanoseconds now,
+           std::int64_t cost, bool dry_only, std::vector<Decision>& out) {
     const Operation dry{cost, true}, real{cost, false};
     std::vector<Limit*> ls;
     for (const RuleMatch& m : matches)

@@ -95,8 +95,8 @@ struct SlidingCounterModel {
   }
 
   /// The earliest instant at which n would be admitted if nothing else happened (n <= N).
-  static std::int64_t retry_at(const Params& p, std::int64_t c, std::int64_t prev,
-                               std::int64_t k, std::int64_t n) noexcept {
+  static std::int64_t retry_at(const Params& p, std::int64_t c, std::int64_t prev, std::int64_t k,
+                               std::int64_t n) noexcept {
     using detail::i128;
     const std::int64_t W = p.window, N = p.limit;
     if (prev > 0) {

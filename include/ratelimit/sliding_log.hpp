@@ -95,8 +95,8 @@ struct SlidingLogModel {
     std::int64_t count;  ///< units admitted at `time`
   };
   struct State {
-    std::int64_t last = 0;                ///< ns: latest time seen
-    detail::EntryRing<Entry> entries;     ///< oldest first (some may have expired since)
+    std::int64_t last = 0;             ///< ns: latest time seen
+    detail::EntryRing<Entry> entries;  ///< oldest first (some may have expired since)
   };
 
   static Decision apply(const Params& p, State& s, std::chrono::nanoseconds now,
@@ -142,7 +142,6 @@ struct SlidingLogModel {
     const std::int64_t t = now.count() > s.last ? now.count() : s.last;
     return s.entries.empty() || s.entries.back().time <= t - p.window;
   }
-
 };
 
 /// A sliding log limiter per key: exactly at most `rate.count` requests in any window of

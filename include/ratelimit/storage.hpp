@@ -42,8 +42,9 @@ concept Model = requires {
   typename M::Params;
   typename M::State;
   { M::name } -> std::convertible_to<std::string_view>;
-} && requires(const typename M::Params& p, typename M::State& s, std::chrono::nanoseconds t,
-              const Operation& op) {
+}
+&&requires(const typename M::Params& p, typename M::State& s, std::chrono::nanoseconds t,
+           const Operation& op) {
   { M::apply(p, s, t, op) } -> std::same_as<Decision>;
   { M::is_fresh(p, std::as_const(s), t) } -> std::same_as<bool>;
 };
@@ -67,10 +68,9 @@ concept Binding = requires(B& b, std::string_view key, std::chrono::nanoseconds 
 /// model or another `name` on the same storage. `bind` may throw `std::invalid_argument` when
 /// the storage cannot represent `params` exactly.
 template <class S, class M>
-concept StorageFor =
-    Model<M> && std::copy_constructible<S> &&
+concept StorageFor = Model<M> && std::copy_constructible<S> &&
     requires(S& s, std::string_view name, const typename M::Params& p) {
-      { s.template bind<M>(name, p) } -> Binding;
-    };
+  { s.template bind<M>(name, p) } -> Binding;
+};
 
 }  // namespace ratelimit

@@ -28,8 +28,10 @@ HeaderList expected(std::initializer_list<std::pair<const char*, const char*>> f
 
 }  // namespace
 
-TEST_CASE("An admitted sliding-counter request gets the draft's fields and the X- fields but no "
-          "Retry-After", "[http][sliding_counter]") {
+TEST_CASE(
+    "An admitted sliding-counter request gets the draft's fields and the X- fields but no "
+    "Retry-After",
+    "[http][sliding_counter]") {
   ratelimit::ManualClock clock;
   ratelimit::SlidingCounter<ratelimit::ManualClock> limiter(ratelimit::per_minute(100), {}, clock);
   // Issue 2, example (c): 80 admitted in window 0 ([0, 60 s)), then at t = 75 s (15 s into
@@ -110,8 +112,8 @@ TEST_CASE("Seconds round up: 1 ns is 1 s, a whole second stays whole", "[http]")
   ratelimit::Decision d{};
   d.limit = 3;
   d.remaining = 0;
-  d.retry_after = 1ns;   // ceil(1e-9 s) = 1
-  d.reset_after = 2s;    // exactly 2
+  d.retry_after = 1ns;  // ceil(1e-9 s) = 1
+  d.reset_after = 2s;   // exactly 2
   const auto h = ratelimit::rate_limit_headers(d, QuotaPolicy{"p", 3, 2s});
   CHECK(h == expected({{"RateLimit-Policy", "\"p\";q=3;w=2"},
                        {"RateLimit", "\"p\";r=0;t=1"},

@@ -22,7 +22,6 @@ TEST_CASE("The rule-set script's SHA-1 is computed as Redis does (FIPS 180-4 tes
           "[rules][redis_scripts]") {
   CHECK(ratelimit::detail::sha1_hex("abc") == "a9993e364706816aba3e25717850c26c9cd0d89d");
   CHECK(ratelimit::detail::sha1_hex("") == "da39a3ee5e6b4b0d3255bfef95601890afd80709");
-  CHECK(ratelimit::detail::sha1_hex(
-            "abcdbcdecdefdefgefghfghighijhijkijkljklmklmnlmnomnopnopq") ==
+  CHECK(ratelimit::detail::sha1_hex("abcdbcdecdefdefgefghfghighijhijkijkljklmklmnlmnomnopnopq") ==
         "84983e441c3bd26ebaae4aa1f95129e5e54670f1");
 }

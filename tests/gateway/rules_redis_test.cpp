@@ -125,7 +125,7 @@ TEST_CASE("On Redis a limit run before the one that denies is put back exactly, 
     CHECK_FALSE(d.outcomes[1].decision.allowed);
   }
   const auto keys = redis_keys(options.key_prefix);
-  CHECK(keys.size() == 2);  // tb and fixed
+  CHECK(keys.size() == 2);                            // tb and fixed
   for (const auto& key : keys) CHECK(pttl(key) > 0);  // restored keys still expire
   for (int i = 0; i < 2; ++i) REQUIRE(set.decide({{"api_key", "K"}}));
   CHECK_FALSE(set.decide({{"api_key", "K"}}).allowed);

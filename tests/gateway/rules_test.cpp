@@ -247,8 +247,10 @@ TEST_CASE("A rule set's headers list every matching policy", "[rules][http]") {
                               {"X-RateLimit-Reset", "110"}});
 }
 
-TEST_CASE("Concurrent requests on overlapping rules admit exactly the limits and never spend a "
-          "denied request", "[rules][atomic][concurrent]") {
+TEST_CASE(
+    "Concurrent requests on overlapping rules admit exactly the limits and never spend a "
+    "denied request",
+    "[rules][atomic][concurrent]") {
   // Regression guard for partial consumption under contention: without the stripe locks, a
   // request could pass its dry run, lose a race, and leave units spent in the other rule.
   ManualClock clock;  // frozen: no capacity comes back during the run
@@ -271,8 +273,8 @@ descriptors:
     pool.emplace_back([&, t] {
       for (int i = 0; i < per_thread; ++i) {
         const bool on_x = (i + t) % 2 == 0;
-        const auto d = on_x ? set.decide({{"api_key", "K"}, {"path", "/x"}})
-                            : set.decide({{"api_key", "K"}});
+        const auto d =
+            on_x ? set.decide({{"api_key", "K"}, {"path", "/x"}}) : set.decide({{"api_key", "K"}});
         if (d.allowed) ++(on_x ? admitted_x : admitted_plain);
       }
     });

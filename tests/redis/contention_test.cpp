@@ -60,8 +60,7 @@ std::int64_t collect(const Child& c) {
   ::close(c.fd);
   int status = 0;
   ::waitpid(c.pid, &status, 0);
-  if (got != static_cast<ssize_t>(sizeof result) || !WIFEXITED(status) ||
-      WEXITSTATUS(status) != 0)
+  if (got != static_cast<ssize_t>(sizeof result) || !WIFEXITED(status) || WEXITSTATUS(status) != 0)
     return -3;
   return result;
 }

@@ -59,11 +59,12 @@ bool wait_until_redis_decides(Window& limiter, const std::string& key) {
 
 }  // namespace
 
-TEST_CASE("Each failure policy decides as it says while Redis is down, and Redis decides again "
-          "after a restart",
-          "[redis][failure][fixed_window]") {
-  const auto policy = GENERATE(FailurePolicy::fail_open, FailurePolicy::fail_closed,
-                               FailurePolicy::local_fallback);
+TEST_CASE(
+    "Each failure policy decides as it says while Redis is down, and Redis decides again "
+    "after a restart",
+    "[redis][failure][fixed_window]") {
+  const auto policy =
+      GENERATE(FailurePolicy::fail_open, FailurePolicy::fail_closed, FailurePolicy::local_fallback);
   INFO("policy " << static_cast<int>(policy));
   rltest::ThrowawayRedis server;
   auto options = options_for(server, policy);

@@ -71,7 +71,6 @@ class RedisAdmin {
   ratelimit::detail::RedisConnection conn_;
 };
 
-
 /// A redis-server of this test's own (no persistence), on a free loopback port, stopped when
 /// the object dies. `kill()` ends it abruptly (SIGKILL); `start()` brings it back on the same port.
 class ThrowawayRedis {

@@ -49,9 +49,9 @@ TEST_CASE("Key encoding never lets two different client keys, names or algorithm
   const auto tail = redis_key_tail("token_bucket", "api");
   // Pairs that a naive "prefix:key:name" join would confuse.
   std::set<std::string> seen;
-  const std::vector<std::string> keys = {""s,     "a"s,     "a}"s,  "{a"s,      "a:b"s, "a\0"s,
-                                         "\0a"s,  "}"s,     "{"s,   "{}"s,      "::"s,  "k"s,
-                                         "6b"s,   "a}:x"s,  "\0"s,  "\0\0"s,    "ab"s,  "a:"s};
+  const std::vector<std::string> keys = {""s,    "a"s,    "a}"s, "{a"s,   "a:b"s, "a\0"s,
+                                         "\0a"s, "}"s,    "{"s,  "{}"s,   "::"s,  "k"s,
+                                         "6b"s,  "a}:x"s, "\0"s, "\0\0"s, "ab"s,  "a:"s};
   for (const auto& k : keys) CHECK(seen.insert(redis_key("p:", k, tail)).second);
   // Same bytes split differently between the key and the limiter name.
   CHECK(redis_key("p:", "ab", redis_key_tail("token_bucket", "c")) !=
@@ -69,10 +69,17 @@ TEST_CASE("Hostile client keys are distinct keys whose Redis keys all carry thei
           "[redis][keys][token_bucket][sliding_log]") {
   ManualClock clock;
   RedisStorage storage(rltest::test_redis_options("hostile"));
-  auto tb = redis_limiter<ratelimit::TokenBucket>(ratelimit::TokenBucketConfig{2, ratelimit::per_minute(1)},
-                                                  storage, clock);
+  auto tb = redis_limiter<ratelimit::TokenBucket>(
+      ratelimit::TokenBucketConfig{2, ratelimit::per_minute(1)}, storage, clock);
   auto log = redis_limiter<ratelimit::SlidingLog>(ratelimit::per_minute(2), storage, clock);
-  const std::vector<std::string> keys = {""s, "{"s, "}"s, "{a}"s, ":"s, "a:b"s, "\0"s, "a\0b"s,
+  const std::vector<std::string> keys = {""s,
+                                         "{"s,
+                                         "}"s,
+                                         "{a}"s,
+                                         ":"s,
+                                         "a:b"s,
+                                         "\0"s,
+                                         "a\0b"s,
                                          std::string(10 * 1024, 'x'),
                                          std::string(10 * 1024, 'x') + "}",
                                          std::string(10 * 1024, '\0')};
@@ -107,8 +114,10 @@ TEST_CASE("Every key the scripts write has a TTL, and no longer than its state m
   // sliding counter 5 per 4 s at t = 1 s: (k + 2) W - t = 8 - 1 = 7 s -> 7001 ms;
   // sliding log 5 per 4 s: the newest entry leaves after W = 4 s -> 4001 ms.
   clock.set(1s);
-  auto tb = redis_limiter<ratelimit::TokenBucket>(ratelimit::TokenBucketConfig{10, ratelimit::per_second(2)}, storage, clock);
-  auto lb = redis_limiter<ratelimit::LeakyBucket>(ratelimit::LeakyBucketConfig{10, ratelimit::per_second(2)}, storage, clock);
+  auto tb = redis_limiter<ratelimit::TokenBucket>(
+      ratelimit::TokenBucketConfig{10, ratelimit::per_second(2)}, storage, clock);
+  auto lb = redis_limiter<ratelimit::LeakyBucket>(
+      ratelimit::LeakyBucketConfig{10, ratelimit::per_second(2)}, storage, clock);
   auto fw = redis_limiter<ratelimit::FixedWindow>(ratelimit::Rate{5, 4s}, storage, clock);
   auto sc = redis_limiter<ratelimit::SlidingCounter>(ratelimit::Rate{5, 4s}, storage, clock);
   auto sl = redis_limiter<ratelimit::SlidingLog>(ratelimit::Rate{5, 4s}, storage, clock);
@@ -118,8 +127,10 @@ TEST_CASE("Every key the scripts write has a TTL, and no longer than its state m
   REQUIRE(sc.try_acquire("k"));
   REQUIRE(sl.try_acquire("k"));
   rltest::RedisAdmin admin(rltest::redis_endpoint());
-  std::map<std::string, std::int64_t> most = {{"token_bucket", 501}, {"leaky_bucket", 1501},
-                                              {"fixed_window", 3001}, {"sliding_counter", 7001},
+  std::map<std::string, std::int64_t> most = {{"token_bucket", 501},
+                                              {"leaky_bucket", 1501},
+                                              {"fixed_window", 3001},
+                                              {"sliding_counter", 7001},
                                               {"sliding_log", 4001}};
   const auto keys = admin.scan(pattern_of(storage));
   CHECK(keys.size() == 6);
@@ -146,9 +157,12 @@ TEST_CASE("A key holding another data type degrades the decision by the policy a
       "", ratelimit::detail::make_window_params(ratelimit::per_second(5)));
   rltest::RedisAdmin admin(rltest::redis_endpoint());
   const auto prefix = options.key_prefix;
-  const auto tb_key = ratelimit::detail::redis_key(prefix, "k", ratelimit::detail::redis_key_tail("token_bucket", ""));
-  const auto log_key = ratelimit::detail::redis_key(prefix, "k", ratelimit::detail::redis_key_tail("sliding_log", ""), ":log");
-  const auto meta_key = ratelimit::detail::redis_key(prefix, "k", ratelimit::detail::redis_key_tail("sliding_log", ""), ":meta");
+  const auto tb_key = ratelimit::detail::redis_key(
+      prefix, "k", ratelimit::detail::redis_key_tail("token_bucket", ""));
+  const auto log_key = ratelimit::detail::redis_key(
+      prefix, "k", ratelimit::detail::redis_key_tail("sliding_log", ""), ":log");
+  const auto meta_key = ratelimit::detail::redis_key(
+      prefix, "k", ratelimit::detail::redis_key_tail("sliding_log", ""), ":meta");
   admin.run({"SET", tb_key, "not a hash", "PX", "600000"});
   admin.run({"SET", log_key, "not a zset", "PX", "600000"});
 
@@ -176,7 +190,8 @@ TEST_CASE("After SCRIPT FLUSH the storage reloads its scripts and decides exactl
           "[redis][noscript]") {
   ManualClock clock;
   RedisStorage storage(rltest::test_redis_options("flush"));
-  auto tb = redis_limiter<ratelimit::TokenBucket>(ratelimit::TokenBucketConfig{5, ratelimit::per_second(1)}, storage, clock);
+  auto tb = redis_limiter<ratelimit::TokenBucket>(
+      ratelimit::TokenBucketConfig{5, ratelimit::per_second(1)}, storage, clock);
   auto mem = ratelimit::TokenBucket<ManualClock>({5, ratelimit::per_second(1)}, {}, clock);
   rltest::RedisAdmin admin(rltest::redis_endpoint());
   for (int round = 0; round < 3; ++round) {
@@ -229,19 +244,21 @@ TEST_CASE("The batch call decides many keys of different limiters in one round t
   ManualClock clock;
   clock.set(10s);
   RedisStorage storage(rltest::test_redis_options("batch"));
-  auto tb = redis_limiter<ratelimit::TokenBucket>(ratelimit::TokenBucketConfig{3, ratelimit::per_second(1)}, storage, clock);
+  auto tb = redis_limiter<ratelimit::TokenBucket>(
+      ratelimit::TokenBucketConfig{3, ratelimit::per_second(1)}, storage, clock);
   auto fw = redis_limiter<ratelimit::FixedWindow>(ratelimit::per_minute(2), storage, clock);
   auto sc = redis_limiter<ratelimit::SlidingCounter>(ratelimit::per_minute(2), storage, clock);
   auto lb = storage.bind<ratelimit::LeakyBucketModel>(
       "shaper", ratelimit::LeakyBucketModel::make_params({4, ratelimit::per_second(2)}));
   ratelimit::RedisBatch batch(storage);
-  batch.add(tb, "user");           // T = 3 - 1 = 2, reset (3 - 2) / 1 = 1 s
-  batch.add(fw, "ip");             // c = 1 of 2, reset at the minute's end: 60 - 10 = 50 s
-  batch.add(tb, "user", 2);        // T = 2 - 2 = 0, reset 3 s
-  batch.add(fw, "ip", 2);          // c + 2 = 3 > 2: denied until the window ends, 50 s
-  batch.add(sc, "route");          // c = 1: E = 1, remaining 1, reset (k + 2) W - t = 110 s
+  batch.add(tb, "user");     // T = 3 - 1 = 2, reset (3 - 2) / 1 = 1 s
+  batch.add(fw, "ip");       // c = 1 of 2, reset at the minute's end: 60 - 10 = 50 s
+  batch.add(tb, "user", 2);  // T = 2 - 2 = 0, reset 3 s
+  batch.add(fw, "ip", 2);    // c + 2 = 3 > 2: denied until the window ends, 50 s
+  batch.add(sc, "route");    // c = 1: E = 1, remaining 1, reset (k + 2) W - t = 110 s
   batch.add(lb, "q", clock.now(), {2, false, Decision::never});  // L = 0 -> 2; delay 0, reset 1 s
-  batch.add(lb, "q", clock.now(), {1, false, Decision::never});  // waits L / r = 1 s; L = 3 -> 1.5 s
+  batch.add(lb, "q", clock.now(),
+            {1, false, Decision::never});  // waits L / r = 1 s; L = 3 -> 1.5 s
   REQUIRE(batch.size() == 7);
   const auto d = batch.run();
   REQUIRE(d.size() == 7);
@@ -290,18 +307,24 @@ TEST_CASE("The Redis storage decides like the in-memory one at the ends of the c
     ratelimit::Rate rate;
   };
   // Capacity 1e9 at 1e9/s; 1 per 366 days; 1e9 per 1e7 per 365 days (a refill of ~100 years).
-  const std::vector<Bucket> buckets = {{1'000'000'000, ratelimit::per_second(1'000'000'000)},
-                                       {1, ratelimit::Rate{1, std::chrono::hours{24 * 366}}},
-                                       {1'000'000'000, ratelimit::Rate{10'000'000, std::chrono::hours{24 * 365}}}};
+  const std::vector<Bucket> buckets = {
+      {1'000'000'000, ratelimit::per_second(1'000'000'000)},
+      {1, ratelimit::Rate{1, std::chrono::hours{24 * 366}}},
+      {1'000'000'000, ratelimit::Rate{10'000'000, std::chrono::hours{24 * 365}}}};
   for (const auto& b : buckets) {
-    auto redis = redis_limiter<ratelimit::TokenBucket>(ratelimit::TokenBucketConfig{b.capacity, b.rate}, storage, clock, std::to_string(b.capacity) + "/" + std::to_string(b.rate.period.count()));
-    auto leaky = redis_limiter<ratelimit::LeakyBucket>(ratelimit::LeakyBucketConfig{b.capacity, b.rate}, storage, clock, std::to_string(b.capacity) + "/" + std::to_string(b.rate.period.count()));
+    auto redis = redis_limiter<ratelimit::TokenBucket>(
+        ratelimit::TokenBucketConfig{b.capacity, b.rate}, storage, clock,
+        std::to_string(b.capacity) + "/" + std::to_string(b.rate.period.count()));
+    auto leaky = redis_limiter<ratelimit::LeakyBucket>(
+        ratelimit::LeakyBucketConfig{b.capacity, b.rate}, storage, clock,
+        std::to_string(b.capacity) + "/" + std::to_string(b.rate.period.count()));
     ratelimit::TokenBucket<ManualClock> mem({b.capacity, b.rate}, {}, clock);
     ratelimit::LeakyBucket<ManualClock> mem_leaky({b.capacity, b.rate}, {}, clock);
     for (const auto start : {0ns, near_max - std::chrono::hours{24 * 400}}) {
       clock.set(start);
       const std::string key = "k" + std::to_string(start.count());
-      for (const std::int64_t cost : {b.capacity, std::int64_t{1}, b.capacity / 2 + 1, std::int64_t{7}}) {
+      for (const std::int64_t cost :
+           {b.capacity, std::int64_t{1}, b.capacity / 2 + 1, std::int64_t{7}}) {
         CHECK(redis.try_acquire(key, cost) == mem.try_acquire(key, cost));
         CHECK(leaky.try_acquire(key, cost) == mem_leaky.try_acquire(key, cost));
         clock.advance(std::chrono::hours{24 * 10} + 1ms);
@@ -310,11 +333,14 @@ TEST_CASE("The Redis storage decides like the in-memory one at the ends of the c
     }
   }
   // Windows of 366 days near the clock's end, and of 1 ms.
-  for (const auto rate : {ratelimit::Rate{1'000'000'000, std::chrono::hours{24 * 366}},
-                          ratelimit::Rate{3, 1ms}}) {
-    auto fw = redis_limiter<ratelimit::FixedWindow>(rate, storage, clock, "fw" + std::to_string(rate.period.count()));
-    auto sc = redis_limiter<ratelimit::SlidingCounter>(rate, storage, clock, "sc" + std::to_string(rate.period.count()));
-    auto sl = redis_limiter<ratelimit::SlidingLog>(rate, storage, clock, "sl" + std::to_string(rate.period.count()));
+  for (const auto rate :
+       {ratelimit::Rate{1'000'000'000, std::chrono::hours{24 * 366}}, ratelimit::Rate{3, 1ms}}) {
+    auto fw = redis_limiter<ratelimit::FixedWindow>(rate, storage, clock,
+                                                    "fw" + std::to_string(rate.period.count()));
+    auto sc = redis_limiter<ratelimit::SlidingCounter>(rate, storage, clock,
+                                                       "sc" + std::to_string(rate.period.count()));
+    auto sl = redis_limiter<ratelimit::SlidingLog>(rate, storage, clock,
+                                                   "sl" + std::to_string(rate.period.count()));
     ratelimit::FixedWindow<ManualClock> mfw(rate, {}, clock);
     ratelimit::SlidingCounter<ManualClock> msc(rate, {}, clock);
     ratelimit::SlidingLog<ManualClock> msl(rate, {}, clock);
@@ -333,7 +359,8 @@ TEST_CASE("The Redis backend decides at the clock's reading rounded down to a wh
           "[redis][time][token_bucket]") {
   ManualClock clock;
   RedisStorage storage(rltest::test_redis_options("resolution"));
-  auto tb = redis_limiter<ratelimit::TokenBucket>(ratelimit::TokenBucketConfig{1, ratelimit::per_second(1)}, storage, clock);
+  auto tb = redis_limiter<ratelimit::TokenBucket>(
+      ratelimit::TokenBucketConfig{1, ratelimit::per_second(1)}, storage, clock);
   clock.set(1'000'999ns);  // decided at 1 000 000 ns (1 ms)
   CHECK(tb.try_acquire("k") == admitted(1, 0, 1s));
   // Denied at 1.5 ms: the token is back at 1 ms + 1 s, so retry_after = 1 s - 0.5 ms.
@@ -352,9 +379,13 @@ TEST_CASE("bind and the options reject what the Redis storage cannot honour, nam
     }
     return std::string("no exception");
   };
-  CHECK_THAT(message_of([&] { storage.bind<ratelimit::TokenBucketModel>("", {0, 1, 1'000'000}); }),
+  CHECK_THAT(message_of([&] {
+               storage.bind<ratelimit::TokenBucketModel>("", {0, 1, 1'000'000});
+             }),
              Catch::Contains("params.limit = 0"));
-  CHECK_THAT(message_of([&] { storage.bind<ratelimit::FixedWindowModel>("", {5, 999'999}); }),
+  CHECK_THAT(message_of([&] {
+               storage.bind<ratelimit::FixedWindowModel>("", {5, 999'999});
+             }),
              Catch::Contains("params.window (ns) = 999999"));
   ratelimit::RedisOptions o;
   o.key_prefix = "a{b";
@@ -376,8 +407,10 @@ TEST_CASE("bind and the options reject what the Redis storage cannot honour, nam
 TEST_CASE("After the tests' runs no key of this storage is left without a TTL", "[redis][ttl]") {
   ManualClock clock;
   RedisStorage storage(rltest::test_redis_options("scan"));
-  auto tb = redis_limiter<ratelimit::TokenBucket>(ratelimit::TokenBucketConfig{3, ratelimit::per_second(1)}, storage, clock);
-  auto lb = redis_limiter<ratelimit::LeakyBucket>(ratelimit::LeakyBucketConfig{3, ratelimit::per_second(1)}, storage, clock);
+  auto tb = redis_limiter<ratelimit::TokenBucket>(
+      ratelimit::TokenBucketConfig{3, ratelimit::per_second(1)}, storage, clock);
+  auto lb = redis_limiter<ratelimit::LeakyBucket>(
+      ratelimit::LeakyBucketConfig{3, ratelimit::per_second(1)}, storage, clock);
   auto fw = redis_limiter<ratelimit::FixedWindow>(ratelimit::per_second(3), storage, clock);
   auto sc = redis_limiter<ratelimit::SlidingCounter>(ratelimit::per_second(3), storage, clock);
   auto sl = redis_limiter<ratelimit::SlidingLog>(ratelimit::per_second(3), storage, clock);

@@ -49,7 +49,8 @@ inline bool env_is(const char* name, std::string_view value) {
 /// Parses RATELIMIT_TEST_REDIS.
 inline RedisEndpoint parse_endpoint(std::string_view v) {
   const auto colon = v.rfind(':');
-  if (colon == std::string_view::npos || colon == 0) no_redis("RATELIMIT_TEST_REDIS is not host:port");
+  if (colon == std::string_view::npos || colon == 0)
+    no_redis("RATELIMIT_TEST_REDIS is not host:port");
   RedisEndpoint e{std::string(v.substr(0, colon)), 0};
   try {
     e.port = std::stoi(std::string(v.substr(colon + 1)));

@@ -26,8 +26,8 @@ struct binding_of {
 };
 template <class S, class M>
 struct binding_of<S, M, true> {
-  using type = decltype(std::declval<S&>().template bind<M>(std::string_view{},
-                                                            std::declval<const typename M::Params&>()));
+  using type = decltype(std::declval<S&>().template bind<M>(
+      std::string_view{}, std::declval<const typename M::Params&>()));
 };
 
 /// How long the caller of `acquire` waits in all if admitted after `d` (a denial) is retried.

@@ -208,8 +208,8 @@ class RedisClient {
           res.reply = std::move(replies[j]);
         } else if (r.type == REDIS_REPLY_ERROR) {
           if (node_unavailable(r)) node_ok = false;
-          res.failure = RedisFailure{RedisFailureKind::reply, node.pool.node().address() + ": " +
-                                                                  std::string(r.str, r.len)};
+          res.failure = RedisFailure{RedisFailureKind::reply,
+                                     node.pool.node().address() + ": " + std::string(r.str, r.len)};
           report(*res.failure);
         } else {
           res.reply = std::move(replies[j]);
@@ -242,8 +242,7 @@ class RedisClient {
         if (attempt == 0 && lease.reused() && e.kind() == RedisFailureKind::io &&
             e.replies_read() == 0)
           continue;
-        throw RedisError(e.kind(), node.pool.node().address() + ": " + e.what(),
-                         e.replies_read());
+        throw RedisError(e.kind(), node.pool.node().address() + ": " + e.what(), e.replies_read());
       }
     }
   }

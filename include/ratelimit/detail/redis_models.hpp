@@ -97,8 +97,7 @@ struct RedisGcraModel {
     check_count("params.count", p.count);
     if (p.period < 1 || p.period > max_period.count())
       invalid("params.period (ns)", p.period, "must be in [1, 31622400000000000] ns");
-    if (p.count > p.period)
-      invalid("params.count", p.count, "more than one unit per nanosecond");
+    if (p.count > p.period) invalid("params.count", p.count, "more than one unit per nanosecond");
     if (ceil_div(i128{p.limit} * p.period, p.count) > max_refill_time.count())
       invalid("params.limit", p.limit,
               "a whole refill (limit x period / count) would take more than 100 years");
@@ -130,8 +129,8 @@ struct RedisGcraModel {
     const auto t = reply_time_ns(r);
     const auto at = reply_int(r, 2);
     if (!admitted || !t || !at || *at < 0 || *at / p.count > max_int64()) return std::nullopt;
-    GcraState s{static_cast<std::int64_t>(*at / p.count),
-                static_cast<std::int64_t>(*at % p.count), *t};
+    GcraState s{static_cast<std::int64_t>(*at / p.count), static_cast<std::int64_t>(*at % p.count),
+                *t};
     const Decision d = M::apply(p, s, std::chrono::nanoseconds{*t}, op);
     if (d.allowed != *admitted) return std::nullopt;
     return d;
@@ -223,8 +222,7 @@ struct RedisModel<SlidingCounterModel> {
     const auto t = reply_time_ns(r);
     const auto c = reply_int(r, 2);
     const auto prev = reply_int(r, 3);
-    if (!admitted || !t || !c || !prev || *c < 0 || *c > p.limit || *prev < 0 ||
-        *prev > p.limit)
+    if (!admitted || !t || !c || !prev || *c < 0 || *c > p.limit || *prev < 0 || *prev > p.limit)
       return std::nullopt;
     SlidingCounterModel::State s{*t, static_cast<std::int64_t>(*c),
                                  static_cast<std::int64_t>(*prev)};

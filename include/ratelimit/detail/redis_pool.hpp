@@ -74,9 +74,9 @@ class RedisPool {
       if (open_ < max_size_) break;
       if (available_.wait_until(lock, deadline) == std::cv_status::timeout && idle_.empty() &&
           open_ >= max_size_)
-        throw RedisError(RedisFailureKind::pool_exhausted,
-                         node_.address() + ": all " + std::to_string(max_size_) +
-                             " pooled connections stayed busy");
+        throw RedisError(RedisFailureKind::pool_exhausted, node_.address() + ": all " +
+                                                               std::to_string(max_size_) +
+                                                               " pooled connections stayed busy");
     }
     ++open_;
     const std::uint64_t generation = generation_;

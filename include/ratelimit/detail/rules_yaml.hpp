@@ -29,11 +29,16 @@ enum class Algorithm { sliding_counter, token_bucket, leaky_bucket, fixed_window
 /// Thread safety: pure.
 constexpr std::string_view algorithm_name(Algorithm a) noexcept {
   switch (a) {
-    case Algorithm::token_bucket: return "token_bucket";
-    case Algorithm::leaky_bucket: return "leaky_bucket";
-    case Algorithm::fixed_window: return "fixed_window";
-    case Algorithm::sliding_log: return "sliding_log";
-    case Algorithm::sliding_counter: break;
+    case Algorithm::token_bucket:
+      return "token_bucket";
+    case Algorithm::leaky_bucket:
+      return "leaky_bucket";
+    case Algorithm::fixed_window:
+      return "fixed_window";
+    case Algorithm::sliding_log:
+      return "sliding_log";
+    case Algorithm::sliding_counter:
+      break;
   }
   return "sliding_counter";
 }
@@ -71,7 +76,8 @@ class RulesReader {
     } catch (const YAML::Exception& e) {
       fail(e.mark.line >= 0 ? e.mark.line + 1 : 0, "invalid YAML: " + e.msg);
     }
-    if (!doc.IsMap()) fail(line_of(doc, 1), "the file must be a mapping with `domain` and `descriptors`");
+    if (!doc.IsMap())
+      fail(line_of(doc, 1), "the file must be a mapping with `domain` and `descriptors`");
     const int top = line_of(doc, 1);
     check_fields(doc, {"domain", "descriptors", "client_keys"});
     RuleTree tree;
@@ -156,8 +162,9 @@ class RulesReader {
     RuleNode node;
     node.line = line_of(d, parent_line);
     if (!d.IsMap())
-      fail(node.line, "a descriptor must be a mapping with `key` (and `value`, `rate_limit`, "
-                      "`descriptors`)");
+      fail(node.line,
+           "a descriptor must be a mapping with `key` (and `value`, `rate_limit`, "
+           "`descriptors`)");
     check_fields(d, {"key", "value", "rate_limit", "descriptors"});
     node.key = scalar(d, "key", node.line, true);
     if (node.key.empty()) fail(line_of(d["key"], node.line), "key must not be empty");
@@ -168,8 +175,8 @@ class RulesReader {
     if (const YAML::Node rl = d["rate_limit"]) rate_limit(rl, node);
     if (const YAML::Node ds = d["descriptors"]) node.children = descriptors(ds, node.line);
     if (!d["rate_limit"] && node.children.empty())
-      fail(node.line, "descriptor " + quoted(node.key) +
-                          " has neither `rate_limit` nor nested `descriptors`");
+      fail(node.line,
+           "descriptor " + quoted(node.key) + " has neither `rate_limit` nor nested `descriptors`");
     return node;
   }
 
@@ -193,10 +200,14 @@ class RulesReader {
     std::transform(lower.begin(), lower.end(), lower.begin(),
                    [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
     using namespace std::chrono;
-    if (lower == "second") node.rate.period = seconds{1};
-    else if (lower == "minute") node.rate.period = minutes{1};
-    else if (lower == "hour") node.rate.period = hours{1};
-    else if (lower == "day") node.rate.period = hours{24};
+    if (lower == "second")
+      node.rate.period = seconds{1};
+    else if (lower == "minute")
+      node.rate.period = minutes{1};
+    else if (lower == "hour")
+      node.rate.period = hours{1};
+    else if (lower == "day")
+      node.rate.period = hours{24};
     else
       fail(unit_line, "rate_limit.unit = " + quoted(unit) +
                           ": unknown unit (expected second, minute, hour or day)");

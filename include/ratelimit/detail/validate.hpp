@@ -43,9 +43,9 @@ inline void check_bucket(std::string_view capacity_field, std::int64_t capacity,
   check_count(capacity_field, capacity);
   check_rate(rate_field, r);
   if (r.count > r.period.count())
-    invalid(std::string(rate_field) + ".count", r.count,
-            "more than one token per nanosecond (period " + std::to_string(r.period.count()) +
-                " ns)");
+    invalid(
+        std::string(rate_field) + ".count", r.count,
+        "more than one token per nanosecond (period " + std::to_string(r.period.count()) + " ns)");
   const i128 refill_ns = ceil_div(i128{capacity} * r.period.count(), r.count);
   if (refill_ns > max_refill_time.count())
     invalid(capacity_field, capacity,
