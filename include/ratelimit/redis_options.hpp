@@ -74,9 +74,13 @@ struct RedisOptions {
   /// Prepended to every Redis key. Must not contain '{' or '}' (the client key's hash tag
   /// follows it). Give each deployment, or each test, its own.
   std::string key_prefix = "ratelimit:";
-  std::chrono::milliseconds connect_timeout{200};  ///< per connection attempt, >= 1 ms
-  std::chrono::milliseconds command_timeout{100};  ///< per round trip, >= 1 ms
-  std::size_t pool_size = 8;                       ///< most connections open at once, >= 1
+  /// Per connection attempt, >= 1 ms; a decision that must open a connection gets at most what
+  /// is left of its command_timeout for it.
+  std::chrono::milliseconds connect_timeout{200};
+  /// The most one decision waits on Redis, >= 1 ms: pool, connect, replies and a script reload
+  /// together (plus under 1 ms of rounding). A degraded decision takes no longer.
+  std::chrono::milliseconds command_timeout{100};
+  std::size_t pool_size = 8;  ///< most connections open at once, >= 1
   FailurePolicy failure_policy = FailurePolicy::fail_open;
   /// local_fallback: the per-instance limit is the shared one divided by this, at least 1
   /// (limits, capacities and rates; counts round down to at least 1). 1..10^6.

@@ -436,3 +436,24 @@ TEST_CASE("After the tests' runs no key of this storage is left without a TTL", 
     CHECK(ttl != -1);
   }
 }
+
+TEST_CASE("A decision's Redis wait is cut to what is left of one command timeout",
+          "[redis][timeout]") {
+  // Regression: a decision that had to open a connection could wait connect_timeout and then
+  // command_timeout again, while a degraded decision must take no longer than the command
+  // timeout. time_left gives every wait (pool, connect, replies) only what remains of it.
+  using namespace std::chrono;
+  using ratelimit::detail::time_left;
+  const steady_clock::time_point t0{};
+  const milliseconds cap{100};                   // command_timeout
+  const auto deadline = t0 + cap;                // set when the decision starts
+  CHECK(time_left(deadline, t0, cap) == 100ms);  // nothing spent yet
+  // 1 us spent: 99.999 ms left, rounded up to 100 ms so the socket timeout needs no change.
+  CHECK(time_left(deadline, t0 + 1us, cap) == 100ms);
+  // 40.5 ms spent connecting: 59.5 ms left, rounded up to 60 ms.
+  CHECK(time_left(deadline, t0 + 40500us, cap) == 60ms);
+  CHECK(time_left(deadline, t0 + 100ms, cap) == 0ms);  // the deadline itself: nothing left
+  CHECK(time_left(deadline, t0 + 250ms, cap) == 0ms);  // past it
+  // A longer budget is capped: never more than one command timeout per wait.
+  CHECK(time_left(t0 + 1s, t0, cap) == 100ms);
+}

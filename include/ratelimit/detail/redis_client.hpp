@@ -6,6 +6,7 @@
 #include <hiredis/hiredis.h>
 
 #include <atomic>
+#include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <memory>
@@ -186,8 +187,11 @@ class RedisClient {
     std::vector<RedisCommand> commands;
     commands.reserve(indexes.size());
     for (const std::size_t i : indexes) commands.push_back(command_of(calls[i], false));
+    // One budget for everything this decision waits on (pool, connect, replies, a script
+    // reload), so a degraded decision never takes longer than the command timeout.
+    const auto deadline = std::chrono::steady_clock::now() + options_.command_timeout;
     try {
-      std::vector<RedisReplyPtr> replies = round_trip(node, commands);
+      std::vector<RedisReplyPtr> replies = round_trip(node, commands, deadline);
       // NOSCRIPT: the script cache was flushed (SCRIPT FLUSH, restart, failover). The call did
       // not run, so sending the script in full with EVAL (which also caches it) is safe.
       std::vector<std::size_t> reload;
@@ -197,7 +201,7 @@ class RedisClient {
         std::vector<RedisCommand> full;
         for (const std::size_t j : reload) full.push_back(command_of(calls[indexes[j]], true));
         script_loads_.fetch_add(reload.size(), std::memory_order_relaxed);
-        auto again = round_trip(node, full);
+        auto again = round_trip(node, full, deadline);
         for (std::size_t r = 0; r < reload.size(); ++r) replies[reload[r]] = std::move(again[r]);
       }
       bool node_ok = true;
@@ -230,12 +234,21 @@ class RedisClient {
   /// One pipelined round trip. A connection that failed is closed with every idle one (after
   /// a restart they are all stale). If a reused connection broke before any reply, the commands
   /// are sent once more on a fresh one: most likely the server closed it while it sat idle.
-  std::vector<RedisReplyPtr> round_trip(RedisNodeClient& node,
-                                        const std::vector<RedisCommand>& commands) {
+  /// Everything waits at most until `deadline` (none: the pool's own default bounds).
+  std::vector<RedisReplyPtr> round_trip(
+      RedisNodeClient& node, const std::vector<RedisCommand>& commands,
+      std::optional<std::chrono::steady_clock::time_point> deadline = std::nullopt) {
     for (int attempt = 0;; ++attempt) {
-      auto lease = node.pool.acquire();
+      auto lease = node.pool.acquire(deadline);
+      std::chrono::milliseconds timeout{0};  // 0: the connection's usual command timeout
+      if (deadline) {
+        timeout = time_left(*deadline, std::chrono::steady_clock::now(), options_.command_timeout);
+        if (timeout.count() == 0)  // the connection is fine: it goes back to the pool
+          throw RedisError(RedisFailureKind::timeout,
+                           node.pool.node().address() + ": timed out before sending");
+      }
       try {
-        return lease->pipeline(commands);
+        return lease->pipeline(commands, timeout);
       } catch (const RedisError& e) {
         lease.discard();
         node.pool.drop_idle();

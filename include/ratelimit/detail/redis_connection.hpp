@@ -103,6 +103,16 @@ class SigpipeGuard {
   bool was_pending_ = false;
 };
 
+/// What is left of `deadline` at `now`, rounded up to whole ms (so a call that started a few us
+/// ago still gets the full timeout and no extra syscall), capped at `cap`; 0 once it passed.
+inline std::chrono::milliseconds time_left(std::chrono::steady_clock::time_point deadline,
+                                           std::chrono::steady_clock::time_point now,
+                                           std::chrono::milliseconds cap) noexcept {
+  if (now >= deadline) return std::chrono::milliseconds{0};
+  const auto left = std::chrono::ceil<std::chrono::milliseconds>(deadline - now);
+  return left < cap ? left : cap;
+}
+
 inline timeval to_timeval(std::chrono::milliseconds d) noexcept {
   timeval tv{};
   tv.tv_sec = static_cast<decltype(tv.tv_sec)>(d.count() / 1000);
@@ -113,18 +123,23 @@ inline timeval to_timeval(std::chrono::milliseconds d) noexcept {
 /// One open connection. Not thread-safe: the pool hands it to one thread at a time.
 class RedisConnection {
  public:
-  /// Connects within settings.connect_timeout, sets the command timeout, AUTH and SELECT.
+  /// Connects within settings.connect_timeout, sets the command timeout, AUTH and SELECT; with
+  /// `budget` (what is left of a decision's command timeout), within that too.
   /// Throws RedisError(connect) on any failure.
-  static RedisConnection open(const RedisNode& node, const RedisConnectionSettings& settings) {
+  static RedisConnection open(const RedisNode& node, const RedisConnectionSettings& settings,
+                              std::chrono::milliseconds budget = std::chrono::milliseconds::max()) {
     SigpipeGuard guard;
     RedisConnection c;
-    c.ctx_.reset(redisConnectWithTimeout(node.host.c_str(), node.port,
-                                         to_timeval(settings.connect_timeout)));
+    const auto connect_timeout =
+        budget < settings.connect_timeout ? budget : settings.connect_timeout;
+    c.ctx_.reset(
+        redisConnectWithTimeout(node.host.c_str(), node.port, to_timeval(connect_timeout)));
     if (!c.ctx_) throw RedisError(RedisFailureKind::connect, node.address() + ": out of memory");
     if (c.ctx_->err != 0)
       throw RedisError(RedisFailureKind::connect,
                        node.address() + ": cannot connect: " + std::string(c.ctx_->errstr));
-    if (redisSetTimeout(c.ctx_.get(), to_timeval(settings.command_timeout)) != REDIS_OK)
+    c.timeout_ = budget < settings.command_timeout ? budget : settings.command_timeout;
+    if (redisSetTimeout(c.ctx_.get(), to_timeval(c.timeout_)) != REDIS_OK)
       throw RedisError(RedisFailureKind::connect, node.address() + ": cannot set the timeout");
     std::vector<RedisCommand> setup;
     if (!settings.password.empty()) setup.push_back({"AUTH", settings.password});
@@ -142,10 +157,16 @@ class RedisConnection {
     return c;
   }
 
-  /// Sends every command in one write and reads one reply per command, in order.
-  /// Throws RedisError(timeout or io) when the connection fails; it is then unusable.
-  std::vector<RedisReplyPtr> pipeline(const std::vector<RedisCommand>& commands) {
+  /// Sends every command in one write and reads one reply per command, in order, each socket
+  /// wait bounded by `timeout` (unchanged if 0). Throws RedisError(timeout or io) when the
+  /// connection fails; it is then unusable.
+  std::vector<RedisReplyPtr> pipeline(const std::vector<RedisCommand>& commands,
+                                      std::chrono::milliseconds timeout = {}) {
     SigpipeGuard guard;
+    if (timeout.count() > 0 && timeout != timeout_) {
+      if (redisSetTimeout(ctx_.get(), to_timeval(timeout)) != REDIS_OK) fail(0);
+      timeout_ = timeout;
+    }
     std::vector<const char*> argv;
     std::vector<std::size_t> lens;
     for (const auto& cmd : commands) {
@@ -185,6 +206,7 @@ class RedisConnection {
   }
 
   std::unique_ptr<redisContext, RedisContextDeleter> ctx_;
+  std::chrono::milliseconds timeout_{0};  ///< the socket timeout currently set
   int broken_errno_ = 0;
 };
 

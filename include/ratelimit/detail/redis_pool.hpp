@@ -59,12 +59,15 @@ class RedisPool {
   };
 
   /// An idle connection, or a new one if fewer than max_size are open, or the first one given
-  /// back within connect + command timeout. Throws RedisError(connect) if a new connection
-  /// fails, RedisError(pool_exhausted) if none frees up in time.
-  Lease acquire() {
+  /// back before `deadline` (by default, connect + command timeout from now); a new connection
+  /// must also connect before it. Throws RedisError(connect) if a new connection fails,
+  /// RedisError(pool_exhausted) if none frees up in time, RedisError(timeout) if the deadline
+  /// passed before a connection could be opened.
+  Lease acquire(std::optional<std::chrono::steady_clock::time_point> until = std::nullopt) {
     std::unique_lock lock(mutex_);
-    const auto deadline =
-        std::chrono::steady_clock::now() + settings_.connect_timeout + settings_.command_timeout;
+    const auto deadline = until ? *until
+                                : std::chrono::steady_clock::now() + settings_.connect_timeout +
+                                      settings_.command_timeout;
     for (;;) {
       if (!idle_.empty()) {
         RedisConnection c = std::move(idle_.back());
@@ -82,7 +85,12 @@ class RedisPool {
     const std::uint64_t generation = generation_;
     lock.unlock();
     try {
-      return Lease(this, RedisConnection::open(node_, settings_), generation, false);
+      const auto budget =
+          time_left(deadline, std::chrono::steady_clock::now(), std::chrono::milliseconds::max());
+      if (budget.count() == 0)
+        throw RedisError(RedisFailureKind::timeout,
+                         node_.address() + ": no time left to open a connection");
+      return Lease(this, RedisConnection::open(node_, settings_, budget), generation, false);
     } catch (...) {
       lock.lock();
       --open_;
