@@ -34,7 +34,7 @@ constexpr Rate per_day(std::int64_t n) noexcept { return {n, std::chrono::hours{
 
 namespace detail {
 
-constexpr bool is_space(char c) noexcept { return c == ' ' || c == '\t'; }
+constexpr bool is_space(char c) noexcept { return c == ' ' || c == '\t' || c == '\n' || c == '\r'; }
 
 constexpr std::string_view trim(std::string_view s) noexcept {
   while (!s.empty() && is_space(s.front())) s.remove_prefix(1);
@@ -80,6 +80,13 @@ inline std::chrono::nanoseconds unit_length(std::string_view u) noexcept {
   return nanoseconds{0};
 }
 
+constexpr bool all_digits(std::string_view s) noexcept {
+  if (s.empty()) return false;
+  for (const char c : s)
+    if (c < '0' || c > '9') return false;
+  return true;
+}
+
 [[noreturn]] inline void bad_rate(std::string_view text, std::string_view why) {
   throw std::invalid_argument("rate: cannot parse \"" + std::string(text) +
                               "\": " + std::string(why));
@@ -89,7 +96,7 @@ inline std::chrono::nanoseconds unit_length(std::string_view u) noexcept {
 
 /// Parses "COUNT/[N]UNIT" or "COUNT per [N] UNIT": "100/minute", "10/s", "5/15m", "1000 per hour",
 /// "3 per 2 days". Units: ms, s, sec, second(s), m, min, minute(s), h, hour(s), d, day(s).
-/// Surrounding blanks are ignored; case matters (lower case only).
+/// Surrounding blanks and line ends are ignored; units are lower case only.
 /// Throws `std::invalid_argument` quoting the text on anything else, including a zero or
 /// overflowing count or multiplier. Range checks (count <= 10^9 and so on) are the limiter's.
 /// Thread safety: pure.
@@ -106,8 +113,11 @@ inline Rate parse_rate(std::string_view text) {
     detail::bad_rate(text, "expected COUNT/UNIT or COUNT per UNIT");
   }
   std::int64_t count = 0;
-  if (!detail::parse_count(count_part, count) || count == 0)
-    detail::bad_rate(text, "count must be a whole number >= 1");
+  const bool parsed = detail::parse_count(count_part, count);
+  if (!parsed || count == 0)
+    detail::bad_rate(text, !parsed && detail::all_digits(count_part)
+                               ? "count does not fit in 64 bits"
+                               : "count must be a whole number >= 1 (digits only)");
   std::size_t digits = 0;
   while (digits < period_part.size() && period_part[digits] >= '0' && period_part[digits] <= '9')
     ++digits;
@@ -115,8 +125,13 @@ inline Rate parse_rate(std::string_view text) {
   if (digits > 0 &&
       (!detail::parse_count(period_part.substr(0, digits), multiplier) || multiplier == 0))
     detail::bad_rate(text, "period multiplier must be a whole number >= 1");
-  const auto unit = detail::unit_length(detail::trim(period_part.substr(digits)));
-  if (unit.count() == 0) detail::bad_rate(text, "unknown unit");
+  const std::string_view unit_name = detail::trim(period_part.substr(digits));
+  if (unit_name.empty()) detail::bad_rate(text, "missing unit");
+  const auto unit = detail::unit_length(unit_name);
+  if (unit.count() == 0)
+    detail::bad_rate(text, "unknown unit \"" + std::string(unit_name) +
+                               "\" (expected ms, s, sec, second(s), m, min, minute(s), h, "
+                               "hour(s), d, day(s), lower case; the multiplier is whole)");
   // 366 days in ms is far below the overflow point; reject multipliers that would overflow.
   if (multiplier > std::chrono::nanoseconds::max().count() / unit.count())
     detail::bad_rate(text, "period too long");

@@ -169,6 +169,9 @@ TEST_CASE("parse_rate reads the documented forms", "[rate][in_memory]") {
   CHECK(ratelimit::parse_rate("5 per 15 minutes") == Rate{5, minutes{15}});
   CHECK(ratelimit::parse_rate("  10/s  ") == Rate{10, 1s});
   CHECK(ratelimit::parse_rate("1000000000/h") == Rate{1'000'000'000, hours{1}});
+  // A value read from a file or an environment variable often keeps its line end.
+  CHECK(ratelimit::parse_rate("5/h\n") == Rate{5, hours{1}});
+  CHECK(ratelimit::parse_rate("5/h\r\n") == Rate{5, hours{1}});
   CHECK(ratelimit::per_second(10) == Rate{10, 1s});
   CHECK(ratelimit::per_minute(100) == Rate{100, minutes{1}});
   CHECK(ratelimit::per_hour(1000) == Rate{1000, hours{1}});
@@ -205,6 +208,17 @@ TEST_CASE("parse_rate rejects everything else, quoting the text", "[rate][in_mem
     CHECK_THROWS_AS(ratelimit::parse_rate(bad), std::invalid_argument);
     CHECK_THROWS_WITH(ratelimit::parse_rate(bad), Contains("\"" + bad + "\""));
   }
+}
+
+TEST_CASE("parse_rate says which part of the text is wrong", "[rate][in_memory]") {
+  // The newcomer trial found "1e3/s" and an overflowing count both reported as "whole number",
+  // and "5/" or "5/1.5s" as a bare "unknown unit".
+  CHECK_THROWS_WITH(ratelimit::parse_rate("1e3/s"), Contains("digits only"));
+  CHECK_THROWS_WITH(ratelimit::parse_rate("99999999999999999999/s"),
+                    Contains("does not fit in 64 bits"));
+  CHECK_THROWS_WITH(ratelimit::parse_rate("5/"), Contains("missing unit"));
+  CHECK_THROWS_WITH(ratelimit::parse_rate("5/1.5s"), Contains("unknown unit \".5s\""));
+  CHECK_THROWS_WITH(ratelimit::parse_rate("5/S"), Contains("lower case"));
 }
 
 TEST_CASE("A bucket of 10^9 tokens refilled at 10^9 per second is exact to the nanosecond",
