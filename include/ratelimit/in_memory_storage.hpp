@@ -9,7 +9,6 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
-#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -388,8 +387,8 @@ class Table {
 /// dropped key is decided no earlier than the sweep's time, the latest time it was known at.
 /// Per key it costs one table slot: 64 bytes (one cache line) holding the hash, the key if it is
 /// at most 28 bytes (36 for the fixed window) and the algorithm's state (`sizeof(Model::State)`:
-/// 16 or 24 bytes for the buckets and counters). The sliding log's 48-byte state takes a larger
-/// slot (28 + 48 + 12 = 88 bytes) and its log 16 bytes per entry on the heap. Longer keys add a
+/// 16 or 24 bytes for the buckets and counters). The sliding log's 56-byte state takes a larger
+/// slot (28 + 56 + 12 = 96 bytes) and its log 16 bytes per entry on the heap. Longer keys add a
 /// heap copy (their length + 8 bytes). Tables are kept 8/15 to 4/5 full, so with 64-byte slots
 /// resident memory is about 80 to 120 bytes per key (measured: 95 at 1,000,000 keys).
 /// Thread safety: every member is safe from many threads; each decision runs under its key's
@@ -423,28 +422,30 @@ class InMemoryStorage {
 
  private:
   struct Registry {
+    /// One table of some model, type-erased, with the function that counts its keys.
+    struct Entry {
+      std::shared_ptr<void> table;
+      std::size_t (*size)(const void* table);
+    };
+
     std::mutex mutex;
-    std::map<std::pair<std::type_index, std::string>, std::shared_ptr<void>> tables;
-    std::map<std::pair<std::type_index, std::string>, std::function<std::size_t()>> sizes;
+    std::map<std::pair<std::type_index, std::string>, Entry> tables;
 
     template <Model M>
     std::shared_ptr<detail::Table<M>> table(std::string_view name) {
       std::lock_guard lock(mutex);
-      auto& slot = tables[{std::type_index(typeid(M)), std::string(name)}];
-      if (!slot) {
-        auto t = std::make_shared<detail::Table<M>>();
-        sizes[{std::type_index(typeid(M)), std::string(name)}] = [raw = t.get()] {
-          return raw->size();
-        };
-        slot = t;
+      Entry& e = tables[{std::type_index(typeid(M)), std::string(name)}];
+      if (!e.table) {
+        e.table = std::make_shared<detail::Table<M>>();
+        e.size = [](const void* t) { return static_cast<const detail::Table<M>*>(t)->size(); };
       }
-      return std::static_pointer_cast<detail::Table<M>>(slot);
+      return std::static_pointer_cast<detail::Table<M>>(e.table);
     }
 
     std::size_t size() {
       std::lock_guard lock(mutex);
       std::size_t n = 0;
-      for (const auto& [id, f] : sizes) n += f();
+      for (const auto& [id, e] : tables) n += e.size(e.table.get());
       return n;
     }
   };
