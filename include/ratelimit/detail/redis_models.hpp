@@ -45,9 +45,6 @@ inline std::int64_t redis_time_us(std::chrono::nanoseconds now) noexcept {
   return t / 1000;
 }
 
-/// The units a call decides: its cost (a peek is a dry run of the same cost).
-inline std::int64_t units_of(const Operation& op) noexcept { return op.cost; }
-
 /// Converts a script's decision time (us) to ns, rejecting what no script can return.
 inline std::optional<std::int64_t> reply_time_ns(const redisReply& r) noexcept {
   const auto t_us = reply_int(r, 1);
@@ -108,7 +105,7 @@ struct RedisGcraModel {
                    const std::string& margin_ms, std::vector<std::string>& out) {
     out.push_back(std::move(now_us));
     out.push_back(f.count);
-    out.push_back(to_decimal(i128{units_of(op)} * p.period));
+    out.push_back(to_decimal(i128{op.cost} * p.period));
     out.push_back(f.full);
     out.push_back(op.peek ? "1" : "0");
     out.push_back(margin_ms);
@@ -156,9 +153,9 @@ struct RedisModel<TokenBucketModel> : RedisGcraModel<TokenBucketModel, false> {}
 template <>
 struct RedisModel<LeakyBucketModel> : RedisGcraModel<LeakyBucketModel, true> {};
 
-template <>
-struct RedisModel<FixedWindowModel> {
-  static constexpr const RedisScript* script = &redis_scripts::fixed_window;
+/// What the fixed window and the sliding counter share: the same parameters, arguments and
+/// fallback; only the script and the reply they decide from differ.
+struct RedisWindowModel {
   static constexpr std::array<std::string_view, 1> key_suffixes{""};
   struct Fixed {
     std::string window;
@@ -172,11 +169,19 @@ struct RedisModel<FixedWindowModel> {
                    const std::string& margin_ms, std::vector<std::string>& out) {
     out.push_back(std::move(now_us));
     out.push_back(f.window);
-    out.push_back(std::to_string(units_of(op)));
+    out.push_back(std::to_string(op.cost));
     out.push_back(f.limit);
     out.push_back(op.peek ? "1" : "0");
     out.push_back(margin_ms);
   }
+  static WindowParams fallback(const WindowParams& p, std::int64_t divisor) noexcept {
+    return window_fallback(p, divisor);
+  }
+};
+
+template <>
+struct RedisModel<FixedWindowModel> : RedisWindowModel {
+  static constexpr const RedisScript* script = &redis_scripts::fixed_window;
   /// Reply: {admitted, t_us, c}.
   static std::optional<Decision> decide(const WindowParams& p, const redisReply& r,
                                         const Operation& op) {
@@ -189,32 +194,11 @@ struct RedisModel<FixedWindowModel> {
     if (d.allowed != *admitted) return std::nullopt;
     return d;
   }
-  static WindowParams fallback(const WindowParams& p, std::int64_t divisor) noexcept {
-    return window_fallback(p, divisor);
-  }
 };
 
 template <>
-struct RedisModel<SlidingCounterModel> {
+struct RedisModel<SlidingCounterModel> : RedisWindowModel {
   static constexpr const RedisScript* script = &redis_scripts::sliding_counter;
-  static constexpr std::array<std::string_view, 1> key_suffixes{""};
-  struct Fixed {
-    std::string window;
-    std::string limit;
-  };
-  static Fixed fix(const WindowParams& p) {
-    check_window_params(p);
-    return {std::to_string(p.window), std::to_string(p.limit)};
-  }
-  static void args(const Fixed& f, const WindowParams&, std::string now_us, const Operation& op,
-                   const std::string& margin_ms, std::vector<std::string>& out) {
-    out.push_back(std::move(now_us));
-    out.push_back(f.window);
-    out.push_back(std::to_string(units_of(op)));
-    out.push_back(f.limit);
-    out.push_back(op.peek ? "1" : "0");
-    out.push_back(margin_ms);
-  }
   /// Reply: {admitted, t_us, c, p} as seen from the decision's window.
   static std::optional<Decision> decide(const WindowParams& p, const redisReply& r,
                                         const Operation& op) {
@@ -229,9 +213,6 @@ struct RedisModel<SlidingCounterModel> {
     const Decision d = SlidingCounterModel::apply(p, s, std::chrono::nanoseconds{*t}, op);
     if (d.allowed != *admitted) return std::nullopt;
     return d;
-  }
-  static WindowParams fallback(const WindowParams& p, std::int64_t divisor) noexcept {
-    return window_fallback(p, divisor);
   }
 };
 
@@ -253,7 +234,7 @@ struct RedisModel<SlidingLogModel> {
                    const std::string& margin_ms, std::vector<std::string>& out) {
     out.push_back(std::move(now_us));
     out.push_back(f.reach_us);
-    out.push_back(std::to_string(units_of(op)));
+    out.push_back(std::to_string(op.cost));
     out.push_back(f.limit);
     out.push_back(op.peek ? "1" : "0");
     out.push_back(margin_ms);
@@ -276,7 +257,7 @@ struct RedisModel<SlidingLogModel> {
     if (units > 0) {
       if (*newest < 0 || *newest * 1000 > *t) return std::nullopt;
       const auto newest_ns = static_cast<std::int64_t>(*newest * 1000);
-      const std::int64_t n = units_of(op);
+      const std::int64_t n = op.cost;
       const std::int64_t to_drop = units + n - p.limit;
       if (n <= p.limit && to_drop > 0) {
         if (*target < 0 || *target > *newest) return std::nullopt;
