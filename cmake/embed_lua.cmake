@@ -1,4 +1,4 @@
-# embed_lua.cmake: turns lua/*.lua into include/ratelimit/detail/redis_scripts.hpp,
+# embed_lua.cmake: turns lua/*.lua into include/ratelimit/redis/detail/scripts.hpp,
 # a committed header of `inline constexpr` raw strings, so the library stays header-only while
 # the Lua sources stay real, readable files.
 #
@@ -7,7 +7,7 @@
 # rule-set script `rules` is assembled here too (see below).
 #
 # Usage (script mode):
-#   cmake -DLUA_DIR=<repo>/lua -DOUTPUT=<repo>/include/ratelimit/detail/redis_scripts.hpp \
+#   cmake -DLUA_DIR=<repo>/lua -DOUTPUT=<repo>/include/ratelimit/redis/detail/scripts.hpp \
 #         [-DCHECK=ON] -P cmake/embed_lua.cmake
 # With CHECK=ON nothing is written: it fails (non-zero exit) if OUTPUT differs from what the
 # sources generate, which is the CTest check that the committed header is up to date.
@@ -22,9 +22,9 @@ set(algorithms token_bucket leaky_bucket fixed_window sliding_log sliding_counte
 file(READ "${LUA_DIR}/prelude.lua" prelude)
 
 set(out "#pragma once\n")
-string(APPEND out "/// @file detail/redis_scripts.hpp\n")
+string(APPEND out "/// @file redis/detail/scripts.hpp\n")
 string(APPEND out "/// GENERATED from lua/*.lua by cmake/embed_lua.cmake: edit the .lua files, then run\n")
-string(APPEND out "///   cmake -DLUA_DIR=lua -DOUTPUT=include/ratelimit/detail/redis_scripts.hpp -P cmake/embed_lua.cmake\n")
+string(APPEND out "///   cmake -DLUA_DIR=lua -DOUTPUT=include/ratelimit/redis/detail/scripts.hpp -P cmake/embed_lua.cmake\n")
 string(APPEND out "/// (a CTest test fails while this file is out of date).\n\n")
 string(APPEND out "#include <string_view>\n\nnamespace ratelimit::detail {\n\n")
 string(APPEND out "/// One Lua script: `body` is what EVAL sends, `sha1` what EVALSHA names.\n")

@@ -2,7 +2,7 @@
 -- that matches the request admits it and spends its cost, or none spends anything.
 --
 -- Not a standalone script: cmake/embed_lua.cmake builds the body (redis_scripts::rules in
--- detail/redis_scripts.hpp) as lua/prelude.lua, then each
+-- redis/detail/scripts.hpp) as lua/prelude.lua, then each
 -- algorithm script (lua/<algorithm>.lua) wrapped as `local function algo_<algorithm>(KEYS,
 -- ARGV) ... end`, then this driver. Each limit runs its own algorithm's script unchanged, as a
 -- dry run (its peek flag set) or for real; real runs of a request that ends denied are undone

@@ -1,17 +1,17 @@
 #pragma once
 /// @file ratelimit.hpp
-/// Everything in process: the five algorithms, the clocks and the in-memory storage.
-/// The Redis storage is separate (`ratelimit/redis.hpp`, target `ratelimit::redis`).
+/// Everything in process: the five algorithms, the clocks, the in-memory storage and, for tests,
+/// ManualClock. The Redis storage is separate (`ratelimit/redis.hpp`, target `ratelimit::redis`).
 
-#include "clock.hpp"
-#include "decision.hpp"
-#include "fixed_window.hpp"
-#include "in_memory_storage.hpp"
-#include "leaky_bucket.hpp"
-#include "manual_clock.hpp"
-#include "rate.hpp"
-#include "sliding_counter.hpp"
-#include "sliding_log.hpp"
-#include "storage.hpp"
-#include "token_bucket.hpp"
+#include "algorithms/fixed_window.hpp"
+#include "algorithms/leaky_bucket.hpp"
+#include "algorithms/sliding_counter.hpp"
+#include "algorithms/sliding_log.hpp"
+#include "algorithms/token_bucket.hpp"
+#include "core/clock.hpp"
+#include "core/decision.hpp"
+#include "core/rate.hpp"
+#include "core/storage.hpp"
+#include "memory/in_memory_storage.hpp"
+#include "testing/manual_clock.hpp"
 #include "version.hpp"

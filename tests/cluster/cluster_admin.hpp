@@ -14,7 +14,7 @@
 #include <string_view>
 #include <vector>
 
-#include <ratelimit/detail/redis_connection.hpp>
+#include <ratelimit/redis/detail/connection.hpp>
 
 #include "support/cluster_backend.hpp"
 

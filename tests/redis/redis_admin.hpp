@@ -22,7 +22,7 @@
 #include <thread>
 #include <vector>
 
-#include <ratelimit/detail/redis_connection.hpp>
+#include <ratelimit/redis/detail/connection.hpp>
 
 #include "support/redis_backend.hpp"
 

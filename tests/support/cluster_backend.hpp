@@ -19,7 +19,7 @@
 #include <string>
 #include <string_view>
 
-#include <ratelimit/detail/redis_connection.hpp>
+#include <ratelimit/redis/detail/connection.hpp>
 #include <ratelimit/redis_cluster.hpp>
 
 namespace rltest {

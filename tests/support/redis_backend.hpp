@@ -19,8 +19,8 @@
 #include <string>
 #include <string_view>
 
-#include <ratelimit/detail/redis_connection.hpp>
 #include <ratelimit/redis.hpp>
+#include <ratelimit/redis/detail/connection.hpp>
 
 namespace rltest {
 

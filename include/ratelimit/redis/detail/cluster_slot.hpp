@@ -1,5 +1,5 @@
 #pragma once
-/// @file detail/redis_cluster_slot.hpp
+/// @file redis/detail/cluster_slot.hpp
 /// Which of Redis Cluster's 16384 hash slots a key belongs to.
 ///
 /// The Redis Cluster specification ("Keys distribution model"): HASH_SLOT = CRC16(key) mod 16384,
@@ -12,7 +12,7 @@
 #include <cstdint>
 #include <string_view>
 
-#include "redis_keys.hpp"
+#include "keys.hpp"
 
 namespace ratelimit::detail {
 

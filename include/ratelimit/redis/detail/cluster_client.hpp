@@ -1,5 +1,5 @@
 #pragma once
-/// @file detail/redis_cluster_client.hpp
+/// @file redis/detail/cluster_client.hpp
 /// Runs script calls on a Redis Cluster: each call goes to the primary that owns its key's slot,
 /// redirections are followed, the slot map is re-learned after a failover or a resharding.
 /// Everything per node (pool, breaker, EVALSHA with the NOSCRIPT reload, failure accounting) is
@@ -23,11 +23,11 @@
 #include <utility>
 #include <vector>
 
-#include "../redis_options.hpp"
-#include "redis_client.hpp"
-#include "redis_cluster_slot.hpp"
-#include "redis_connection.hpp"
-#include "validate.hpp"
+#include "../../core/detail/validate.hpp"
+#include "../options.hpp"
+#include "client.hpp"
+#include "cluster_slot.hpp"
+#include "connection.hpp"
 
 namespace ratelimit::detail {
 

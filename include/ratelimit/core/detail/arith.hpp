@@ -1,5 +1,5 @@
 #pragma once
-/// @file detail/arith.hpp
+/// @file core/detail/arith.hpp
 /// Exact integer helpers: 128-bit intermediates so that products of two in-range 64-bit values
 /// (count x period, cost x period) never overflow and never round.
 

@@ -1,5 +1,5 @@
 #pragma once
-/// @file detail/redis_decimal.hpp
+/// @file redis/detail/decimal.hpp
 /// Exact integers to and from the decimal strings the Lua scripts read and return (a Lua number
 /// would round above 2^53).
 
@@ -10,7 +10,7 @@
 #include <string>
 #include <string_view>
 
-#include "arith.hpp"
+#include "../../core/detail/arith.hpp"
 
 namespace ratelimit::detail {
 

@@ -1,5 +1,5 @@
 #pragma once
-/// @file detail/redis_pool.hpp
+/// @file redis/detail/pool.hpp
 /// A bounded pool of connections to one Redis node.
 
 #include <chrono>
@@ -11,7 +11,7 @@
 #include <utility>
 #include <vector>
 
-#include "redis_connection.hpp"
+#include "connection.hpp"
 
 namespace ratelimit::detail {
 

@@ -1,5 +1,5 @@
 #pragma once
-/// @file detail/redis_connection.hpp
+/// @file redis/detail/connection.hpp
 /// One hiredis connection with RAII ownership, timeouts, and pipelined round trips.
 
 #include <hiredis/hiredis.h>
@@ -16,7 +16,7 @@
 #include <utility>
 #include <vector>
 
-#include "../redis_options.hpp"
+#include "../options.hpp"
 
 namespace ratelimit::detail {
 

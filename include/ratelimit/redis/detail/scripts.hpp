@@ -1,7 +1,7 @@
 #pragma once
-/// @file detail/redis_scripts.hpp
+/// @file redis/detail/scripts.hpp
 /// GENERATED from lua/*.lua by cmake/embed_lua.cmake: edit the .lua files, then run
-///   cmake -DLUA_DIR=lua -DOUTPUT=include/ratelimit/detail/redis_scripts.hpp -P cmake/embed_lua.cmake
+///   cmake -DLUA_DIR=lua -DOUTPUT=include/ratelimit/redis/detail/scripts.hpp -P cmake/embed_lua.cmake
 /// (a CTest test fails while this file is out of date).
 
 #include <string_view>
@@ -1054,7 +1054,7 @@ return { admitted and 1 or 0, fmt(t), c, p }
 )lua"};
 
 inline constexpr RedisScript rules{
-    "rules", "a83121fe66b1905a836be5633ff3aee7e63d154c",
+    "rules", "3b780c9f806cc880a3a0e2b81d67b914094e0da4",
     R"lua(-- prelude.lua: shared by every ratelimit script. cmake/embed_lua.cmake prepends it to each
 -- algorithm's script, so each EVALSHA body is self-contained.
 --
@@ -1486,7 +1486,7 @@ end
 -- that matches the request admits it and spends its cost, or none spends anything.
 --
 -- Not a standalone script: cmake/embed_lua.cmake builds the body (redis_scripts::rules in
--- detail/redis_scripts.hpp) as lua/prelude.lua, then each
+-- redis/detail/scripts.hpp) as lua/prelude.lua, then each
 -- algorithm script (lua/<algorithm>.lua) wrapped as `local function algo_<algorithm>(KEYS,
 -- ARGV) ... end`, then this driver. Each limit runs its own algorithm's script unchanged, as a
 -- dry run (its peek flag set) or for real; real runs of a request that ends denied are undone

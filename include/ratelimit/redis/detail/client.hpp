@@ -1,5 +1,5 @@
 #pragma once
-/// @file detail/redis_client.hpp
+/// @file redis/detail/client.hpp
 /// Runs script calls on Redis: node routing, pooled connections, EVALSHA with the NOSCRIPT
 /// reload, the circuit breaker, failure accounting. Shared by every copy of a RedisStorage.
 
@@ -16,13 +16,13 @@
 #include <utility>
 #include <vector>
 
-#include "../redis_options.hpp"
-#include "redis_breaker.hpp"
-#include "redis_connection.hpp"
-#include "redis_keys.hpp"
-#include "redis_pool.hpp"
-#include "redis_scripts.hpp"
-#include "validate.hpp"
+#include "../../core/detail/validate.hpp"
+#include "../options.hpp"
+#include "breaker.hpp"
+#include "connection.hpp"
+#include "keys.hpp"
+#include "pool.hpp"
+#include "scripts.hpp"
 
 namespace ratelimit::detail {
 

@@ -1,5 +1,5 @@
 #pragma once
-/// @file detail/limiter.hpp
+/// @file core/limiter.hpp
 /// What every limiter does around its model: read the clock, validate the cost, and block in
 /// `acquire`. The algorithms' public classes derive from this.
 
@@ -11,10 +11,17 @@
 #include <type_traits>
 #include <utility>
 
-#include "../clock.hpp"
-#include "../decision.hpp"
-#include "../storage.hpp"
-#include "validate.hpp"
+#include "clock.hpp"
+#include "decision.hpp"
+#include "detail/validate.hpp"
+#include "storage.hpp"
+
+namespace ratelimit {
+/// The default storage policy of every limiter, defined in memory/in_memory_storage.hpp (the
+/// top-level headers such as `ratelimit/token_bucket.hpp` include it). Declared here so that
+/// the core and the algorithms never include a storage.
+class InMemoryStorage;
+}  // namespace ratelimit
 
 namespace ratelimit::detail {
 

@@ -1,5 +1,5 @@
 #pragma once
-/// @file detail/validate.hpp
+/// @file core/detail/validate.hpp
 /// Range checks shared by the limiters' constructors; each names the field and the value.
 
 #include <chrono>

@@ -1,5 +1,5 @@
 #pragma once
-/// @file detail/rules_yaml.hpp
+/// @file rules/detail/yaml.hpp
 /// Reading the Envoy rate limit service's YAML into the rule tree, with errors that name the
 /// line. Internal to rules.hpp.
 
@@ -17,8 +17,8 @@
 #include <utility>
 #include <vector>
 
-#include "../rate.hpp"
-#include "validate.hpp"
+#include "../../core/detail/validate.hpp"
+#include "../../core/rate.hpp"
 
 namespace ratelimit {
 

@@ -1,5 +1,5 @@
 #pragma once
-/// @file detail/redis_keys.hpp
+/// @file redis/detail/keys.hpp
 /// Redis key names: unambiguous for arbitrary client keys, one hash tag per client key.
 ///
 /// Layout: <prefix>{k<hex(client key)>}:<algorithm>:<hex(limiter name)>[<suffix>]

@@ -1,12 +1,12 @@
 #pragma once
-/// @file detail/window.hpp
+/// @file algorithms/detail/window.hpp
 /// Parameters shared by the window algorithms.
 
 #include <chrono>
 #include <cstdint>
 
-#include "../rate.hpp"
-#include "validate.hpp"
+#include "../../core/detail/validate.hpp"
+#include "../../core/rate.hpp"
 
 namespace ratelimit::detail {
 

@@ -1,5 +1,5 @@
 #pragma once
-/// @file detail/redis_breaker.hpp
+/// @file redis/detail/breaker.hpp
 /// A circuit breaker: while a node keeps failing, decisions degrade at once instead of each
 /// waiting out a timeout.
 

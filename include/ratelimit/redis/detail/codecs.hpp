@@ -1,5 +1,5 @@
 #pragma once
-/// @file detail/redis_models.hpp
+/// @file redis/detail/codecs.hpp
 /// What the Redis storage needs to know about each algorithm model: its script, the keys and
 /// arguments of one call, and how to turn the script's reply into the model's Decision.
 ///
@@ -21,34 +21,34 @@
 #include <string_view>
 #include <vector>
 
-#include "../decision.hpp"
-#include "../fixed_window.hpp"
-#include "../leaky_bucket.hpp"
-#include "../manual_clock.hpp"
-#include "../sliding_counter.hpp"
-#include "../sliding_log.hpp"
-#include "../storage.hpp"
-#include "../token_bucket.hpp"
-#include "arith.hpp"
-#include "gcra.hpp"
-#include "redis_decimal.hpp"
-#include "redis_scripts.hpp"
-#include "validate.hpp"
-#include "window.hpp"
+#include "../../algorithms/detail/gcra.hpp"
+#include "../../algorithms/detail/window.hpp"
+#include "../../algorithms/fixed_window.hpp"
+#include "../../algorithms/leaky_bucket.hpp"
+#include "../../algorithms/sliding_counter.hpp"
+#include "../../algorithms/sliding_log.hpp"
+#include "../../algorithms/token_bucket.hpp"
+#include "../../core/clock.hpp"
+#include "../../core/decision.hpp"
+#include "../../core/detail/arith.hpp"
+#include "../../core/detail/validate.hpp"
+#include "../../core/storage.hpp"
+#include "decimal.hpp"
+#include "scripts.hpp"
 
 namespace ratelimit::detail {
 
 /// The decision time the scripts work in: whole microseconds (floor), clamped to the clock range
 /// [0, 2^62 ns], so it stays below 2^53 (exact in a Lua number).
 inline std::int64_t redis_time_us(std::chrono::nanoseconds now) noexcept {
-  const std::int64_t t = std::clamp(now.count(), std::int64_t{0}, ManualClock::max_time.count());
+  const std::int64_t t = std::clamp(now.count(), std::int64_t{0}, max_clock_time.count());
   return t / 1000;
 }
 
 /// Converts a script's decision time (us) to ns, rejecting what no script can return.
 inline std::optional<std::int64_t> reply_time_ns(const redisReply& r) noexcept {
   const auto t_us = reply_int(r, 1);
-  if (!t_us || *t_us < 0 || *t_us > ManualClock::max_time.count() / 1000) return std::nullopt;
+  if (!t_us || *t_us < 0 || *t_us > max_clock_time.count() / 1000) return std::nullopt;
   return static_cast<std::int64_t>(*t_us * 1000);
 }
 

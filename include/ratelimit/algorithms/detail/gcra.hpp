@@ -1,5 +1,5 @@
 #pragma once
-/// @file detail/gcra.hpp
+/// @file algorithms/detail/gcra.hpp
 /// The exact arithmetic shared by the token bucket and the leaky bucket.
 ///
 /// Both reduce to one timestamp, the Generic Cell Rate Algorithm's theoretical arrival time
@@ -12,9 +12,9 @@
 #include <chrono>
 #include <cstdint>
 
-#include "../decision.hpp"
-#include "../storage.hpp"
-#include "arith.hpp"
+#include "../../core/decision.hpp"
+#include "../../core/detail/arith.hpp"
+#include "../../core/storage.hpp"
 
 namespace ratelimit::detail {
 

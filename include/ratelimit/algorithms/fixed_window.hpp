@@ -1,0 +1,89 @@
+#pragma once
+/// @file algorithms/fixed_window.hpp
+/// Fixed window counter: N requests per window aligned to the clock's epoch.
+
+#include <chrono>
+#include <cstdint>
+#include <string>
+#include <string_view>
+
+#include "../core/clock.hpp"
+#include "../core/decision.hpp"
+#include "../core/limiter.hpp"
+#include "../core/rate.hpp"
+#include "../core/storage.hpp"
+#include "detail/window.hpp"
+
+namespace ratelimit {
+
+/// The fixed window counter as a pure transition (see `ratelimit::Model`).
+///
+/// Window k = floor(t / W), aligned to the clock's epoch; count c of window k. Admit iff
+/// c + n <= N. Allows up to 2N around a window boundary (the "boundary problem"). Source: the
+/// classic counter per calendar period (e.g. "user42:10:05"). 16 bytes of state per key.
+struct FixedWindowModel {
+  static constexpr std::string_view name = "fixed_window";
+  using Params = detail::WindowParams;
+  struct State {
+    std::int64_t last = 0;   ///< ns: latest time seen; its window is the counted one
+    std::int64_t count = 0;  ///< requests admitted in last's window
+  };
+
+  static Decision apply(const Params& p, State& s, std::chrono::nanoseconds now,
+                        const Operation& op) noexcept {
+    const std::int64_t t = now.count() > s.last ? now.count() : s.last;
+    const std::int64_t k = t / p.window;
+    const std::int64_t c = k == s.last / p.window ? s.count : 0;
+    const std::int64_t n = op.cost;
+    const std::chrono::nanoseconds to_end{(k + 1) * p.window - t};
+    Decision d{};
+    d.limit = p.limit;
+    d.remaining = p.limit - c;
+    d.reset_after = c > 0 ? to_end : std::chrono::nanoseconds{0};
+    if (n > p.limit) {
+      d.retry_after = Decision::never;
+      return d;
+    }
+    if (c + n > p.limit) {
+      d.retry_after = to_end;
+      return d;
+    }
+    d.allowed = true;
+    if (op.peek) return d;
+    s = State{t, c + n};
+    d.remaining = p.limit - s.count;
+    d.reset_after = to_end;
+    return d;
+  }
+
+  static bool is_fresh(const Params& p, const State& s, std::chrono::nanoseconds now) noexcept {
+    const std::int64_t t = now.count() > s.last ? now.count() : s.last;
+    return s.count == 0 || t / p.window != s.last / p.window;
+  }
+};
+
+/// A fixed window limiter per key: at most `rate.count` requests per window of `rate.period`,
+/// windows aligned to the clock's epoch (with SystemClock, calendar minutes, hours, days).
+/// Decision fields: limit = N; remaining = N - c; retry_after and reset_after = time to the
+/// window's end.
+///
+/// Errors: the constructor throws `std::invalid_argument` naming the out-of-range field; the
+/// calls throw it for cost < 1. Thread safety: every member is safe from many threads.
+template <Clock C = SteadyClock, class Storage = InMemoryStorage>
+class FixedWindow : public detail::Limiter<FixedWindowModel, C, Storage> {
+ public:
+  /// `rate.count` requests per `rate.period`; count in [1, 10^9], period in [1 ms, 366 days].
+  explicit FixedWindow(Rate rate, Storage storage = {}, C clock = {}, std::string name = {})
+      : detail::Limiter<FixedWindowModel, C, Storage>(detail::make_window_params(rate),
+                                                      std::move(storage), std::move(clock),
+                                                      std::move(name)),
+        rate_(rate) {}
+
+  /// The rate it was built with.
+  const Rate& rate() const noexcept { return rate_; }
+
+ private:
+  Rate rate_;
+};
+
+}  // namespace ratelimit

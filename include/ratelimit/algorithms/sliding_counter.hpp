@@ -1,0 +1,141 @@
+#pragma once
+/// @file algorithms/sliding_counter.hpp
+/// Sliding window counter: the current window plus the overlapping share of the previous one.
+
+#include <chrono>
+#include <cstdint>
+#include <string>
+#include <string_view>
+
+#include "../core/clock.hpp"
+#include "../core/decision.hpp"
+#include "../core/detail/arith.hpp"
+#include "../core/limiter.hpp"
+#include "../core/rate.hpp"
+#include "../core/storage.hpp"
+#include "detail/window.hpp"
+
+namespace ratelimit {
+
+/// The sliding window counter as a pure transition (see `ratelimit::Model`).
+///
+/// Windows as the fixed window; c counts window k, p counted window k-1, e = t - kW. Estimate
+/// E = c + p (W - e) / W (the approximation popularized by Cloudflare's "counting things" post
+/// and the design doc's case study). Admit iff E + n <= N, decided exactly as
+/// (c + n) W + p (W - e) <= N W in 128-bit integers. 24 bytes of state per key.
+struct SlidingCounterModel {
+  static constexpr std::string_view name = "sliding_counter";
+  using Params = detail::WindowParams;
+  struct State {
+    std::int64_t last = 0;      ///< ns: latest time seen
+    std::int64_t current = 0;   ///< requests in last's window
+    std::int64_t previous = 0;  ///< requests in the window before last's
+  };
+
+  static Decision apply(const Params& p, State& s, std::chrono::nanoseconds now,
+                        const Operation& op) noexcept {
+    using detail::i128;
+    const std::int64_t W = p.window, N = p.limit;
+    const std::int64_t t = now.count() > s.last ? now.count() : s.last;
+    const std::int64_t k = t / W;
+    const auto [c, prev] = counts_at(p, s, k);
+    const std::int64_t e = t - k * W;
+    const std::int64_t n = op.cost;
+    Decision d{};
+    d.limit = N;
+    describe(d, p, c, prev, t, k);
+    if (n > N) {
+      d.retry_after = Decision::never;
+      return d;
+    }
+    if (i128{c + n} * W + i128{prev} * (W - e) > i128{N} * W) {
+      d.retry_after = std::chrono::nanoseconds{retry_at(p, c, prev, k, n) - t};
+      return d;
+    }
+    d.allowed = true;
+    if (op.peek) return d;
+    s = State{t, c + n, prev};
+    describe(d, p, s.current, prev, t, k);
+    return d;
+  }
+
+  static bool is_fresh(const Params& p, const State& s, std::chrono::nanoseconds now) noexcept {
+    const std::int64_t t = now.count() > s.last ? now.count() : s.last;
+    const auto [c, prev] = counts_at(p, s, t / p.window);
+    return c == 0 && prev == 0;
+  }
+
+ private:
+  struct Counts {
+    std::int64_t current, previous;
+  };
+
+  /// The counts as seen from window k (k >= the window of s.last).
+  static Counts counts_at(const Params& p, const State& s, std::int64_t k) noexcept {
+    const std::int64_t k_last = s.last / p.window;
+    if (k == k_last) return {s.current, s.previous};
+    if (k == k_last + 1) return {0, s.current};
+    return {0, 0};
+  }
+
+  static void describe(Decision& d, const Params& p, std::int64_t c, std::int64_t prev,
+                       std::int64_t t, std::int64_t k) noexcept {
+    using detail::i128;
+    const std::int64_t W = p.window;
+    const i128 free_scaled = i128{p.limit} * W - i128{c} * W - i128{prev} * (W - (t - k * W));
+    const i128 rem = detail::floor_div(free_scaled, W);
+    d.remaining = rem < 0 ? 0 : static_cast<std::int64_t>(rem);
+    if (c > 0)
+      d.reset_after = std::chrono::nanoseconds{(k + 2) * W - t};
+    else if (prev > 0)
+      d.reset_after = std::chrono::nanoseconds{(k + 1) * W - t};
+    else
+      d.reset_after = std::chrono::nanoseconds{0};
+  }
+
+  /// The earliest instant at which n would be admitted if nothing else happened (n <= N).
+  static std::int64_t retry_at(const Params& p, std::int64_t c, std::int64_t prev, std::int64_t k,
+                               std::int64_t n) noexcept {
+    using detail::i128;
+    const std::int64_t W = p.window, N = p.limit;
+    if (prev > 0) {
+      // Within window k, need prev * e >= (c + n + prev - N) * W.
+      const i128 need = i128{c + n + prev - N} * W;
+      const i128 e = detail::ceil_div(need, prev);
+      if (e < W) return k * W + static_cast<std::int64_t>(e);
+    }
+    // In window k+1 the current count c becomes the previous: need c * e >= (n + c - N) * W.
+    const i128 need = i128{n + c - N} * W;
+    if (need <= 0) return (k + 1) * W;
+    const i128 e = detail::ceil_div(need, c);
+    if (e < W) return (k + 1) * W + static_cast<std::int64_t>(e);
+    return (k + 2) * W;
+  }
+};
+
+/// A sliding window counter limiter per key: about `rate.count` requests in any window of
+/// `rate.period`, with two counters per key and no boundary burst.
+/// Decision fields: limit = N; remaining = floor(N - E); retry_after exact (it may fall in the
+/// next window); reset_after = (k + 2) W - t if the current window counted, (k + 1) W - t if only
+/// the previous did.
+///
+/// Errors: the constructor throws `std::invalid_argument` naming the out-of-range field; the
+/// calls throw it for cost < 1. Thread safety: every member is safe from many threads.
+template <Clock C = SteadyClock, class Storage = InMemoryStorage>
+class SlidingCounter : public detail::Limiter<SlidingCounterModel, C, Storage> {
+ public:
+  /// `rate.count` requests per `rate.period`; count in [1, 10^9], period in [1 ms, 366 days].
+  explicit SlidingCounter(Rate rate, Storage storage = {}, C clock = {}, std::string name = {})
+      : detail::Limiter<SlidingCounterModel, C, Storage>(detail::make_window_params(rate),
+                                                         std::move(storage), std::move(clock),
+                                                         std::move(name)),
+        rate_(rate) {}
+
+  /// The rate it was built with.
+  const Rate& rate() const noexcept { return rate_; }
+
+ private:
+  Rate rate_;
+};
+
+}  // namespace ratelimit

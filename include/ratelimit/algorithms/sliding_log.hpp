@@ -1,0 +1,170 @@
+#pragma once
+/// @file algorithms/sliding_log.hpp
+/// Sliding log: the exact count of admitted requests in the last window.
+
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include "../core/clock.hpp"
+#include "../core/decision.hpp"
+#include "../core/limiter.hpp"
+#include "../core/rate.hpp"
+#include "../core/storage.hpp"
+#include "detail/window.hpp"
+
+namespace ratelimit {
+
+namespace detail {
+
+/// The log's entries, oldest first, in a ring buffer: expiring the oldest is O(1) and the ring
+/// never holds more entries than are live, so a key holds at most N entries. It also keeps the
+/// sum of the entries' counts, so a decision reads only the entries that expire.
+template <class Entry>
+class EntryRing {
+ public:
+  std::size_t size() const noexcept { return size_; }
+  bool empty() const noexcept { return size_ == 0; }
+  std::size_t capacity() const noexcept { return slots_.size(); }
+  /// Sum of every held entry's count (units).
+  std::int64_t units() const noexcept { return units_; }
+  /// The i-th oldest entry, i < size().
+  const Entry& operator[](std::size_t i) const noexcept { return slots_[slot(i)]; }
+  const Entry& front() const noexcept { return (*this)[0]; }
+  const Entry& back() const noexcept { return (*this)[size_ - 1]; }
+  void pop_front() noexcept {
+    units_ -= slots_[head_].count;
+    if (++head_ == slots_.size()) head_ = 0;
+    --size_;
+  }
+  /// Adds `n` units to the newest entry (same timestamp).
+  void add_to_back(std::int64_t n) noexcept {
+    slots_[slot(size_ - 1)].count += n;
+    units_ += n;
+  }
+  /// Appends `e`, growing to at most `max_slots` slots (the caller keeps size() below it).
+  void push_back(const Entry& e, std::size_t max_slots = SIZE_MAX) {
+    if (size_ == slots_.size()) grow(max_slots);
+    slots_[slot(size_)] = e;
+    ++size_;
+    units_ += e.count;
+  }
+
+ private:
+  // head_ + i < 2 * capacity, so one comparison wraps it (a % would divide on every access).
+  std::size_t slot(std::size_t i) const noexcept {
+    const std::size_t at = head_ + i;
+    return at >= slots_.size() ? at - slots_.size() : at;
+  }
+
+  void grow(std::size_t max_slots) {
+    std::size_t n = slots_.empty() ? 1 : slots_.size() * 2;
+    if (n > max_slots) n = max_slots;
+    if (n <= size_) n = size_ + 1;
+    std::vector<Entry> grown(n);
+    for (std::size_t i = 0; i < size_; ++i) grown[i] = (*this)[i];
+    slots_ = std::move(grown);
+    head_ = 0;
+  }
+
+  std::vector<Entry> slots_;
+  std::size_t head_ = 0;
+  std::size_t size_ = 0;
+  std::int64_t units_ = 0;
+};
+
+}  // namespace detail
+
+/// The sliding window log as a pure transition (see `ratelimit::Model`).
+///
+/// The log holds the time of every admitted unit; at t the window is (t - W, t]. Admit iff
+/// |log| + n <= N, then log n entries at t; denied requests are not logged. Exact, at the cost
+/// of memory per admitted request (the "sliding window log" of the design doc's case study).
+/// State: 56 bytes plus 16 bytes per slot; equal times share one entry with a count, expired
+/// entries leave on the next admission, and a key never holds more than N entries.
+struct SlidingLogModel {
+  static constexpr std::string_view name = "sliding_log";
+  using Params = detail::WindowParams;
+  struct Entry {
+    std::int64_t time;   ///< ns
+    std::int64_t count;  ///< units admitted at `time`
+  };
+  struct State {
+    std::int64_t last = 0;             ///< ns: latest time seen
+    detail::EntryRing<Entry> entries;  ///< oldest first (some may have expired since)
+  };
+
+  static Decision apply(const Params& p, State& s, std::chrono::nanoseconds now,
+                        const Operation& op) {
+    const std::int64_t t = now.count() > s.last ? now.count() : s.last;
+    std::size_t first = 0;  // entries before it have left the window
+    std::int64_t live = s.entries.units();
+    while (first < s.entries.size() && s.entries[first].time <= t - p.window)
+      live -= s.entries[first++].count;
+    const std::int64_t n = op.cost;
+    Decision d{};
+    d.limit = p.limit;
+    d.remaining = p.limit - live;
+    d.reset_after = live > 0 ? std::chrono::nanoseconds{s.entries.back().time + p.window - t}
+                             : std::chrono::nanoseconds{0};
+    if (n > p.limit) {
+      d.retry_after = Decision::never;
+      return d;
+    }
+    if (live + n > p.limit) {
+      // Wait for the (live + n - N)-th oldest unit to leave the window.
+      std::int64_t to_drop = live + n - p.limit;
+      std::size_t i = first;
+      while (s.entries[i].count < to_drop) to_drop -= s.entries[i++].count;
+      d.retry_after = std::chrono::nanoseconds{s.entries[i].time + p.window - t};
+      return d;
+    }
+    d.allowed = true;
+    if (op.peek) return d;
+    // Expired entries leave only now: a peek or denial must not move the key's time.
+    for (std::size_t i = 0; i < first; ++i) s.entries.pop_front();
+    if (!s.entries.empty() && s.entries.back().time == t)
+      s.entries.add_to_back(n);
+    else
+      s.entries.push_back(Entry{t, n}, static_cast<std::size_t>(p.limit));
+    s.last = t;
+    d.remaining = p.limit - live - n;
+    d.reset_after = std::chrono::nanoseconds{p.window};
+    return d;
+  }
+
+  static bool is_fresh(const Params& p, const State& s, std::chrono::nanoseconds now) noexcept {
+    const std::int64_t t = now.count() > s.last ? now.count() : s.last;
+    return s.entries.empty() || s.entries.back().time <= t - p.window;
+  }
+};
+
+/// A sliding log limiter per key: exactly at most `rate.count` requests in any window of
+/// `rate.period` (the window (t - W, t]). Memory grows with the limit: prefer it for low limits.
+/// Decision fields: limit = N; remaining = N - |log|; retry_after = e + W - t for the
+/// (|log| + n - N)-th oldest entry e; reset_after = newest + W - t.
+///
+/// Errors: the constructor throws `std::invalid_argument` naming the out-of-range field; the
+/// calls throw it for cost < 1. Thread safety: every member is safe from many threads.
+template <Clock C = SteadyClock, class Storage = InMemoryStorage>
+class SlidingLog : public detail::Limiter<SlidingLogModel, C, Storage> {
+ public:
+  /// `rate.count` requests per `rate.period`; count in [1, 10^9], period in [1 ms, 366 days].
+  explicit SlidingLog(Rate rate, Storage storage = {}, C clock = {}, std::string name = {})
+      : detail::Limiter<SlidingLogModel, C, Storage>(detail::make_window_params(rate),
+                                                     std::move(storage), std::move(clock),
+                                                     std::move(name)),
+        rate_(rate) {}
+
+  /// The rate it was built with.
+  const Rate& rate() const noexcept { return rate_; }
+
+ private:
+  Rate rate_;
+};
+
+}  // namespace ratelimit

@@ -1,0 +1,101 @@
+#pragma once
+/// @file redis/options.hpp
+/// How a `RedisStorage` reaches Redis, and what it does when Redis fails.
+
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <string>
+
+namespace ratelimit {
+
+/// What a decision does when Redis cannot make it (down, slow past the command timeout, or an
+/// error reply). Every such decision has `degraded = true`.
+enum class FailurePolicy {
+  /// Admit (the default: the limiter must never take the API down). limit = the configured
+  /// limit, remaining = limit, every duration 0.
+  fail_open,
+  /// Deny. remaining = 0; retry_after = the time until Redis is tried again (at least 1 ms).
+  fail_closed,
+  /// Decide on a per-instance in-memory limit: the shared limit (and rate) divided by
+  /// `RedisOptions::fallback_divisor`, typically the expected number of instances.
+  local_fallback,
+};
+
+/// Where a decision's time comes from.
+enum class TimeSource {
+  /// The limiter's clock (`now` passed to the binding; the default). Hosts must agree on time:
+  /// use `SystemClock` (NTP-synchronized) across hosts, never `SteadyClock`, whose epoch is
+  /// per host. Required for tests with `ManualClock`.
+  client,
+  /// Redis's own clock (`TIME` inside the script; Unix epoch, whole microseconds). One time line
+  /// for every host whatever their clocks say; the limiter's clock is then used only by the
+  /// local fallback and by `acquire`'s waiting.
+  redis,
+};
+
+/// Why Redis could not decide.
+enum class RedisFailureKind {
+  connect,         ///< no connection within connect_timeout (refused, unreachable, AUTH failed)
+  timeout,         ///< no reply within command_timeout
+  io,              ///< the connection broke (reset, closed, protocol error)
+  reply,           ///< Redis answered an error (e.g. WRONGTYPE: the key holds another type)
+  protocol,        ///< the script's reply had an unexpected shape (a bug or a foreign script)
+  pool_exhausted,  ///< every pooled connection stayed busy past the timeouts
+  circuit_open,    ///< not tried: Redis failed recently and the back-off has not elapsed
+};
+
+/// One failure, as passed to `RedisOptions::on_failure`.
+/// Thread safety: a plain value.
+struct RedisFailure {
+  RedisFailureKind kind;
+  std::string message;  ///< human-readable: the node, the Redis or socket error
+};
+
+/// Counters since the storage was created, shared by every copy.
+/// Thread safety: a plain value (a snapshot of atomic counters).
+struct RedisStats {
+  std::uint64_t decisions = 0;           ///< decisions Redis made
+  std::uint64_t degraded_decisions = 0;  ///< decisions the failure policy made
+  std::uint64_t failures = 0;            ///< failed attempts to reach Redis (not short circuits)
+  std::uint64_t short_circuits = 0;      ///< decisions degraded without trying (circuit open)
+  std::uint64_t script_loads = 0;        ///< scripts sent in full after NOSCRIPT
+  bool circuit_open = false;             ///< Redis is currently being avoided
+};
+
+/// Configuration of a `RedisStorage`. Every field has a usable default.
+/// Thread safety: a plain value; `on_failure` is called from the deciding threads.
+struct RedisOptions {
+  std::string host = "127.0.0.1";  ///< host name or address
+  int port = 6379;                 ///< TCP port, 1..65535
+  std::string password;            ///< AUTH on connect when not empty
+  int db = 0;                      ///< SELECT on connect when not 0; 0..(databases - 1)
+  /// Prepended to every Redis key. Must not contain '{' or '}' (the client key's hash tag
+  /// follows it). Give each deployment, or each test, its own.
+  std::string key_prefix = "ratelimit:";
+  /// Per connection attempt, >= 1 ms; a decision that must open a connection gets at most what
+  /// is left of its command_timeout for it.
+  std::chrono::milliseconds connect_timeout{200};
+  /// The most one decision waits on Redis, >= 1 ms: pool, connect, replies and a script reload
+  /// together (plus under 1 ms of rounding). A degraded decision takes no longer.
+  std::chrono::milliseconds command_timeout{100};
+  std::size_t pool_size = 8;  ///< most connections open at once, >= 1
+  FailurePolicy failure_policy = FailurePolicy::fail_open;
+  /// local_fallback: the per-instance limit is the shared one divided by this, at least 1
+  /// (limits, capacities and rates; counts round down to at least 1). 1..10^6.
+  std::int64_t fallback_divisor = 1;
+  TimeSource time_source = TimeSource::client;
+  /// Added to every key's TTL beyond the time its state stops mattering, so a host whose clock
+  /// lags (or a fake clock in tests) never sees state vanish early. 0..366 days.
+  std::chrono::milliseconds ttl_margin{1000};
+  /// After a failure, Redis is avoided for this long (decisions degrade at once), then one
+  /// decision probes it; each failed probe doubles the back-off up to `breaker_max_backoff`.
+  std::chrono::milliseconds breaker_backoff{100};
+  std::chrono::milliseconds breaker_max_backoff{2000};  ///< >= breaker_backoff
+  /// Called on every failure to reach Redis (not on short circuits), from the deciding thread.
+  /// Must be thread-safe and quick; exceptions it throws are swallowed.
+  std::function<void(const RedisFailure&)> on_failure;
+};
+
+}  // namespace ratelimit
