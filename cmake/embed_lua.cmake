@@ -1,77 +1,81 @@
-# embed_lua.cmake: turns lua/*.lua into include/ratelimit/redis/detail/scripts.hpp,
-# a committed header of `inline constexpr` raw strings, so the library stays header-only while
-# the Lua sources stay real, readable files.
+# embed_lua.cmake: turns each <name>.lua of a folder into <name>.hpp, a header holding the
+# script as an `inline constexpr std::string_view <name>` raw string, so the library stays
+# header-only while the Lua sources stay real, readable files.
 #
-# Each script's body is lua/prelude.lua followed by lua/<algorithm>.lua; its SHA1 (what
-# EVALSHA names it by) is computed here, so the client knows it without a round trip. The
-# rule-set script `rules` is assembled here too (see below).
+# There is no list of scripts here: every .lua file of LUA_DIR is embedded. An algorithm names
+# its own script (`Model::Wire::lua`, see core/wire.hpp) and the registry names the algorithms
+# (algorithms/registry.hpp); the Redis storage composes what it sends from those (prelude +
+# algorithm, or prelude + several algorithms + lua/multi.lua) and names it by its SHA1.
 #
 # Usage (script mode):
-#   cmake -DLUA_DIR=<repo>/lua -DOUTPUT=<repo>/include/ratelimit/redis/detail/scripts.hpp \
+#   cmake -DLUA_DIR=<repo>/lua -DOUTPUT_DIR=<repo>/include/ratelimit/lua [-DNAMESPACE=ratelimit::lua]
 #         [-DCHECK=ON] -P cmake/embed_lua.cmake
-# With CHECK=ON nothing is written: it fails (non-zero exit) if OUTPUT differs from what the
-# sources generate, which is the CTest check that the committed header is up to date.
+# With CHECK=ON nothing is written: it fails (non-zero exit) if a header differs from what its
+# source generates, or if OUTPUT_DIR holds a header with no source (the CTest check that the
+# committed headers are up to date). Tests embed their own scripts the same way into the build
+# tree (tests/conformance: the test-only algorithm).
 
 cmake_minimum_required(VERSION 3.25)
 
-if(NOT DEFINED LUA_DIR OR NOT DEFINED OUTPUT)
-  message(FATAL_ERROR "embed_lua.cmake: pass -DLUA_DIR=... and -DOUTPUT=...")
+if(NOT DEFINED LUA_DIR OR NOT DEFINED OUTPUT_DIR)
+  message(FATAL_ERROR "embed_lua.cmake: pass -DLUA_DIR=... and -DOUTPUT_DIR=...")
+endif()
+get_filename_component(LUA_DIR "${LUA_DIR}" ABSOLUTE)
+get_filename_component(OUTPUT_DIR "${OUTPUT_DIR}" ABSOLUTE)
+if(NOT DEFINED NAMESPACE)
+  set(NAMESPACE "ratelimit::lua")
 endif()
 
-set(algorithms token_bucket leaky_bucket fixed_window sliding_log sliding_counter)
-file(READ "${LUA_DIR}/prelude.lua" prelude)
-
-set(out "#pragma once\n")
-string(APPEND out "/// @file redis/detail/scripts.hpp\n")
-string(APPEND out "/// GENERATED from lua/*.lua by cmake/embed_lua.cmake: edit the .lua files, then run\n")
-string(APPEND out "///   cmake -DLUA_DIR=lua -DOUTPUT=include/ratelimit/redis/detail/scripts.hpp -P cmake/embed_lua.cmake\n")
-string(APPEND out "/// (a CTest test fails while this file is out of date).\n\n")
-string(APPEND out "#include <string_view>\n\nnamespace ratelimit::detail {\n\n")
-string(APPEND out "/// One Lua script: `body` is what EVAL sends, `sha1` what EVALSHA names.\n")
-string(APPEND out "/// Thread safety: constant.\n")
-string(APPEND out "struct RedisScript {\n  std::string_view name;\n  std::string_view sha1;\n  std::string_view body;\n};\n\n")
-string(APPEND out "namespace redis_scripts {\n")
-
-foreach(algorithm IN LISTS algorithms)
-  file(READ "${LUA_DIR}/${algorithm}.lua" source)
-  set(body "${prelude}${source}")
+file(GLOB sources RELATIVE "${LUA_DIR}" "${LUA_DIR}/*.lua")
+list(SORT sources)
+set(expected "")
+set(stale "")
+foreach(source IN LISTS sources)
+  string(REGEX REPLACE "\\.lua$" "" name "${source}")
+  if(NOT name MATCHES "^[a-z_][a-z0-9_]*$")
+    message(FATAL_ERROR "embed_lua.cmake: ${source}: the name must be a C++ identifier in lower case")
+  endif()
+  file(READ "${LUA_DIR}/${source}" body)
   string(FIND "${body}" ")lua\"" clash)
   if(NOT clash EQUAL -1)
-    message(FATAL_ERROR "embed_lua.cmake: ${algorithm}.lua contains the raw-string end )lua\"")
+    message(FATAL_ERROR "embed_lua.cmake: ${source} contains the raw-string end )lua\"")
   endif()
-  string(SHA1 sha "${body}")
-  string(APPEND out "\ninline constexpr RedisScript ${algorithm}{\n    \"${algorithm}\", \"${sha}\",\n    R\"lua(${body})lua\"};\n")
+  set(out "#pragma once\n")
+  string(APPEND out "/// @file ${name}.hpp\n")
+  string(APPEND out "/// GENERATED from ${source} by cmake/embed_lua.cmake: edit the .lua file, then run\n")
+  string(APPEND out "///   cmake -DLUA_DIR=lua -DOUTPUT_DIR=include/ratelimit/lua -P cmake/embed_lua.cmake\n")
+  string(APPEND out "/// (a CTest test fails while this file is out of date). Thread safety: constant.\n\n")
+  string(APPEND out "#include <string_view>\n\nnamespace ${NAMESPACE} {\n\n")
+  string(APPEND out "/// The text of ${source}.\n")
+  string(APPEND out "inline constexpr std::string_view ${name} = R\"lua(${body})lua\";\n\n")
+  string(APPEND out "}  // namespace ${NAMESPACE}\n")
+  set(header "${OUTPUT_DIR}/${name}.hpp")
+  list(APPEND expected "${name}.hpp")
+  if(CHECK)
+    if(NOT EXISTS "${header}")
+      list(APPEND stale "${header} (missing)")
+    else()
+      file(READ "${header}" committed)
+      if(NOT committed STREQUAL out)
+        list(APPEND stale "${header}")
+      endif()
+    endif()
+  else()
+    file(WRITE "${header}" "${out}")
+  endif()
 endforeach()
-
-# The rule-set script (lua/rules.lua drives it, see rules_redis.hpp): the prelude once, each
-# algorithm script as a local function, then the driver, so every limit of a request runs its
-# own algorithm's code unchanged inside one atomic script.
-set(body "${prelude}")
-foreach(algorithm IN LISTS algorithms)
-  file(READ "${LUA_DIR}/${algorithm}.lua" source)
-  string(APPEND body "\nlocal function algo_${algorithm}(KEYS, ARGV)\n${source}\nend\n")
-endforeach()
-file(READ "${LUA_DIR}/rules.lua" driver)
-string(APPEND body "${driver}")
-string(FIND "${body}" ")lua\"" clash)
-if(NOT clash EQUAL -1)
-  message(FATAL_ERROR "embed_lua.cmake: rules.lua contains the raw-string end )lua\"")
-endif()
-string(SHA1 sha "${body}")
-string(APPEND out "\ninline constexpr RedisScript rules{\n    \"rules\", \"${sha}\",\n    R\"lua(${body})lua\"};\n")
-
-string(APPEND out "\n}  // namespace redis_scripts\n}  // namespace ratelimit::detail\n")
 
 if(CHECK)
-  if(NOT EXISTS "${OUTPUT}")
-    message(FATAL_ERROR "embed_lua.cmake: ${OUTPUT} is missing; regenerate it")
+  file(GLOB headers RELATIVE "${OUTPUT_DIR}" "${OUTPUT_DIR}/*.hpp")
+  foreach(header IN LISTS headers)
+    if(NOT header IN_LIST expected)
+      list(APPEND stale "${OUTPUT_DIR}/${header} (no .lua source)")
+    endif()
+  endforeach()
+  if(stale)
+    list(JOIN stale "\n  " stale_lines)
+    message(FATAL_ERROR "embed_lua.cmake: out of date with ${LUA_DIR}; regenerate (see the command "
+                        "at the top of any generated header):\n  ${stale_lines}")
   endif()
-  file(READ "${OUTPUT}" committed)
-  if(NOT committed STREQUAL out)
-    message(FATAL_ERROR "embed_lua.cmake: ${OUTPUT} is out of date with lua/*.lua; regenerate it "
-                        "(see the command at the top of that file)")
-  endif()
-  message(STATUS "embed_lua.cmake: ${OUTPUT} is up to date")
-else()
-  file(WRITE "${OUTPUT}" "${out}")
+  message(STATUS "embed_lua.cmake: ${OUTPUT_DIR} is up to date with ${LUA_DIR}")
 endif()

@@ -187,11 +187,12 @@ TEST_CASE("On Redis a request's per-client limits share the client's hash tag",
   std::set<std::string> tags;
   const auto keys = redis_keys(options.key_prefix);
   for (const auto& key : keys) tags.insert(std::string(ratelimit::detail::redis_hash_tag(key)));
-  // Tags: "k" + hex("api_key=" + client) for per-client limits; a shared limit's tag is its own
-  // counter key, here "" (its descriptors all name values), so "k".
+  // Tags: "k" + hex(RuleMatch::tag) for per-client limits, the tag being the client's value as
+  // the counter key writes it, length-prefixed ("6:" + the 6-byte key, "2:K2"); a shared
+  // limit's tag is its own counter key, here "" (its descriptors all name values), so "k".
   std::string k1 = "k", k2 = "k";
-  ratelimit::detail::append_hex(k1, "api_key=" + awkward);
-  ratelimit::detail::append_hex(k2, "api_key=K2");
+  ratelimit::detail::append_hex(k1, "6:" + awkward);
+  ratelimit::detail::append_hex(k2, "2:K2");
   CHECK(tags == std::set<std::string>{k1, k2, "k"});
   CHECK(keys.size() == 6);  // 4 for request 1, 2 for request 2
 }

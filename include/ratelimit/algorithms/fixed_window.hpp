@@ -2,17 +2,24 @@
 /// @file algorithms/fixed_window.hpp
 /// Fixed window counter: N requests per window aligned to the clock's epoch.
 
+#include <array>
 #include <chrono>
 #include <cstdint>
+#include <optional>
+#include <span>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "../core/clock.hpp"
 #include "../core/decision.hpp"
 #include "../core/limiter.hpp"
 #include "../core/rate.hpp"
 #include "../core/storage.hpp"
+#include "../core/wire.hpp"
+#include "../lua/fixed_window.hpp"
 #include "detail/window.hpp"
+#include "detail/window_wire.hpp"
 
 namespace ratelimit {
 
@@ -28,6 +35,27 @@ struct FixedWindowModel {
     std::int64_t last = 0;   ///< ns: latest time seen; its window is the counted one
     std::int64_t count = 0;  ///< requests admitted in last's window
   };
+
+  /// This algorithm's id inside a composed Redis script (see core/wire.hpp).
+  static constexpr int wire_id = 3;
+  /// Its Redis twin: lua/fixed_window.lua.
+  struct Wire : detail::WindowWireBase {
+    static constexpr std::string_view lua = lua::fixed_window;
+    /// Reply: {admitted, t_us, c}.
+    static std::optional<Decision> decode(const Params& p, std::span<const detail::i128> r,
+                                          const Operation& op) {
+      const auto admitted = detail::wire_reply_admitted(r, 0);
+      const auto t = detail::wire_reply_time_ns(r, 1);
+      if (!admitted || !t || r.size() < 3 || r[2] < 0 || r[2] > p.limit) return std::nullopt;
+      State s{*t, static_cast<std::int64_t>(r[2])};
+      const Decision d = FixedWindowModel::apply(p, s, std::chrono::nanoseconds{*t}, op);
+      if (d.allowed != *admitted) return std::nullopt;
+      return d;
+    }
+  };
+
+  /// The parameters of a rules-file limit of `r`: r.count per window of r.period.
+  static Params from_rate(const Rate& r) { return detail::make_window_params(r); }
 
   static Decision apply(const Params& p, State& s, std::chrono::nanoseconds now,
                         const Operation& op) noexcept {

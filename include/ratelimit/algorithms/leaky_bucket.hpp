@@ -2,10 +2,14 @@
 /// @file algorithms/leaky_bucket.hpp
 /// Leaky bucket as a shaping queue: admitted work leaves at a steady rate.
 
+#include <array>
 #include <chrono>
 #include <cstdint>
+#include <optional>
+#include <span>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "../core/clock.hpp"
 #include "../core/decision.hpp"
@@ -13,7 +17,9 @@
 #include "../core/limiter.hpp"
 #include "../core/rate.hpp"
 #include "../core/storage.hpp"
+#include "../lua/leaky_bucket.hpp"
 #include "detail/gcra.hpp"
+#include "detail/gcra_wire.hpp"
 
 namespace ratelimit {
 
@@ -34,6 +40,15 @@ struct LeakyBucketModel {
   static constexpr std::string_view name = "leaky_bucket";
   using Params = detail::GcraParams;
   using State = detail::GcraState;
+  /// This algorithm's id inside a composed Redis script (see core/wire.hpp).
+  static constexpr int wire_id = 2;
+  /// Its Redis twin: lua/leaky_bucket.lua.
+  struct Wire : detail::GcraWire<LeakyBucketModel, true> {
+    static constexpr std::string_view lua = lua::leaky_bucket;
+  };
+
+  /// The parameters of a rules-file limit of `r`: queue size r.count, drained at r.
+  static Params from_rate(const Rate& r) { return make_params({r.count, r}); }
 
   /// Validates `c` (throws `std::invalid_argument` naming the field) and reduces it.
   static Params make_params(const LeakyBucketConfig& c) {

@@ -2,10 +2,14 @@
 /// @file algorithms/sliding_counter.hpp
 /// Sliding window counter: the current window plus the overlapping share of the previous one.
 
+#include <array>
 #include <chrono>
 #include <cstdint>
+#include <optional>
+#include <span>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "../core/clock.hpp"
 #include "../core/decision.hpp"
@@ -13,7 +17,10 @@
 #include "../core/limiter.hpp"
 #include "../core/rate.hpp"
 #include "../core/storage.hpp"
+#include "../core/wire.hpp"
+#include "../lua/sliding_counter.hpp"
 #include "detail/window.hpp"
+#include "detail/window_wire.hpp"
 
 namespace ratelimit {
 
@@ -31,6 +38,29 @@ struct SlidingCounterModel {
     std::int64_t current = 0;   ///< requests in last's window
     std::int64_t previous = 0;  ///< requests in the window before last's
   };
+
+  /// This algorithm's id inside a composed Redis script (see core/wire.hpp).
+  static constexpr int wire_id = 5;
+  /// Its Redis twin: lua/sliding_counter.lua.
+  struct Wire : detail::WindowWireBase {
+    static constexpr std::string_view lua = lua::sliding_counter;
+    /// Reply: {admitted, t_us, c, p} as seen from the decision's window.
+    static std::optional<Decision> decode(const Params& p, std::span<const detail::i128> r,
+                                          const Operation& op) {
+      const auto admitted = detail::wire_reply_admitted(r, 0);
+      const auto t = detail::wire_reply_time_ns(r, 1);
+      if (!admitted || !t || r.size() < 4 || r[2] < 0 || r[2] > p.limit || r[3] < 0 ||
+          r[3] > p.limit)
+        return std::nullopt;
+      State s{*t, static_cast<std::int64_t>(r[2]), static_cast<std::int64_t>(r[3])};
+      const Decision d = SlidingCounterModel::apply(p, s, std::chrono::nanoseconds{*t}, op);
+      if (d.allowed != *admitted) return std::nullopt;
+      return d;
+    }
+  };
+
+  /// The parameters of a rules-file limit of `r`: r.count per window of r.period.
+  static Params from_rate(const Rate& r) { return detail::make_window_params(r); }
 
   static Decision apply(const Params& p, State& s, std::chrono::nanoseconds now,
                         const Operation& op) noexcept {

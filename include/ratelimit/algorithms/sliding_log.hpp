@@ -2,9 +2,12 @@
 /// @file algorithms/sliding_log.hpp
 /// Sliding log: the exact count of admitted requests in the last window.
 
+#include <array>
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
+#include <optional>
+#include <span>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -15,7 +18,10 @@
 #include "../core/limiter.hpp"
 #include "../core/rate.hpp"
 #include "../core/storage.hpp"
+#include "../core/wire.hpp"
+#include "../lua/sliding_log.hpp"
 #include "detail/window.hpp"
+#include "detail/window_wire.hpp"
 
 namespace ratelimit {
 
@@ -97,6 +103,67 @@ struct SlidingLogModel {
     std::int64_t last = 0;             ///< ns: latest time seen
     detail::EntryRing<Entry> entries;  ///< oldest first (some may have expired since)
   };
+
+  /// This algorithm's id inside a composed Redis script (see core/wire.hpp).
+  static constexpr int wire_id = 4;
+  /// Its Redis twin: lua/sliding_log.lua, a sorted set of entries and a hash of totals.
+  struct Wire : detail::WindowWireBase {
+    static constexpr std::string_view lua = lua::sliding_log;
+    static constexpr std::array<std::string_view, 2> key_suffixes{":log", ":meta"};
+    /// A log holds up to N entries: saving it (DUMP) costs more than a dry run.
+    static constexpr bool cheap_to_save = false;
+    struct Fixed {
+      std::string reach_us;  ///< floor((W - 1) / 1000)
+      std::string limit;
+      std::string window;
+    };
+    static Fixed fix(const Params& p) {
+      detail::check_window_params(p);
+      return {std::to_string((p.window - 1) / 1000), std::to_string(p.limit),
+              std::to_string(p.window)};
+    }
+    static void args(const Fixed& f, const Params&, std::string now_us, const Operation& op,
+                     const std::string& margin_ms, std::vector<std::string>& out) {
+      out.push_back(std::move(now_us));
+      out.push_back(f.reach_us);
+      out.push_back(std::to_string(op.cost));
+      out.push_back(f.limit);
+      out.push_back(op.peek ? "1" : "0");
+      out.push_back(margin_ms);
+      out.push_back(f.window);
+    }
+    /// Reply: {admitted, t_us, live, newest_us, target_us}. The model is evaluated on the
+    /// smallest log that decides alike: the unit a denial waits for, then the newest entry.
+    static std::optional<Decision> decode(const Params& p, std::span<const detail::i128> r,
+                                          const Operation& op) {
+      const auto admitted = detail::wire_reply_admitted(r, 0);
+      const auto t = detail::wire_reply_time_ns(r, 1);
+      if (!admitted || !t || r.size() < 5 || r[2] < 0 || r[2] > p.limit) return std::nullopt;
+      const detail::i128 newest = r[3], target = r[4];
+      State s;
+      s.last = *t;
+      const auto units = static_cast<std::int64_t>(r[2]);
+      if (units > 0) {
+        if (newest < 0 || newest * 1000 > *t) return std::nullopt;
+        const auto newest_ns = static_cast<std::int64_t>(newest * 1000);
+        const std::int64_t n = op.cost;
+        const std::int64_t to_drop = units + n - p.limit;
+        if (n <= p.limit && to_drop > 0) {
+          if (target < 0 || target > newest) return std::nullopt;
+          s.entries.push_back({static_cast<std::int64_t>(target * 1000), to_drop});
+          if (units > to_drop) s.entries.push_back({newest_ns, units - to_drop});
+        } else {
+          s.entries.push_back({newest_ns, units});
+        }
+      }
+      const Decision d = SlidingLogModel::apply(p, s, std::chrono::nanoseconds{*t}, op);
+      if (d.allowed != *admitted) return std::nullopt;
+      return d;
+    }
+  };
+
+  /// The parameters of a rules-file limit of `r`: r.count per window of r.period.
+  static Params from_rate(const Rate& r) { return detail::make_window_params(r); }
 
   static Decision apply(const Params& p, State& s, std::chrono::nanoseconds now,
                         const Operation& op) {

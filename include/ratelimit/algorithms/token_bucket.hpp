@@ -2,10 +2,14 @@
 /// @file algorithms/token_bucket.hpp
 /// Token bucket: bursts up to the capacity, a long-run rate of the refill.
 
+#include <array>
 #include <chrono>
 #include <cstdint>
+#include <optional>
+#include <span>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "../core/clock.hpp"
 #include "../core/decision.hpp"
@@ -13,7 +17,9 @@
 #include "../core/limiter.hpp"
 #include "../core/rate.hpp"
 #include "../core/storage.hpp"
+#include "../lua/token_bucket.hpp"
 #include "detail/gcra.hpp"
+#include "detail/gcra_wire.hpp"
 
 namespace ratelimit {
 
@@ -34,6 +40,15 @@ struct TokenBucketModel {
   static constexpr std::string_view name = "token_bucket";
   using Params = detail::GcraParams;
   using State = detail::GcraState;
+  /// This algorithm's id inside a composed Redis script (see core/wire.hpp).
+  static constexpr int wire_id = 1;
+  /// Its Redis twin: lua/token_bucket.lua.
+  struct Wire : detail::GcraWire<TokenBucketModel, false> {
+    static constexpr std::string_view lua = lua::token_bucket;
+  };
+
+  /// The parameters of a rules-file limit of `r`: capacity r.count, refilled at r.
+  static Params from_rate(const Rate& r) { return make_params({r.count, r}); }
 
   /// Validates `c` (throws `std::invalid_argument` naming the field) and reduces it.
   static Params make_params(const TokenBucketConfig& c) {

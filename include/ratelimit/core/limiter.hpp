@@ -106,6 +106,9 @@ class Limiter {
   C& clock() noexcept { return clock_; }
   /// The storage handle.
   S& storage() noexcept { return storage_; }
+  /// The storage's binding of this limiter (its model, name and parameters): for batches and
+  /// all-or-nothing decisions (`binding().part(key, op)`, see core/storage.hpp).
+  const auto& binding() const noexcept { return binding_; }
 
  private:
   S storage_;

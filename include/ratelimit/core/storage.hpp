@@ -3,13 +3,16 @@
 /// The seams between an algorithm and where its per-key state lives.
 ///
 /// An algorithm is a *model*: a pure transition `state + now + operation -> decision + state`.
-/// A storage applies a model's transition to one key atomically: in process under a lock, in
-/// Redis as one Lua script that mirrors the model. Limiters (TokenBucket, ...) only glue a clock
-/// and a storage to a model.
+/// A storage applies a model's transition to one key atomically (in process under the key's
+/// shard lock, in Redis as one Lua script that mirrors the model), and to several keys at once,
+/// all or nothing (`decide_all`). Limiters (TokenBucket, ...) only glue a clock and a storage to
+/// a model; rule sets glue a storage to several models.
 
 #include <chrono>
 #include <concepts>
+#include <cstddef>
 #include <cstdint>
+#include <span>
 #include <string_view>
 #include <utility>
 
@@ -20,23 +23,30 @@ namespace ratelimit {
 /// What a limiter asks of one key.
 /// Thread safety: a plain value.
 struct Operation {
+  /// What the operation does to the key. Only `spend` exists today; the enum is the place
+  /// where the coming operations go (giving units back, releasing a held concurrency slot),
+  /// so that storages pass them through without another change of the concept.
+  enum class Kind : std::uint8_t { spend };
+
   /// Units (tokens or requests) the request costs, >= 1 (checked by the limiter).
   std::int64_t cost = 1;
   /// true: decide a request of `cost` but change nothing (a dry run). The limiters' `peek` sends
-  /// cost 1; a rule set dry-runs every rule with the real cost before it commits any.
+  /// cost 1; `decide_all` dry-runs every part with the real cost before it commits any.
   bool peek = false;
   /// Leaky bucket only: deny unless the request would also be *served* (queue delay included)
   /// within this time. `Decision::never` (the default) means no bound.
   std::chrono::nanoseconds max_wait = Decision::never;
+  /// See `Kind`.
+  Kind kind = Kind::spend;
 };
 
 /// An algorithm model (see TokenBucketModel and the others).
 ///
-/// Requirements: `M::name` names the algorithm (stable: storages use it in their keys);
-/// `M::State{}` is the fresh state; `M::apply(params, state, now, op)` decides at `now` (ns, the
-/// clock's reading) and updates `state` only when it admits a non-peek operation;
-/// `M::is_fresh(params, state, now)` is true when `state` decides exactly like `State{}` from
-/// `now` on, so a storage may drop it. Both are pure and must not throw.
+/// Requirements: `M::name` names the algorithm (stable: storages use it in their keys and rules
+/// files in their `algorithm` field); `M::State{}` is the fresh state; `M::apply(params, state,
+/// now, op)` decides at `now` (ns, the clock's reading) and updates `state` only when it admits
+/// a non-peek operation; `M::is_fresh(params, state, now)` is true when `state` decides exactly
+/// like `State{}` from `now` on, so a storage may drop it. Both are pure and must not throw.
 template <class M>
 concept Model = requires {
   typename M::Params;
@@ -51,24 +61,52 @@ concept Model = requires {
 
 /// What `s.bind<M>(name, params)` returns: the model bound to one limiter's policy.
 ///
-/// Requirements: `apply(key, now, op)` runs the model's transition on `key`'s state atomically
-/// (no other decision on the same key interleaves) and returns its decision; `reset(key)` puts
-/// the key back to its fresh state. Both are safe to call from many threads.
+/// Requirements:
+/// - `apply(key, now, op)` runs the model's transition on `key`'s state atomically (no other
+///   decision on the same key interleaves, whether single-key or `decide_all`) and returns its
+///   decision; `reset(key)` puts the key back to its fresh state. Both are safe from many
+///   threads.
+/// - `part(key, op, tag)` names one (model, key, operation) of an all-or-nothing decision (see
+///   `MultiKeyStorage`); `tag` is a co-location hint: parts with equal non-empty tags are stored
+///   together (on Redis Cluster, one slot); empty means the key itself. The part refers to the
+///   binding and the key: both must outlive the `decide_all` call.
+/// - `with_params(p)` is the same binding (same keys, same state) deciding with other parameters
+///   of the same model: per-call limits (a limit that differs per key or changes at run time).
+///   Decisions made with different parameters on one key are each exact for their parameters.
 template <class B>
 concept Binding = requires(B& b, std::string_view key, std::chrono::nanoseconds now,
                            const Operation& op) {
+  typename B::Model;
   { b.apply(key, now, op) } -> std::same_as<Decision>;
   b.reset(key);
+  b.part(key, op, key);
+  { b.with_params(std::declval<const typename B::Model::Params&>()) } -> std::same_as<B>;
+};
+
+/// A storage that decides several keys at once, all or nothing.
+///
+/// Requirements: `S::Part` is what a binding's `part(...)` returns; `s.decide_all(parts, now,
+/// out)` decides every part at `now`: either every part admits and every non-peek part is spent,
+/// or nothing changes anywhere. `out[i]` receives part i's decision (when nothing was spent, the
+/// dry run's: the key's state as it is). Returns true iff every part admitted. Parts must name
+/// distinct keys (a (binding, key) pair at most once; `std::invalid_argument` otherwise).
+/// Thread safety: safe from many threads; atomic with respect to every single-key decision on
+/// the same keys.
+template <class S>
+concept MultiKeyStorage = requires(S& s, std::span<const typename S::Part> parts,
+                                   std::chrono::nanoseconds now, std::span<Decision> out) {
+  { s.decide_all(parts, now, out) } -> std::same_as<bool>;
 };
 
 /// A storage policy that can hold model `M`'s state.
 ///
 /// Requirements: copies are handles to the same state (one storage serves many limiters);
 /// `s.template bind<M>(name, params)` returns a `Binding` whose keys never meet those of another
-/// model or another `name` on the same storage. `bind` may throw `std::invalid_argument` when
-/// the storage cannot represent `params` exactly.
+/// model or another `name` on the same storage; and the storage decides several keys at once
+/// (`MultiKeyStorage`). `bind` may throw `std::invalid_argument` when the storage cannot
+/// represent `params` exactly.
 template <class S, class M>
-concept StorageFor = Model<M> && std::copy_constructible<S> &&
+concept StorageFor = Model<M> && std::copy_constructible<S> && MultiKeyStorage<S> &&
     requires(S& s, std::string_view name, const typename M::Params& p) {
   { s.template bind<M>(name, p) } -> Binding;
 };

@@ -9,21 +9,25 @@
 #include <functional>
 #include <string>
 #include <string_view>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
-#include "../algorithms/fixed_window.hpp"
-#include "../algorithms/leaky_bucket.hpp"
-#include "../algorithms/sliding_counter.hpp"
-#include "../algorithms/sliding_log.hpp"
-#include "../algorithms/token_bucket.hpp"
 #include "../core/clock.hpp"
 #include "../core/decision.hpp"
 #include "../core/detail/validate.hpp"
 #include "../core/storage.hpp"
+#include "../core/wire.hpp"
 #include "storage.hpp"
 
 namespace ratelimit {
+
+/// Satisfied by `RedisBinding<M>` for any model (what `RedisBatch::add` takes from a limiter).
+template <class B>
+concept RedisBindingRef = requires {
+  typename std::remove_cvref_t<B>::Model;
+}
+&&std::same_as<std::remove_cvref_t<B>, RedisBinding<typename std::remove_cvref_t<B>::Model>>;
 
 /// Collects decisions for any bindings or limiters of one RedisStorage (any algorithms, names
 /// and keys), then `run()` sends them all in one pipelined round trip per Redis node and
@@ -46,7 +50,7 @@ class RedisBatch {
   explicit RedisBatch(const RedisStorage& storage) : client_(storage.client_) {}
 
   /// Adds a decision of `binding` for `key` at `now`. Returns its index in `run()`'s result.
-  template <Model M>
+  template <WireModel M>
   std::size_t add(const RedisBinding<M>& binding, std::string_view key,
                   std::chrono::nanoseconds now, const Operation& op = {}) {
     detail::check_cost(op.cost);
@@ -58,40 +62,20 @@ class RedisBatch {
     return calls_.size() - 1;
   }
 
-  /// Adds `limiter.try_acquire(key, cost)`, read on the limiter's clock.
-  template <Clock C>
-  std::size_t add(TokenBucket<C, RedisStorage>& limiter, std::string_view key,
-                  std::int64_t cost = 1) {
-    return add_limiter<TokenBucketModel>(limiter, TokenBucketModel::make_params(limiter.config()),
-                                         key, cost);
+  /// Adds `limiter.try_acquire(key, cost)` (for a leaky bucket, no wait bound), read on the
+  /// limiter's clock: any limiter (TokenBucket, ..., or a registry extension's) on a
+  /// RedisStorage.
+  template <class L>
+  requires requires(L& l) {
+    { l.binding() } -> RedisBindingRef;
+    l.clock().now();
   }
-  /// Adds `limiter.try_acquire(key, cost)` (no wait bound), read on the limiter's clock.
-  template <Clock C>
-  std::size_t add(LeakyBucket<C, RedisStorage>& limiter, std::string_view key,
-                  std::int64_t cost = 1) {
-    return add_limiter<LeakyBucketModel>(limiter, LeakyBucketModel::make_params(limiter.config()),
-                                         key, cost);
-  }
-  /// Adds `limiter.try_acquire(key, cost)`, read on the limiter's clock.
-  template <Clock C>
-  std::size_t add(FixedWindow<C, RedisStorage>& limiter, std::string_view key,
-                  std::int64_t cost = 1) {
-    return add_limiter<FixedWindowModel>(limiter, detail::make_window_params(limiter.rate()), key,
-                                         cost);
-  }
-  /// Adds `limiter.try_acquire(key, cost)`, read on the limiter's clock.
-  template <Clock C>
-  std::size_t add(SlidingLog<C, RedisStorage>& limiter, std::string_view key,
-                  std::int64_t cost = 1) {
-    return add_limiter<SlidingLogModel>(limiter, detail::make_window_params(limiter.rate()), key,
-                                        cost);
-  }
-  /// Adds `limiter.try_acquire(key, cost)`, read on the limiter's clock.
-  template <Clock C>
-  std::size_t add(SlidingCounter<C, RedisStorage>& limiter, std::string_view key,
-                  std::int64_t cost = 1) {
-    return add_limiter<SlidingCounterModel>(limiter, detail::make_window_params(limiter.rate()),
-                                            key, cost);
+  std::size_t add(L& limiter, std::string_view key, std::int64_t cost = 1) {
+    detail::check_cost(cost);
+    if (limiter.binding().client_ != client_)
+      throw std::invalid_argument("limiter: uses another RedisStorage than the batch");
+    return add(limiter.binding(), key, limiter.clock().now(),
+               Operation{cost, false, Decision::never});
   }
 
   /// Decisions added so far.
@@ -110,16 +94,6 @@ class RedisBatch {
   }
 
  private:
-  template <Model M, class L>
-  std::size_t add_limiter(L& limiter, const typename M::Params& params, std::string_view key,
-                          std::int64_t cost) {
-    detail::check_cost(cost);
-    if (limiter.storage().client_ != client_)
-      throw std::invalid_argument("limiter: uses another RedisStorage than the batch");
-    return add(limiter.storage().template bind<M>(limiter.name(), params), key,
-               limiter.clock().now(), Operation{cost, false, Decision::never});
-  }
-
   std::shared_ptr<detail::RedisClient> client_;
   std::vector<detail::RedisCall> calls_;
   std::vector<std::function<Decision(detail::RedisResult&)>> finishers_;

@@ -9,43 +9,84 @@
 /// in whole ms, say) the decisions equal `InMemoryStorage`'s in every field. Range: the core
 /// range of every algorithm, unchanged (the scripts compute in exact big integers); clock
 /// readings are clamped to [0, 2^62] ns.
+///
+/// How a decision flows: a limiter's `try_acquire` reads its clock and calls its binding's
+/// `apply`; the binding formats its model's arguments (`Model::Wire::args`), the client sends
+/// one EVALSHA of the model's script on a pooled connection (reloading it after NOSCRIPT), and
+/// the binding reads the reply back with `Model::Wire::decode`, which evaluates the C++ model on
+/// the state the script saw. A failure (down, slow, error reply) goes to the failure policy.
+/// `decide_all` sends every part in one composed script (lua/multi.lua) instead.
 
 #include <chrono>
 #include <cstdint>
 #include <memory>
 #include <optional>
+#include <span>
 #include <stdexcept>
 #include <string>
 #include <string_view>
 #include <utility>
 #include <vector>
 
+#include "../algorithms/registry.hpp"
 #include "../core/decision.hpp"
 #include "../core/detail/validate.hpp"
 #include "../core/storage.hpp"
+#include "../core/wire.hpp"
 #include "../memory/in_memory_storage.hpp"
 #include "detail/client.hpp"
-#include "detail/codecs.hpp"
+#include "detail/decimal.hpp"
 #include "detail/keys.hpp"
+#include "detail/script.hpp"
 #include "options.hpp"
 
 namespace ratelimit {
 
 class RedisBatch;
+class RedisStorage;
+template <WireModel M>
+class RedisBinding;
+
 namespace detail {
-struct RedisRuleAccess;  // rules_redis.hpp: decides a rule set's bindings in one script
+/// How `RedisStorage::decide_all` reaches a part's binding without knowing its model.
+struct RedisPartOps {
+  ScriptPart script;
+  bool cheap_to_save;
+  RedisClient* (*client)(const void* binding);
+  void (*keys)(const void* binding, std::string_view key, std::string_view tag,
+               std::vector<std::string>& out);
+  void (*args)(const void* binding, std::chrono::nanoseconds now, const Operation& op,
+               std::vector<std::string>& out);
+  std::optional<Decision> (*decode)(const void* binding, const redisReply& reply,
+                                    const Operation& op);
+  Decision (*degrade)(const void* binding, std::string_view key, std::chrono::nanoseconds now,
+                      const Operation& op);
+};
 }  // namespace detail
+
+/// One part of a Redis all-or-nothing decision (see `MultiKeyStorage`), made by
+/// `RedisBinding::part`: it refers to the binding, key and tag, which must outlive the call.
+/// Thread safety: a plain value.
+struct RedisPart {
+  const detail::RedisPartOps* ops;
+  const void* binding;
+  std::string_view key;
+  std::string_view tag;
+  Operation op;
+};
 
 /// One limiter's policy bound to a RedisStorage (see `ratelimit::Binding`): decides a key with
 /// one EVALSHA of its algorithm's script, and applies the failure policy when Redis cannot.
 /// Copies share the storage. Errors: `apply` throws `std::invalid_argument` for cost < 1 (a
 /// negative cost would mint shared capacity); Redis failures never throw.
 /// Thread safety: every member is safe from many threads.
-template <Model M>
+template <WireModel M>
 class RedisBinding {
  public:
+  using Model = M;
+
   /// Decides `key` at `now` (rounded down to a whole us; with TimeSource::redis, Redis's clock).
-  Decision apply(std::string_view key, std::chrono::nanoseconds now, const Operation& op) {
+  Decision apply(std::string_view key, std::chrono::nanoseconds now, const Operation& op) const {
     detail::check_cost(op.cost);
     std::vector<detail::RedisCall> calls;
     calls.push_back(call(key, now, op));
@@ -55,15 +96,29 @@ class RedisBinding {
 
   /// Deletes `key`'s state (DEL of all its Redis keys) and its local fallback state. A failure
   /// is reported (on_failure, counters) but not thrown.
-  void reset(std::string_view key) {
+  void reset(std::string_view key) const {
     if (fallback_) fallback_->reset(key);
     detail::RedisCall del;
     del.argv.emplace_back("DEL");
-    for (const auto suffix : Redis::key_suffixes)
-      del.argv.push_back(detail::redis_key(client_->options().key_prefix, key, tail_, suffix));
+    keys_of(key, {}, del.argv);
     del.keys.push_back(del.argv[1]);
     std::vector<detail::RedisCall> calls{std::move(del)};
     (void)client_->execute(calls);
+  }
+
+  /// The part of an all-or-nothing decision (`RedisStorage::decide_all`). `tag`: the Redis hash
+  /// tag (one Cluster slot per tag); empty or equal to `key` gives the same Redis keys as
+  /// `apply(key, ...)`, so a limiter and a rule set can decide the same counter.
+  RedisPart part(std::string_view key, const Operation& op, std::string_view tag = {}) const {
+    return RedisPart{&ops_, this, key, tag, op};
+  }
+
+  /// The same keys decided with other parameters (validated as `bind` does).
+  RedisBinding with_params(const typename M::Params& p) const {
+    RedisBinding b = *this;
+    b.fixed_ = M::Wire::fix(p);
+    b.params_ = p;
+    return b;
   }
 
   /// The bound parameters.
@@ -72,61 +127,72 @@ class RedisBinding {
  private:
   friend class RedisStorage;
   friend class RedisBatch;
-  friend struct detail::RedisRuleAccess;
-  using Redis = detail::RedisModel<M>;
 
   RedisBinding(std::shared_ptr<detail::RedisClient> client, InMemoryStorage fallback_storage,
                std::string_view name, const typename M::Params& params,
                const std::optional<typename M::Params>& local)
       : client_(std::move(client)),
         params_(params),
-        fixed_(Redis::fix(params)),
+        fixed_(M::Wire::fix(params)),
         tail_(detail::redis_key_tail(M::name, name)) {
     if (client_->options().failure_policy == FailurePolicy::local_fallback)
       fallback_.emplace(fallback_storage.template bind<M>(
-          name, local ? *local : Redis::fallback(params, client_->options().fallback_divisor)));
+          name, local ? *local : M::Wire::fallback(params, client_->options().fallback_divisor)));
+  }
+
+  /// Appends the Redis keys of `key` (one per `Wire::key_suffixes`) under hash tag `tag`.
+  void keys_of(std::string_view key, std::string_view tag, std::vector<std::string>& out) const {
+    for (const auto suffix : M::Wire::key_suffixes)
+      out.push_back(detail::redis_key(client_->options().key_prefix, key, tail_, suffix, tag));
+  }
+
+  void args_of(std::chrono::nanoseconds now, const Operation& op,
+               std::vector<std::string>& out) const {
+    std::string now_us = client_->options().time_source == TimeSource::client
+                             ? std::to_string(detail::wire_time_us(now))
+                             : std::string{};
+    M::Wire::args(fixed_, params_, std::move(now_us), op, client_->margin_ms(), out);
   }
 
   detail::RedisCall call(std::string_view key, std::chrono::nanoseconds now,
                          const Operation& op) const {
     detail::RedisCall c;
-    c.script = Redis::script;
-    for (const auto suffix : Redis::key_suffixes)
-      c.keys.push_back(detail::redis_key(client_->options().key_prefix, key, tail_, suffix));
-    std::string now_us = client_->options().time_source == TimeSource::client
-                             ? std::to_string(detail::redis_time_us(now))
-                             : std::string{};
-    Redis::args(fixed_, params_, std::move(now_us), op, client_->margin_ms(), c.argv);
+    c.script = &detail::script_of<M>();
+    keys_of(key, {}, c.keys);
+    args_of(now, op, c.argv);
     return c;
   }
 
-  Decision finish(detail::RedisResult& r, std::string_view key, std::chrono::nanoseconds now,
-                  const Operation& op) {
-    if (r.failure) return degrade(*r.failure, key, now, op);
-    if (auto d = Redis::decide(params_, *r.reply, op)) {
-      client_->count_decision();
-      return *d;
-    }
-    const RedisFailure f{RedisFailureKind::protocol, std::string("unexpected reply from the ") +
-                                                         std::string(M::name) + " script"};
-    client_->report(f);
-    return degrade(f, key, now, op);
+  /// The model's decision from the script's reply, or nullopt if the reply cannot be its.
+  std::optional<Decision> decode(const redisReply& reply, const Operation& op) const {
+    const auto ints = detail::reply_ints(reply);
+    if (!ints) return std::nullopt;
+    auto d = M::Wire::decode(params_, *ints, op);
+    if (d) client_->count_decision();
+    return d;
   }
 
-  Decision degrade(const RedisFailure&, std::string_view key, std::chrono::nanoseconds now,
-                   const Operation& op) {
+  Decision finish(detail::RedisResult& r, std::string_view key, std::chrono::nanoseconds now,
+                  const Operation& op) const {
+    if (r.failure) return degrade(key, now, op);
+    if (auto d = decode(*r.reply, op)) return *d;
+    client_->report({RedisFailureKind::protocol,
+                     "unexpected reply from the " + std::string(M::name) + " script"});
+    return degrade(key, now, op);
+  }
+
+  Decision degrade(std::string_view key, std::chrono::nanoseconds now, const Operation& op) const {
     client_->count_degraded();
-    const std::int64_t limit = params_.limit;
     Decision d{};
-    d.limit = limit;
-    d.degraded = true;
     if (fallback_) {
       d = fallback_->apply(key, now, op);
       d.degraded = true;
       return d;
     }
-    const std::int64_t n = op.cost;
-    if (n > limit) {  // can never succeed, whatever the shared state
+    const std::int64_t limit = params_.limit;
+    d.limit = limit;
+    d.degraded = true;
+    if (op.cost > limit) {  // can never succeed, whatever the shared state
       d.retry_after = Decision::never;
       return d;
     }
@@ -135,15 +201,33 @@ class RedisBinding {
       d.remaining = limit;
       return d;
     }
-    const auto wait = client_->retry_in(
-        detail::redis_key(client_->options().key_prefix, key, tail_, Redis::key_suffixes[0]));
+    std::vector<std::string> keys;
+    keys_of(key, {}, keys);
+    const auto wait = client_->retry_in(keys.front());
     d.retry_after = wait < std::chrono::milliseconds{1} ? std::chrono::milliseconds{1} : wait;
     return d;
   }
 
+  static const RedisBinding& self(const void* b) { return *static_cast<const RedisBinding*>(b); }
+  static constexpr detail::RedisPartOps ops_{
+      detail::ScriptPart{M::wire_id, M::name, M::Wire::lua},
+      M::Wire::cheap_to_save,
+      [](const void* b) { return self(b).client_.get(); },
+      [](const void* b, std::string_view key, std::string_view tag, std::vector<std::string>& out) {
+        self(b).keys_of(key, tag, out);
+      },
+      [](const void* b, std::chrono::nanoseconds now, const Operation& op,
+         std::vector<std::string>& out) { self(b).args_of(now, op, out); },
+      [](const void* b, const redisReply& reply, const Operation& op) {
+        return self(b).decode(reply, op);
+      },
+      [](const void* b, std::string_view key, std::chrono::nanoseconds now, const Operation& op) {
+        return self(b).degrade(key, now, op);
+      }};
+
   std::shared_ptr<detail::RedisClient> client_;
   typename M::Params params_;
-  typename Redis::Fixed fixed_;
+  typename M::Wire::Fixed fixed_;
   std::string tail_;
   std::optional<typename InMemoryStorage::BindingOf<M>> fallback_;
 };
@@ -175,24 +259,80 @@ class RedisStorage {
       : client_(std::make_shared<detail::RedisClient>(std::move(options))) {}
 
   /// The binding type for model `M`.
-  template <Model M>
+  template <WireModel M>
   using Binding = RedisBinding<M>;
+
+  /// One part of an all-or-nothing decision (`decide_all`).
+  using Part = RedisPart;
 
   /// Binds model `M` under limiter name `name` (bindings with equal M and name share keys).
   /// Throws `std::invalid_argument` naming the field for params outside the range.
-  template <Model M>
-  requires detail::RedisScripted<M> RedisBinding<M> bind(std::string_view name,
-                                                         const typename M::Params& params) {
+  template <WireModel M>
+  RedisBinding<M> bind(std::string_view name, const typename M::Params& params) {
     return RedisBinding<M>(client_, fallback_, name, params, std::nullopt);
   }
 
   /// As above, with an explicit per-instance limit for `FailurePolicy::local_fallback` instead
   /// of the shared one divided by `fallback_divisor` (e.g. `TokenBucketModel::make_params(...)`).
-  template <Model M>
-  requires detail::RedisScripted<M> RedisBinding<M> bind(std::string_view name,
-                                                         const typename M::Params& params,
-                                                         const typename M::Params& local_fallback) {
+  template <WireModel M>
+  RedisBinding<M> bind(std::string_view name, const typename M::Params& params,
+                       const typename M::Params& local_fallback) {
     return RedisBinding<M>(client_, fallback_, name, params, local_fallback);
+  }
+
+  /// Decides every part at `now` in one script (lua/multi.lua), all or nothing (see
+  /// `MultiKeyStorage`): every part admits and spends, or nothing changes. Parts whose keys
+  /// are costly to save (sliding logs) dry-run first and commit last; the others run for real,
+  /// their keys saved first (DUMP) and restored if a later part denies. When Redis cannot
+  /// decide, each part gets its binding's failure policy (`degraded = true`); local_fallback
+  /// then decides part by part on the per-instance limits. On Redis Cluster all keys must share
+  /// one slot (give the parts one `tag`); otherwise the call is refused (CROSSSLOT) and degraded.
+  /// Throws `std::invalid_argument` if `out` is too short, a part belongs to another storage, or
+  /// two parts name the same Redis key.
+  bool decide_all(std::span<const Part> parts, std::chrono::nanoseconds now,
+                  std::span<Decision> out) const {
+    if (out.size() < parts.size())
+      throw std::invalid_argument("decide_all: out has " + std::to_string(out.size()) +
+                                  " decisions for " + std::to_string(parts.size()) + " parts");
+    if (parts.empty()) return true;
+    std::vector<detail::RedisCall> calls(1);
+    detail::RedisCall& call = calls.front();
+    bool dry_only = true;
+    std::vector<detail::ScriptPart> scripts;
+    for (const Part& p : parts) {
+      if (p.ops->client(p.binding) != client_.get())
+        throw std::invalid_argument("decide_all: a part belongs to another RedisStorage");
+      detail::check_cost(p.op.cost);
+      dry_only = dry_only && p.op.peek;
+      scripts.push_back(p.ops->script);
+    }
+    call.script = &detail::multi_script_for(std::move(scripts));
+    call.argv.push_back(std::to_string(parts.size()));
+    call.argv.push_back(dry_only ? "1" : "0");
+    for (const Part& p : parts) {
+      const std::size_t keys_before = call.keys.size();
+      p.ops->keys(p.binding, p.key, p.tag, call.keys);
+      for (std::size_t k = keys_before; k < call.keys.size(); ++k)
+        for (std::size_t j = 0; j < keys_before; ++j)
+          if (call.keys[k] == call.keys[j])
+            throw std::invalid_argument("decide_all: two parts name the Redis key " + call.keys[k]);
+      Operation dry = p.op;
+      dry.peek = true;
+      std::vector<std::string> d, r;
+      p.ops->args(p.binding, now, dry, d);
+      p.ops->args(p.binding, now, p.op, r);
+      call.argv.push_back(std::to_string(p.ops->script.wire_id));
+      call.argv.push_back(std::to_string(call.keys.size() - keys_before));
+      call.argv.push_back(p.ops->cheap_to_save ? "1" : "0");
+      call.argv.push_back(std::to_string(d.size()));
+      call.argv.push_back(std::to_string(r.size()));
+      call.argv.insert(call.argv.end(), std::make_move_iterator(d.begin()),
+                       std::make_move_iterator(d.end()));
+      call.argv.insert(call.argv.end(), std::make_move_iterator(r.begin()),
+                       std::make_move_iterator(r.end()));
+    }
+    auto results = client_->execute(calls);
+    return read_all(parts, now, results.front(), out);
   }
 
   /// Counters since construction (shared by every copy).
@@ -207,15 +347,52 @@ class RedisStorage {
 
  private:
   friend class RedisBatch;
+
+  /// Reads lua/multi.lua's reply {admitted, phase, reply_1, ..., reply_m} into `out`.
+  bool read_all(std::span<const Part> parts, std::chrono::nanoseconds now, detail::RedisResult& res,
+                std::span<Decision> out) const {
+    const auto degrade_all = [&] {
+      bool all = true;
+      for (std::size_t i = 0; i < parts.size(); ++i) {
+        out[i] = parts[i].ops->degrade(parts[i].binding, parts[i].key, now, parts[i].op);
+        all = all && out[i].allowed;
+      }
+      return all;
+    };
+    if (res.failure) return degrade_all();
+    const redisReply& reply = *res.reply;
+    const auto admitted = detail::reply_int(reply, 0), phase = detail::reply_int(reply, 1);
+    if (!admitted || !phase || reply.elements != parts.size() + 2) {
+      client_->report({RedisFailureKind::protocol, "unexpected reply from the multi-key script"});
+      return degrade_all();
+    }
+    bool all = true;
+    for (std::size_t i = 0; i < parts.size(); ++i) {
+      Operation op = parts[i].op;
+      if (*phase != 1) op.peek = true;  // denied: every reply reads as a dry run's
+      if (auto d = parts[i].ops->decode(parts[i].binding, *reply.element[i + 2], op)) {
+        out[i] = *d;
+      } else {
+        client_->report(
+            {RedisFailureKind::protocol, "unexpected reply for part " + std::to_string(i) + " (" +
+                                             std::string(parts[i].ops->script.name) + ")"});
+        out[i] = parts[i].ops->degrade(parts[i].binding, parts[i].key, now, op);
+      }
+      all = all && out[i].allowed;
+    }
+    return all && *admitted == 1;
+  }
+
   std::shared_ptr<detail::RedisClient> client_;
   InMemoryStorage fallback_;  ///< local_fallback's per-instance state (a handle: shared too)
 };
 
-static_assert(StorageFor<RedisStorage, TokenBucketModel> &&
-                  StorageFor<RedisStorage, LeakyBucketModel> &&
-                  StorageFor<RedisStorage, FixedWindowModel> &&
-                  StorageFor<RedisStorage, SlidingLogModel> &&
-                  StorageFor<RedisStorage, SlidingCounterModel>,
-              "RedisStorage must hold every algorithm");
+static_assert(
+    [] {
+      bool all = true;
+      Algorithms::for_each([&]<class M>() { all = all && StorageFor<RedisStorage, M>; });
+      return all;
+    }(),
+    "RedisStorage must hold every algorithm of the registry");
 
 }  // namespace ratelimit

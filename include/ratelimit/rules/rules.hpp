@@ -52,13 +52,13 @@
 /// for every client that matches (e.g. `path: /login` with its own limit).
 ///
 /// ## Atomicity
-/// `RuleSet::decide` dry-runs every matching limit with the request's real cost, and commits
-/// them only if all admit, so a denied request consumes nothing anywhere. On the in-process
-/// storage it holds, for the whole decision, the locks of the involved counters' stripes (a
-/// process-wide table, taken in a fixed order so two decisions never deadlock): every decision
-/// made through rule sets in this process is atomic with respect to every other. A limiter used
-/// directly on the same storage and name does not take these locks; do not mix the two on one
-/// counter. For Redis, `rules_redis.hpp` decides a request's rules in one Lua script.
+/// `RuleSet::decide` hands every matching limit to the storage's `decide_all` with the
+/// request's real cost: all admit and spend, or nothing changes anywhere. The storage is the
+/// unit of atomicity (in process: the counters' shard locks, taken in a fixed order; on Redis:
+/// one script), so a rule set is atomic with respect to every other decision on its counters,
+/// a limiter's included. On Redis Cluster a request's keys must share a slot: per-client limits
+/// share the client's hash tag (`RuleMatch::tag`); a request that also matches a shared limit
+/// spans slots and is decided by the failure policy (degraded). See docs/cluster.md.
 
 #include <algorithm>
 #include <array>
@@ -70,7 +70,6 @@
 #include <fstream>
 #include <functional>
 #include <memory>
-#include <mutex>
 #include <span>
 #include <sstream>
 #include <stdexcept>
@@ -81,6 +80,7 @@
 
 #include "../algorithms/fixed_window.hpp"
 #include "../algorithms/leaky_bucket.hpp"
+#include "../algorithms/registry.hpp"
 #include "../algorithms/sliding_counter.hpp"
 #include "../algorithms/sliding_log.hpp"
 #include "../algorithms/token_bucket.hpp"
@@ -90,7 +90,7 @@
 #include "../core/storage.hpp"
 #include "../http/headers.hpp"
 #include "../memory/in_memory_storage.hpp"
-#include "../redis/options.hpp"
+#include "algorithm.hpp"
 #include "detail/yaml.hpp"
 
 namespace ratelimit {
@@ -144,8 +144,14 @@ struct RuleMatch {
   /// The counter within the rule: the request's values for the rule's catch-all descriptors,
   /// each length-prefixed ("" for a rule whose descriptors all name a value).
   std::string key;
-  /// "key=value" of the client for a per-client rule (the Redis hash tag), "" for a shared one.
+  /// "key=value" of the client for a per-client rule, "" for a shared one.
   std::string client;
+  /// Where the storage keeps the counter (`Binding::part`'s tag): for a per-client rule the
+  /// client's value as it appears in `key` (length-prefixed), so that all of a client's
+  /// counters share one Redis Cluster slot; "" (the counter key itself) for a shared rule.
+  /// A rule whose only catch-all is the client has `tag == key`: a limiter named `rule.id`
+  /// deciding `key` then decides the very same counter, on every storage.
+  std::string tag;
 };
 
 namespace detail {
@@ -214,8 +220,17 @@ class Rules {
   /// a `requests_per_unit` that is negative, not a whole number or above 10^9, a duplicate
   /// descriptor (same key and value) on one level, a duplicate rule name, or a descriptor with
   /// neither `rate_limit` nor nested descriptors.
+  /// `Registry` lists the algorithms a rule may name (default: the library's, `Algorithms`).
+  template <class Registry = Algorithms>
   static Rules from_string(std::string_view yaml, std::string source = "<string>") {
-    detail::RulesReader reader(source);
+    detail::AlgorithmNames names{[](std::string_view name) {
+                                   std::optional<Algorithm> found;
+                                   Registry::visit(name,
+                                                   [&]<class M>() { found = Algorithm{M::name}; });
+                                   return found;
+                                 },
+                                 Registry::names()};
+    detail::RulesReader reader(source, std::move(names));
     const detail::RuleTree tree = reader.read(yaml);
     Rules r;
     r.domain_ = tree.domain;
@@ -235,12 +250,13 @@ class Rules {
 
   /// Reads and parses a rules file. Throws `std::invalid_argument` naming the file if it cannot
   /// be read, and as `from_string` for its content.
+  template <class Registry = Algorithms>
   static Rules from_file(const std::filesystem::path& file) {
     std::ifstream in(file, std::ios::binary);
     if (!in) throw std::invalid_argument("rules file " + file.string() + ": cannot open");
     std::ostringstream text;
     text << in.rdbuf();
-    return from_string(text.str(), file.string());
+    return from_string<Registry>(text.str(), file.string());
   }
 
   /// The file's `domain`.
@@ -254,8 +270,8 @@ class Rules {
   /// with its counter key (see the file comment for the matching rules).
   std::vector<RuleMatch> match(std::span<const DescriptorEntry> request) const {
     std::vector<RuleMatch> out;
-    std::string key, client;
-    walk(roots_, request, key, client, out);
+    std::string key, client, tag;
+    walk(roots_, request, key, client, tag, out);
     std::sort(out.begin(), out.end(),
               [](const RuleMatch& a, const RuleMatch& b) { return a.rule < b.rule; });
     return out;
@@ -267,23 +283,29 @@ class Rules {
 
  private:
   void walk(const std::vector<detail::RuleNode>& nodes, std::span<const DescriptorEntry> request,
-            std::string& key, std::string& client, std::vector<RuleMatch>& out) const {
+            std::string& key, std::string& client, std::string& tag,
+            std::vector<RuleMatch>& out) const {
     for (std::size_t i = 0; i < nodes.size(); ++i) {
       const detail::RuleNode& n = nodes[i];
       const std::string* value = detail::find_entry(request, n.key);
       if (value == nullptr) continue;
       if (n.has_value ? *value != n.value : has_exact(nodes, n.key, *value)) continue;
-      const std::size_t key_size = key.size(), client_size = client.size();
+      const std::size_t key_size = key.size(), client_size = client.size(), tag_size = tag.size();
       if (!n.has_value) {
         detail::append_field(key, *value);
         if (client.empty() &&
-            std::find(client_keys_.begin(), client_keys_.end(), n.key) != client_keys_.end())
+            std::find(client_keys_.begin(), client_keys_.end(), n.key) != client_keys_.end()) {
           client = n.key + "=" + *value;
+          detail::append_field(tag, *value);
+        }
       }
-      if (const Rule* r = rule_of(n)) out.push_back(RuleMatch{r, key, r->per_client ? client : ""});
-      walk(n.children, request, key, client, out);
+      if (const Rule* r = rule_of(n))
+        out.push_back(
+            RuleMatch{r, key, r->per_client ? client : "", r->per_client ? tag : std::string{}});
+      walk(n.children, request, key, client, tag, out);
       key.resize(key_size);
       client.resize(client_size);
+      tag.resize(tag_size);
     }
   }
 
@@ -371,175 +393,43 @@ constexpr Decision blocked_decision() noexcept {
   return d;
 }
 
-/// Process-wide lock stripes for rule-set decisions: a counter (rule id, key) maps to one
-/// stripe. Shared by every RuleSet in the process so that two rule sets over the same counters
-/// still exclude each other.
-struct RuleStripes {
-  static constexpr std::size_t count = 1024;
-  std::array<std::mutex, count> mutexes;
-};
-
-inline RuleStripes& rule_stripes() {
-  static RuleStripes stripes;
-  return stripes;
-}
-
-/// Holds a sorted, duplicate-free set of stripes for one decision; the fixed (ascending) order
-/// means two decisions can never wait for each other in a cycle.
-class StripeLock {
- public:
-  explicit StripeLock(std::vector<std::size_t> stripes) : stripes_(std::move(stripes)) {
-    std::sort(stripes_.begin(), stripes_.end());
-    stripes_.erase(std::unique(stripes_.begin(), stripes_.end()), stripes_.end());
-    auto& m = rule_stripes().mutexes;
-    for (const std::size_t i : stripes_) m[i].lock();
-  }
-  ~StripeLock() {
-    auto& m = rule_stripes().mutexes;
-    for (auto it = stripes_.rbegin(); it != stripes_.rend(); ++it) m[*it].unlock();
-  }
-  StripeLock(const StripeLock&) = delete;
-  StripeLock& operator=(const StripeLock&) = delete;
-
- private:
-  std::vector<std::size_t> stripes_;
-};
-
-/// Decides a request's limits on a storage reached through its bindings, within one process:
-/// stripes locked, every limit dry-run with the real cost, then all committed.
-template <class Storage>
-class LocalRuleBackend {
-  static_assert(StorageFor<Storage, SlidingCounterModel> && StorageFor<Storage, TokenBucketModel> &&
-                    StorageFor<Storage, LeakyBucketModel> &&
-                    StorageFor<Storage, FixedWindowModel> && StorageFor<Storage, SlidingLogModel>,
-                "ratelimit::RuleSet: the Storage must hold all five algorithms' state "
-                "(`bind<Model>(name, params)` for each; see storage.hpp)");
-  // A RedisStorage decided here would be atomic only within this process; rules_redis.hpp
-  // specializes RuleBackendFor so that it is atomic across every instance.
-  static_assert(
-      !requires(const Storage& s) {
-        { s.stats() } -> std::same_as<RedisStats>;
-      },
-      "ratelimit::RuleSet<RedisStorage>: #include <ratelimit/rules_redis.hpp>");
-
- public:
-  LocalRuleBackend(const Rules& rules, Storage& storage) {
-    for (const Rule& r : rules.rules()) {
-      id_hash_.push_back(std::hash<std::string_view>{}(r.id));
-      bindings_.push_back(make_binding(r, storage));
-    }
-  }
-
-  /// Fills `out[i]` with the decision of `matches[i]` (all of them unblocked rules of `rules`).
-  template <Clock C>
-  bool decide(const Rules& rules, const std::vector<RuleMatch>& matches, C& clock,
-              std::int64_t cost, std::vector<Decision>& out) {
-    std::vector<std::size_t> stripes;
-    stripes.reserve(matches.size());
-    for (const RuleMatch& m : matches) stripes.push_back(stripe(rules, m));
-    const StripeLock lock(std::move(stripes));
-    const auto now = clock.now();
-    out.resize(matches.size());
-    bool all = true;
-    if (matches.size() > 1) {
-      for (std::size_t i = 0; i < matches.size(); ++i) {
-        out[i] = binding(rules, matches[i])(matches[i].key, now, Operation{cost, true});
-        all = all && out[i].allowed;
-      }
-      if (!all) return false;
-    }
-    // Under the stripes nothing else decided through a rule set can have moved these counters
-    // since the dry run, so each commit admits as the dry run did.
-    for (std::size_t i = 0; i < matches.size(); ++i) {
-      out[i] = binding(rules, matches[i])(matches[i].key, now, Operation{cost, false});
-      all = all && out[i].allowed;
-    }
-    return all;
-  }
-
-  /// Fills `out[i]` with what `matches[i]` would decide for `cost`, changing nothing.
-  template <Clock C>
-  void peek(const Rules& rules, const std::vector<RuleMatch>& matches, C& clock, std::int64_t cost,
-            std::vector<Decision>& out) {
-    std::vector<std::size_t> stripes;
-    stripes.reserve(matches.size());
-    for (const RuleMatch& m : matches) stripes.push_back(stripe(rules, m));
-    const StripeLock lock(std::move(stripes));
-    const auto now = clock.now();
-    out.resize(matches.size());
-    for (std::size_t i = 0; i < matches.size(); ++i)
-      out[i] = binding(rules, matches[i])(matches[i].key, now, Operation{cost, true});
-  }
-
- private:
-  using Apply =
-      std::function<Decision(std::string_view, std::chrono::nanoseconds, const Operation&)>;
-
-  template <Model M>
-  static Apply bind(Storage& storage, const Rule& r, const typename M::Params& params) {
-    return [b = storage.template bind<M>(r.id, params)](
-               std::string_view key, std::chrono::nanoseconds now, const Operation& op) mutable {
-      return b.apply(key, now, op);
-    };
-  }
-
-  static Apply make_binding(const Rule& r, Storage& storage) {
-    if (r.blocks()) return {};
-    switch (r.algorithm) {
-      case Algorithm::token_bucket:
-        return bind<TokenBucketModel>(storage, r,
-                                      TokenBucketModel::make_params({r.rate.count, r.rate}));
-      case Algorithm::leaky_bucket:
-        return bind<LeakyBucketModel>(storage, r,
-                                      LeakyBucketModel::make_params({r.rate.count, r.rate}));
-      case Algorithm::fixed_window:
-        return bind<FixedWindowModel>(storage, r, make_window_params(r.rate));
-      case Algorithm::sliding_log:
-        return bind<SlidingLogModel>(storage, r, make_window_params(r.rate));
-      case Algorithm::sliding_counter:
-        break;
-    }
-    return bind<SlidingCounterModel>(storage, r, make_window_params(r.rate));
-  }
-
-  std::size_t index(const Rules& rules, const RuleMatch& m) const noexcept {
-    return static_cast<std::size_t>(m.rule - rules.rules().data());
-  }
-  Apply& binding(const Rules& rules, const RuleMatch& m) { return bindings_[index(rules, m)]; }
-  std::size_t stripe(const Rules& rules, const RuleMatch& m) const noexcept {
-    const std::size_t h = std::hash<std::string_view>{}(m.key) * 0x9E3779B97F4A7C15ULL;
-    return (h ^ id_hash_[index(rules, m)]) % RuleStripes::count;
-  }
-
-  std::vector<std::size_t> id_hash_;
-  std::vector<Apply> bindings_;
-};
-
-/// Which backend a `RuleSet<Storage>` uses. The in-process one by default; `rules_redis.hpp`
-/// specializes it for `RedisStorage` (one Lua script per decision).
-template <class Storage>
-struct RuleBackendFor {
-  using type = LocalRuleBackend<Storage>;
-};
-
 }  // namespace detail
 
 /// A rules file bound to a storage and a clock: decides requests under every matching limit.
 ///
-/// `Storage` is any storage holding the five algorithms (`InMemoryStorage` by default; include
-/// `rules_redis.hpp` for `RedisStorage`). `C` defaults to `SystemClock` so that windows are
-/// calendar-aligned and several hosts sharing a store agree on the time.
-/// Thread safety: `decide` is safe from many threads; see the file comment for atomicity.
-template <class Storage = InMemoryStorage, Clock C = SystemClock>
+/// `Storage` is any storage that holds every algorithm of `Registry` and decides several keys
+/// at once (`InMemoryStorage` by default, `RedisStorage`, `RedisClusterStorage`). `C` defaults
+/// to `SystemClock` so that windows are calendar-aligned and several hosts sharing a store agree
+/// on the time. `Registry` lists the algorithms its rules may name (default `Algorithms`).
+///
+/// Atomicity belongs to the storage: a request's limits are one `decide_all` call (see
+/// core/storage.hpp), all or nothing with respect to every other decision on those counters,
+/// whether made by this rule set, another, or a limiter named `Rule::id` on the same storage.
+/// Thread safety: `decide` is safe from many threads.
+template <class Storage = InMemoryStorage, Clock C = SystemClock, class Registry = Algorithms>
 class RuleSet {
+  static_assert(MultiKeyStorage<Storage>,
+                "ratelimit::RuleSet: the Storage must decide several keys at once "
+                "(`decide_all`, see MultiKeyStorage in core/storage.hpp)");
+  static_assert(
+      [] {
+        bool all = true;
+        Registry::for_each([&]<class M>() { all = all && StorageFor<Storage, M>; });
+        return all;
+      }(),
+      "ratelimit::RuleSet: the Storage must hold every algorithm of the registry "
+      "(`bind<Model>(name, params)` for each; see StorageFor in core/storage.hpp)");
+
  public:
   /// Binds every rule to `storage` under its `Rule::id`. Throws `std::invalid_argument` if the
-  /// storage cannot represent a rule (the file's ranges are already the algorithms' ranges).
+  /// storage cannot represent a rule (the file's ranges are already the algorithms' ranges), or
+  /// if a rule names an algorithm that `Registry` does not list.
   explicit RuleSet(Rules rules, Storage storage = {}, C clock = {})
       : rules_(std::make_shared<const Rules>(std::move(rules))),
         storage_(std::move(storage)),
-        clock_(std::move(clock)),
-        backend_(*rules_, storage_) {}
+        clock_(std::move(clock)) {
+    for (const Rule& r : rules_->rules()) bindings_.push_back(bind(r));
+  }
 
   /// Decides a request of `cost` units (>= 1) with these descriptor entries: admitted iff every
   /// matching limit admits it, in which case each spends `cost`; denied otherwise, and then no
@@ -550,36 +440,26 @@ class RuleSet {
     RuleSetDecision result;
     std::vector<RuleMatch> matches = rules_->match(request);
     if (matches.empty()) return result;
+    // A `requests_per_unit: 0` limit denies every request: nothing is spent anywhere, and the
+    // other limits report their state as it is (a dry run).
+    const bool blocked = std::any_of(matches.begin(), matches.end(),
+                                     [](const RuleMatch& m) { return m.rule->blocks(); });
+    std::vector<typename Storage::Part> parts;
+    std::vector<std::size_t> where;
+    parts.reserve(matches.size());
     result.outcomes.reserve(matches.size());
-    bool blocked = false;
-    for (RuleMatch& m : matches) {
-      blocked = blocked || m.rule->blocks();
-      result.outcomes.push_back(
-          {m.rule, std::move(m.key), std::move(m.client), detail::blocked_decision()});
+    for (std::size_t i = 0; i < matches.size(); ++i) {
+      const RuleMatch& m = matches[i];
+      result.outcomes.push_back({m.rule, m.key, m.client, detail::blocked_decision()});
+      if (m.rule->blocks()) continue;
+      parts.push_back(binding_of(m).part(m.key, Operation{cost, blocked}, m.tag));
+      where.push_back(i);
     }
-    if (blocked) {
-      // Nothing is spent anywhere; the other rules report their state as it is.
-      std::vector<RuleMatch> open;
-      std::vector<std::size_t> where;
-      for (std::size_t i = 0; i < result.outcomes.size(); ++i) {
-        const RuleOutcome& o = result.outcomes[i];
-        if (o.rule->blocks()) continue;
-        open.push_back({o.rule, o.key, o.client});
-        where.push_back(i);
-      }
-      std::vector<Decision> ds;
-      if (!open.empty()) backend_.peek(*rules_, open, clock_, cost, ds);
-      for (std::size_t i = 0; i < ds.size(); ++i) result.outcomes[where[i]].decision = ds[i];
-      result.allowed = false;
-    } else {
-      for (std::size_t i = 0; i < result.outcomes.size(); ++i) {
-        matches[i].key = result.outcomes[i].key;
-        matches[i].client = result.outcomes[i].client;
-      }
-      std::vector<Decision> ds;
-      result.allowed = backend_.decide(*rules_, matches, clock_, cost, ds);
-      for (std::size_t i = 0; i < ds.size(); ++i) result.outcomes[i].decision = ds[i];
-    }
+    std::vector<Decision> ds(parts.size());
+    const bool all = storage_.decide_all(std::span<const typename Storage::Part>(parts),
+                                         clock_.now(), std::span<Decision>(ds));
+    for (std::size_t i = 0; i < ds.size(); ++i) result.outcomes[where[i]].decision = ds[i];
+    result.allowed = !blocked && all;
     std::size_t best = 0;
     for (std::size_t i = 1; i < result.outcomes.size(); ++i)
       if (detail::more_restrictive(result.outcomes[i].decision, result.outcomes[best].decision))
@@ -601,10 +481,45 @@ class RuleSet {
   C& clock() noexcept { return clock_; }
 
  private:
+  /// A rule's binding, whatever its model: it only makes parts.
+  struct AnyBinding {
+    virtual ~AnyBinding() = default;
+    virtual typename Storage::Part part(std::string_view key, const Operation& op,
+                                        std::string_view tag) const = 0;
+  };
+  template <class B>
+  struct BindingOf final : AnyBinding {
+    explicit BindingOf(B b) : binding(std::move(b)) {}
+    typename Storage::Part part(std::string_view key, const Operation& op,
+                                std::string_view tag) const override {
+      return binding.part(key, op, tag);
+    }
+    B binding;
+  };
+
+  /// The binding of rule `r`'s algorithm (null for a blocking rule: it never reaches storage).
+  std::unique_ptr<AnyBinding> bind(const Rule& r) {
+    if (r.blocks()) return nullptr;
+    std::unique_ptr<AnyBinding> out;
+    const bool known = Registry::visit(r.algorithm.name, [&]<class M>() {
+      auto b = storage_.template bind<M>(r.id, M::from_rate(r.rate));
+      out = std::make_unique<BindingOf<decltype(b)>>(std::move(b));
+    });
+    if (!known)
+      throw std::invalid_argument(
+          "rule \"" + r.name + "\": algorithm = \"" + std::string(r.algorithm.name) +
+          "\" is not in this RuleSet's registry (" + Registry::names() + ")");
+    return out;
+  }
+
+  const AnyBinding& binding_of(const RuleMatch& m) const {
+    return *bindings_[static_cast<std::size_t>(m.rule - rules_->rules().data())];
+  }
+
   std::shared_ptr<const Rules> rules_;
   Storage storage_;
   C clock_;
-  typename detail::RuleBackendFor<Storage>::type backend_;
+  std::vector<std::unique_ptr<AnyBinding>> bindings_;
 };
 
 }  // namespace ratelimit

@@ -22,7 +22,7 @@
 #include "connection.hpp"
 #include "keys.hpp"
 #include "pool.hpp"
-#include "scripts.hpp"
+#include "script.hpp"
 
 namespace ratelimit::detail {
 

@@ -2,7 +2,8 @@
 /// @file redis/detail/keys.hpp
 /// Redis key names: unambiguous for arbitrary client keys, one hash tag per client key.
 ///
-/// Layout: <prefix>{k<hex(client key)>}:<algorithm>:<hex(limiter name)>[<suffix>]
+/// Layout: <prefix>{k<hex(client key)>}:<algorithm>:<hex(limiter name)>[<suffix>], or with a
+/// separate hash tag <prefix>{k<hex(tag)>}:<algorithm>:<hex(limiter name)>:<hex(key)>[<suffix>]
 ///  - the prefix may not contain '{' or '}', so the first '{' always opens the hash tag;
 ///  - inside the tag the client key is hex-encoded, so no byte of it ('}', NUL, ...) can end the
 ///    tag early, and the 'k' keeps the tag non-empty for the empty key (Redis Cluster hashes
@@ -37,16 +38,27 @@ inline std::string redis_key_tail(std::string_view algorithm, std::string_view n
 }
 
 /// The full Redis key of `client_key` for a binding's `tail`, with an optional `suffix`
-/// (":log", ":meta": empty or starting with ':').
+/// (":log", ":meta": empty or starting with ':'). With a `tag` other than the client key (a
+/// rule set's per-client tag), the tag goes in braces and the client key follows the tail as
+/// ":<hex(key)>", so keys with different tags or keys never meet; an empty tag, or one equal to
+/// the key, gives exactly the limiter's key.
 inline std::string redis_key(std::string_view prefix, std::string_view client_key,
-                             std::string_view tail, std::string_view suffix = {}) {
+                             std::string_view tail, std::string_view suffix = {},
+                             std::string_view tag = {}) {
+  const bool tagged = !tag.empty() && tag != client_key;
+  const std::string_view braced = tagged ? tag : client_key;
   std::string key;
-  key.reserve(prefix.size() + client_key.size() * 2 + tail.size() + suffix.size() + 3);
+  key.reserve(prefix.size() + braced.size() * 2 + tail.size() + suffix.size() + 4 +
+              (tagged ? client_key.size() * 2 + 1 : 0));
   key += prefix;
   key += "{k";
-  append_hex(key, client_key);
+  append_hex(key, braced);
   key += '}';
   key += tail;
+  if (tagged) {
+    key += ':';
+    append_hex(key, client_key);
+  }
   key += suffix;
   return key;
 }

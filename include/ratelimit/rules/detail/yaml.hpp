@@ -11,6 +11,8 @@
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
+#include <functional>
+#include <optional>
 #include <stdexcept>
 #include <string>
 #include <string_view>
@@ -19,29 +21,9 @@
 
 #include "../../core/detail/validate.hpp"
 #include "../../core/rate.hpp"
+#include "../algorithm.hpp"
 
 namespace ratelimit {
-
-/// The algorithm a rule runs (the `algorithm` extension of the rules file).
-enum class Algorithm { sliding_counter, token_bucket, leaky_bucket, fixed_window, sliding_log };
-
-/// The name used in rules files: "sliding_counter", "token_bucket", ...
-/// Thread safety: pure.
-constexpr std::string_view algorithm_name(Algorithm a) noexcept {
-  switch (a) {
-    case Algorithm::token_bucket:
-      return "token_bucket";
-    case Algorithm::leaky_bucket:
-      return "leaky_bucket";
-    case Algorithm::fixed_window:
-      return "fixed_window";
-    case Algorithm::sliding_log:
-      return "sliding_log";
-    case Algorithm::sliding_counter:
-      break;
-  }
-  return "sliding_counter";
-}
 
 namespace detail {
 
@@ -65,9 +47,17 @@ struct RuleTree {
   std::vector<RuleNode> roots;
 };
 
+/// The registry's side of reading a rules file: the algorithm a name stands for (nullopt if
+/// none), and the names for error messages.
+struct AlgorithmNames {
+  std::function<std::optional<Algorithm>(std::string_view)> find;
+  std::string list;
+};
+
 class RulesReader {
  public:
-  explicit RulesReader(std::string source) : source_(std::move(source)) {}
+  RulesReader(std::string source, AlgorithmNames algorithms)
+      : source_(std::move(source)), algorithms_(std::move(algorithms)) {}
 
   RuleTree read(std::string_view text) {
     YAML::Node doc;
@@ -226,22 +216,18 @@ class RulesReader {
 
     const std::string algo = scalar(rl, "algorithm", line, false);
     if (!algo.empty()) {
-      constexpr Algorithm all[] = {Algorithm::sliding_counter, Algorithm::token_bucket,
-                                   Algorithm::leaky_bucket, Algorithm::fixed_window,
-                                   Algorithm::sliding_log};
-      const auto* it = std::find_if(std::begin(all), std::end(all),
-                                    [&](Algorithm a) { return algorithm_name(a) == algo; });
-      if (it == std::end(all))
+      const auto found = algorithms_.find(algo);
+      if (!found)
         fail(line_of(rl["algorithm"], line),
              "rate_limit.algorithm = " + quoted(algo) +
-                 ": unknown algorithm (expected sliding_counter, token_bucket, leaky_bucket, "
-                 "fixed_window or sliding_log)");
-      node.algorithm = *it;
+                 ": unknown algorithm (expected one of: " + algorithms_.list + ")");
+      node.algorithm = *found;
     }
     node.has_limit = true;
   }
 
   std::string source_;
+  AlgorithmNames algorithms_;
 };
 
 }  // namespace detail

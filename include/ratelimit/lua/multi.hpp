@@ -1,29 +1,36 @@
--- rules.lua: one rule-set decision (include/ratelimit/rules_redis.hpp), atomically: every limit
--- that matches the request admits it and spends its cost, or none spends anything.
+#pragma once
+/// @file multi.hpp
+/// GENERATED from multi.lua by cmake/embed_lua.cmake: edit the .lua file, then run
+///   cmake -DLUA_DIR=lua -DOUTPUT_DIR=include/ratelimit/lua -P cmake/embed_lua.cmake
+/// (a CTest test fails while this file is out of date). Thread safety: constant.
+
+#include <string_view>
+
+namespace ratelimit::lua {
+
+/// The text of multi.lua.
+inline constexpr std::string_view multi = R"lua(-- multi.lua: one all-or-nothing decision over several keys (RedisStorage::decide_all, used by
+-- rule sets), atomically: every part admits and spends its cost, or none spends anything.
 --
--- Not a standalone script: cmake/embed_lua.cmake builds the body (redis_scripts::rules in
--- redis/detail/scripts.hpp) as lua/prelude.lua, then each
--- algorithm script (lua/<algorithm>.lua) wrapped as `local function algo_<algorithm>(KEYS,
--- ARGV) ... end`, then this driver. Each limit runs its own algorithm's script unchanged, as a
--- dry run (its peek flag set) or for real; real runs of a request that ends denied are undone
--- (DUMP/RESTORE). Redis runs the whole body atomically: no other decision sees the interim.
+-- Not a standalone script: the Redis storage composes the body (redis/detail/script.hpp) as
+-- lua/prelude.lua, then each algorithm of the call's parts wrapped as
+-- `algorithms[<wire id>] = function(KEYS, ARGV) <lua/<algorithm>.lua> end`, then this driver.
+-- Each part runs its own algorithm's script unchanged, as a dry run (its peek flag set) or for
+-- real; real runs of a request that ends denied are undone (DUMP/RESTORE). Redis runs the whole
+-- body atomically: no other decision sees the interim.
 --
--- KEYS     every limit's keys, in order. A per-client limit's keys carry the client's hash tag;
---          a shared limit's keys carry their own.
--- ARGV[1]  m, the number of limits (>= 1)
+-- KEYS     every part's keys, in order. Parts that share a tag share a hash tag (one slot).
+-- ARGV[1]  m, the number of parts (>= 1)
 -- ARGV[2]  '1': dry runs only (change nothing), '0': decide
--- then per limit: the algorithm (1 token_bucket, 2 leaky_bucket, 3 fixed_window, 4 sliding_log,
---          5 sliding_counter), its number of keys, '1' if its keys are cheap to save (DUMP) or
---          '0' to dry-run it first instead, its number of dry-run and of real arguments, then
---          its dry-run ARGV and its real ARGV, exactly as its own script takes them.
+-- then per part: its algorithm's wire id, its number of keys, '1' if its keys are cheap to save
+--          (DUMP) or '0' to dry-run it first instead, its number of dry-run and of real
+--          arguments, then its dry-run ARGV and its real ARGV, exactly as its own script takes
+--          them.
 -- Returns  { admitted (0|1), phase (0: denied, every reply reads as a dry run's; 1: admitted,
---            every reply is a real run's), reply_1, ..., reply_m }, reply_i being limit i's own
+--            every reply is a real run's), reply_1, ..., reply_m }, reply_i being part i's own
 --            script reply.
 -- TTL      each algorithm script sets its keys' TTLs as it does alone.
 
-local algorithms = {
-  algo_token_bucket, algo_leaky_bucket, algo_fixed_window, algo_sliding_log, algo_sliding_counter,
-}
 local m = tonumber(ARGV[1])
 local dry_only = ARGV[2] == '1'
 local limits = {}
@@ -111,3 +118,6 @@ end
 local out = { admitted and 1 or 0, phase }
 for i = 1, m do out[i + 2] = replies[i] end
 return out
+)lua";
+
+}  // namespace ratelimit::lua

@@ -1,0 +1,43 @@
+#pragma once
+/// @file core/detail/decimal.hpp
+/// Exact integers to and from decimal strings: what the Lua scripts read and return (a Lua
+/// number would round above 2^53).
+
+#include <optional>
+#include <string>
+#include <string_view>
+
+#include "arith.hpp"
+
+namespace ratelimit::detail {
+
+inline std::string to_decimal(i128 v) {
+  if (v == 0) return "0";
+  const bool negative = v < 0;
+  std::string digits;
+  while (v != 0) {
+    const auto d = static_cast<int>(v % 10);
+    digits.push_back(static_cast<char>('0' + (d < 0 ? -d : d)));
+    v /= 10;
+  }
+  if (negative) digits.push_back('-');
+  return std::string(digits.rbegin(), digits.rend());
+}
+
+/// A whole decimal number, optionally negative, of at most 36 digits; nullopt otherwise.
+inline std::optional<i128> parse_decimal(std::string_view s) noexcept {
+  bool negative = false;
+  if (!s.empty() && s.front() == '-') {
+    negative = true;
+    s.remove_prefix(1);
+  }
+  if (s.empty() || s.size() > 36) return std::nullopt;
+  i128 v = 0;
+  for (const char c : s) {
+    if (c < '0' || c > '9') return std::nullopt;
+    v = v * 10 + (c - '0');
+  }
+  return negative ? -v : v;
+}
+
+}  // namespace ratelimit::detail

@@ -1,0 +1,85 @@
+#pragma once
+/// @file core/wire.hpp
+/// What a shared storage (Redis) needs from an algorithm beyond its model: its Lua twin, the
+/// arguments of one call, and how to read the script's reply back into a Decision.
+///
+/// The wire lives with the algorithm (algorithms/), not with the storage: it depends on nothing
+/// but strings and integers, so the Redis layer stays generic over every model that has one,
+/// and adding an algorithm touches its own files and one line of the registry
+/// (algorithms/registry.hpp).
+
+#include <array>
+#include <chrono>
+#include <concepts>
+#include <cstddef>
+#include <cstdint>
+#include <optional>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "clock.hpp"
+#include "detail/arith.hpp"
+#include "storage.hpp"
+
+namespace ratelimit {
+
+/// A model that a script-running storage can hold.
+///
+/// Requirements on `M::Wire` (all static, pure, thread-safe):
+/// - `lua`: the script body (lua/<algorithm>.lua embedded in lua/<algorithm>.hpp), run after
+///   lua/prelude.lua; its header comment gives its KEYS, ARGV and reply.
+/// - `key_suffixes`: one string per Redis key of a client key (`""`, or `":log"`, ...).
+/// - `cheap_to_save`: false when its keys can be large (a log): an all-or-nothing decision then
+///   dry-runs it first and commits it last instead of saving and restoring its keys.
+/// - `Fixed fix(params)`: validates the parameters for the script's exact range (throws
+///   `std::invalid_argument` naming the field) and formats what every call repeats.
+/// - `args(fixed, params, now_us, op, margin_ms, out)`: appends one call's ARGV.
+/// - `decode(params, reply, op)`: the Decision from the script's reply (its integers, exact), or
+///   nullopt if the reply cannot come from the script (a protocol error).
+/// - `fallback(params, divisor)`: a per-instance share of the limit for `local_fallback`.
+/// `M::wire_id` (1..255) identifies the algorithm inside a composed script; unique per registry.
+template <class M>
+concept WireModel = Model<M> &&
+    requires(const typename M::Params& p, const Operation& op, std::string now_us,
+             const std::string& margin, std::vector<std::string>& out,
+             std::span<const detail::i128> reply) {
+  { M::wire_id } -> std::convertible_to<int>;
+  { M::Wire::lua } -> std::convertible_to<std::string_view>;
+  { M::Wire::cheap_to_save } -> std::convertible_to<bool>;
+  { M::Wire::key_suffixes.size() } -> std::convertible_to<std::size_t>;
+  typename M::Wire::Fixed;
+  { M::Wire::fix(p) } -> std::same_as<typename M::Wire::Fixed>;
+  M::Wire::args(std::declval<const typename M::Wire::Fixed&>(), p, now_us, op, margin, out);
+  { M::Wire::decode(p, reply, op) } -> std::same_as<std::optional<Decision>>;
+  { M::Wire::fallback(p, std::int64_t{1}) } -> std::same_as<typename M::Params>;
+};
+
+namespace detail {
+
+/// The largest decision time the scripts accept, ns (the clock range).
+inline constexpr std::int64_t max_wire_time_ns = max_clock_time.count();
+
+/// The decision time the scripts work in: whole microseconds (floor), clamped to the clock range
+/// [0, 2^62 ns], so it stays below 2^53 (exact in a Lua number).
+inline std::int64_t wire_time_us(std::chrono::nanoseconds now) noexcept {
+  const std::int64_t t = now.count() < 0 ? 0 : now.count();
+  return (t > max_wire_time_ns ? max_wire_time_ns : t) / 1000;
+}
+
+/// Reply element `i` as the decision time in ns, if it is one a script can return.
+inline std::optional<std::int64_t> wire_reply_time_ns(std::span<const i128> r,
+                                                      std::size_t i) noexcept {
+  if (i >= r.size() || r[i] < 0 || r[i] > max_wire_time_ns / 1000) return std::nullopt;
+  return static_cast<std::int64_t>(r[i] * 1000);
+}
+
+/// Reply element `i` as the admit bit.
+inline std::optional<bool> wire_reply_admitted(std::span<const i128> r, std::size_t i) noexcept {
+  if (i >= r.size() || (r[i] != 0 && r[i] != 1)) return std::nullopt;
+  return r[i] == 1;
+}
+
+}  // namespace detail
+}  // namespace ratelimit

@@ -1,0 +1,115 @@
+#pragma once
+/// @file redis/detail/script.hpp
+/// The scripts the Redis storage sends: one per algorithm (lua/prelude.lua + its model's
+/// `Wire::lua`), and one per set of algorithms that an all-or-nothing decision spans (the
+/// prelude, each algorithm as a function, then lua/multi.lua). Each is composed once per process
+/// and named by its SHA1 (OpenSSL), which is what EVALSHA sends.
+
+#include <openssl/evp.h>
+
+#include <algorithm>
+#include <cstddef>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <stdexcept>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include "../../core/wire.hpp"
+#include "../../lua/multi.hpp"
+#include "../../lua/prelude.hpp"
+
+namespace ratelimit::detail {
+
+/// One Lua script: `body` is what EVAL sends, `sha1` (lower-case hex) what EVALSHA names.
+/// Thread safety: immutable once made.
+struct RedisScript {
+  std::string name;
+  std::string body;
+  std::string sha1;
+};
+
+/// The SHA1 of `text` in lower-case hex, as Redis names scripts.
+inline std::string sha1_hex(std::string_view text) {
+  unsigned char digest[EVP_MAX_MD_SIZE];
+  unsigned int size = 0;
+  if (EVP_Digest(text.data(), text.size(), digest, &size, EVP_sha1(), nullptr) != 1)
+    throw std::runtime_error("ratelimit: OpenSSL could not compute a SHA1");
+  static constexpr char hex[] = "0123456789abcdef";
+  std::string out;
+  for (unsigned int i = 0; i < size; ++i) {
+    out.push_back(hex[digest[i] >> 4]);
+    out.push_back(hex[digest[i] & 0xF]);
+  }
+  return out;
+}
+
+inline RedisScript make_script(std::string name, std::string body) {
+  std::string sha = sha1_hex(body);
+  return RedisScript{std::move(name), std::move(body), std::move(sha)};
+}
+
+/// Model `M`'s own script, composed on first use.
+template <WireModel M>
+const RedisScript& script_of() {
+  static const RedisScript script =
+      make_script(std::string(M::name), std::string(lua::prelude) + std::string(M::Wire::lua));
+  return script;
+}
+
+/// One algorithm of a composed script: its wire id, name and body.
+struct ScriptPart {
+  int wire_id;
+  std::string_view name;
+  std::string_view lua;
+};
+
+/// Composes `entries` (each wire id once) into the all-or-nothing script.
+inline std::string compose_multi(const std::vector<ScriptPart>& entries) {
+  std::string body(lua::prelude);
+  body += "\nlocal algorithms = {}\n";
+  for (const ScriptPart& e : entries) {
+    body += "-- " + std::string(e.name) + "\nalgorithms[" + std::to_string(e.wire_id) +
+            "] = function(KEYS, ARGV)\n";
+    body += e.lua;
+    body += "\nend\n";
+  }
+  body += lua::multi;
+  return body;
+}
+
+/// The all-or-nothing script for the algorithms in `entries` (any order, repeats allowed),
+/// composed once per distinct set and kept for the process's life (a program uses a handful).
+/// Throws `std::invalid_argument` if two different algorithms share a wire id.
+inline const RedisScript& multi_script_for(std::vector<ScriptPart> entries) {
+  std::sort(entries.begin(), entries.end(),
+            [](const ScriptPart& a, const ScriptPart& b) { return a.wire_id < b.wire_id; });
+  std::vector<ScriptPart> unique;
+  std::string key;
+  for (const ScriptPart& e : entries) {
+    if (!unique.empty() && unique.back().wire_id == e.wire_id) {
+      if (unique.back().name != e.name)
+        throw std::invalid_argument("wire_id = " + std::to_string(e.wire_id) + ": used by both " +
+                                    std::string(unique.back().name) + " and " +
+                                    std::string(e.name));
+      continue;
+    }
+    unique.push_back(e);
+    key += std::to_string(e.wire_id) + ":" + std::string(e.name) + ";";
+  }
+  static std::mutex mutex;
+  static std::map<std::string, std::unique_ptr<RedisScript>, std::less<>> cache;
+  const std::lock_guard lock(mutex);
+  auto it = cache.find(key);
+  if (it == cache.end())
+    it = cache
+             .emplace(key, std::make_unique<RedisScript>(
+                               make_script("multi[" + key + "]", compose_multi(unique))))
+             .first;
+  return *it->second;
+}
+
+}  // namespace ratelimit::detail
