@@ -112,17 +112,17 @@ struct SlidingLogModel {
     static constexpr std::array<std::string_view, 2> key_suffixes{":log", ":meta"};
     /// A log holds up to N entries: saving it (DUMP) costs more than a dry run.
     static constexpr bool cheap_to_save = false;
-    struct Fixed {
+    struct BoundArgs {
       std::string reach_us;  ///< floor((W - 1) / 1000)
       std::string limit;
       std::string window;
     };
-    static Fixed fix(const Params& p) {
+    static BoundArgs bound_args(const Params& p) {
       detail::check_window_params(p);
       return {std::to_string((p.window - 1) / 1000), std::to_string(p.limit),
               std::to_string(p.window)};
     }
-    static void args(const Fixed& f, const Params&, std::string now_us, const Operation& op,
+    static void args(const BoundArgs& f, const Params&, std::string now_us, const Operation& op,
                      const std::string& margin_ms, std::vector<std::string>& out) {
       out.push_back(std::move(now_us));
       out.push_back(f.reach_us);

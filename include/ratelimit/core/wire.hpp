@@ -33,9 +33,9 @@ namespace ratelimit {
 /// - `key_suffixes`: one string per Redis key of a client key (`""`, or `":log"`, ...).
 /// - `cheap_to_save`: false when its keys can be large (a log): an all-or-nothing decision then
 ///   dry-runs it first and commits it last instead of saving and restoring its keys.
-/// - `Fixed fix(params)`: validates the parameters for the script's exact range (throws
+/// - `BoundArgs bound_args(params)`: validates the parameters for the script's exact range (throws
 ///   `std::invalid_argument` naming the field) and formats what every call repeats.
-/// - `args(fixed, params, now_us, op, margin_ms, out)`: appends one call's ARGV.
+/// - `args(bound, params, now_us, op, margin_ms, out)`: appends one call's ARGV.
 /// - `decode(params, reply, op)`: the Decision from the script's reply (its integers, exact), or
 ///   nullopt if the reply cannot come from the script (a protocol error).
 /// - `fallback(params, divisor)`: a per-instance share of the limit for `local_fallback`.
@@ -49,9 +49,9 @@ concept WireModel = Model<M> &&
   { M::Wire::lua } -> std::convertible_to<std::string_view>;
   { M::Wire::cheap_to_save } -> std::convertible_to<bool>;
   { M::Wire::key_suffixes.size() } -> std::convertible_to<std::size_t>;
-  typename M::Wire::Fixed;
-  { M::Wire::fix(p) } -> std::same_as<typename M::Wire::Fixed>;
-  M::Wire::args(std::declval<const typename M::Wire::Fixed&>(), p, now_us, op, margin, out);
+  typename M::Wire::BoundArgs;
+  { M::Wire::bound_args(p) } -> std::same_as<typename M::Wire::BoundArgs>;
+  M::Wire::args(std::declval<const typename M::Wire::BoundArgs&>(), p, now_us, op, margin, out);
   { M::Wire::decode(p, reply, op) } -> std::same_as<std::optional<Decision>>;
   { M::Wire::fallback(p, std::int64_t{1}) } -> std::same_as<typename M::Params>;
 };

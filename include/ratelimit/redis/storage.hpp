@@ -116,7 +116,7 @@ class RedisBinding {
   /// The same keys decided with other parameters (validated as `bind` does).
   RedisBinding with_params(const typename M::Params& p) const {
     RedisBinding b = *this;
-    b.fixed_ = M::Wire::fix(p);
+    b.bound_args_ = M::Wire::bound_args(p);
     b.params_ = p;
     return b;
   }
@@ -133,7 +133,7 @@ class RedisBinding {
                const std::optional<typename M::Params>& local)
       : client_(std::move(client)),
         params_(params),
-        fixed_(M::Wire::fix(params)),
+        bound_args_(M::Wire::bound_args(params)),
         tail_(detail::redis_key_tail(M::name, name)) {
     if (client_->options().failure_policy == FailurePolicy::local_fallback)
       fallback_.emplace(fallback_storage.template bind<M>(
@@ -151,7 +151,7 @@ class RedisBinding {
     std::string now_us = client_->options().time_source == TimeSource::client
                              ? std::to_string(detail::wire_time_us(now))
                              : std::string{};
-    M::Wire::args(fixed_, params_, std::move(now_us), op, client_->margin_ms(), out);
+    M::Wire::args(bound_args_, params_, std::move(now_us), op, client_->margin_ms(), out);
   }
 
   detail::RedisCall call(std::string_view key, std::chrono::nanoseconds now,
@@ -227,7 +227,7 @@ class RedisBinding {
 
   std::shared_ptr<detail::RedisClient> client_;
   typename M::Params params_;
-  typename M::Wire::Fixed fixed_;
+  typename M::Wire::BoundArgs bound_args_;
   std::string tail_;
   std::optional<typename InMemoryStorage::BindingOf<M>> fallback_;
 };

@@ -30,14 +30,14 @@ struct GcraWire {
   static constexpr bool cheap_to_save = true;
 
   /// The per-binding arguments, formatted once.
-  struct Fixed {
+  struct BoundArgs {
     std::string count;
     std::string full;  ///< limit x period
   };
 
   /// Checks what the exact arithmetic relies on (the core range: limit and count in
   /// [1, 10^9], at most one unit per ns, a whole refill within 100 years).
-  static Fixed fix(const GcraParams& p) {
+  static BoundArgs bound_args(const GcraParams& p) {
     check_count("params.limit", p.limit);
     check_count("params.count", p.count);
     if (p.period < 1 || p.period > max_period.count())
@@ -49,7 +49,7 @@ struct GcraWire {
     return {to_decimal(p.count), to_decimal(i128{p.limit} * p.period)};
   }
 
-  static void args(const Fixed& f, const GcraParams& p, std::string now_us, const Operation& op,
+  static void args(const BoundArgs& f, const GcraParams& p, std::string now_us, const Operation& op,
                    const std::string& margin_ms, std::vector<std::string>& out) {
     out.push_back(std::move(now_us));
     out.push_back(f.count);

@@ -28,15 +28,15 @@ inline void check_window_params(const WindowParams& p) {
 struct WindowWireBase {
   static constexpr std::array<std::string_view, 1> key_suffixes{""};
   static constexpr bool cheap_to_save = true;
-  struct Fixed {
+  struct BoundArgs {
     std::string window;
     std::string limit;
   };
-  static Fixed fix(const WindowParams& p) {
+  static BoundArgs bound_args(const WindowParams& p) {
     check_window_params(p);
     return {std::to_string(p.window), std::to_string(p.limit)};
   }
-  static void args(const Fixed& f, const WindowParams&, std::string now_us, const Operation& op,
+  static void args(const BoundArgs& f, const WindowParams&, std::string now_us, const Operation& op,
                    const std::string& margin_ms, std::vector<std::string>& out) {
     out.push_back(std::move(now_us));
     out.push_back(f.window);
