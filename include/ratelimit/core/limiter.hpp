@@ -118,3 +118,13 @@ class Limiter {
 };
 
 }  // namespace ratelimit::detail
+
+namespace ratelimit {
+
+/// A limiter for any model `M` (the five algorithms' classes derive from it; an algorithm added
+/// to a registry uses it directly): `try_acquire`, `peek`, `reset`, `acquire` as documented on
+/// `detail::Limiter`, its storage binding under `name`. Errors and thread safety: as there.
+template <Model M, Clock C = SteadyClock, class S = InMemoryStorage>
+using BasicLimiter = detail::Limiter<M, C, S>;
+
+}  // namespace ratelimit
