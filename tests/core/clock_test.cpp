@@ -10,6 +10,7 @@
 #include <catch2/catch.hpp>
 #include <ratelimit/clock.hpp>
 #include <ratelimit/manual_clock.hpp>
+#include <ratelimit/token_bucket.hpp>
 
 using namespace std::chrono_literals;
 using ratelimit::ManualClock;
@@ -76,3 +77,36 @@ TEST_CASE("ManualClock advances from many threads add up", "[clock][in_memory]")
   // 4 threads x 1000 steps of 1 ns.
   CHECK(clock.now() == 4000ns);
 }
+
+TEST_CASE("try_acquire with an explicit time decides at that time without reading the clock",
+          "[clock][in_memory]") {
+  // Issue 19: a caller that read the clock once passes the reading. The limiter's own clock
+  // stays at 0 throughout, so every decision below is at the time passed.
+  ManualClock clock;
+  ratelimit::TokenBucket<ManualClock> bucket({2, ratelimit::per_second(1)}, {}, clock);
+  // Capacity 2 at t = 10 s: two pass, the third waits 1 s (one token per second).
+  CHECK(bucket.try_acquire("k", 1, 10s).allowed);
+  CHECK(bucket.try_acquire("k", 1, 10s).allowed);
+  const auto denied = bucket.try_acquire("k", 1, 10s);
+  CHECK_FALSE(denied.allowed);
+  CHECK(denied.retry_after == 1s);
+  // At 11 s one token is back; a reading before the key's latest time (5 s) is decided at 11 s.
+  CHECK(bucket.try_acquire("k", 1, 11s).allowed);
+  CHECK(bucket.try_acquire("k", 1, 5s).retry_after == 1s);
+  CHECK(clock.now() == 0ns);
+  CHECK_THROWS_AS(bucket.try_acquire("k", 0, 11s), std::invalid_argument);
+}
+
+#if defined(__linux__) && defined(CLOCK_MONOTONIC_COARSE)
+TEST_CASE("CoarseClock never goes back and reports its tick", "[clock][in_memory]") {
+  static_assert(ratelimit::Clock<ratelimit::CoarseClock>);
+  ratelimit::CoarseClock clock;
+  CHECK(ratelimit::CoarseClock::resolution() > 0ns);
+  auto previous = clock.now();
+  for (int i = 0; i < 1000; ++i) {
+    const auto t = clock.now();
+    CHECK(t >= previous);
+    previous = t;
+  }
+}
+#endif

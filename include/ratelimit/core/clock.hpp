@@ -7,6 +7,8 @@
 #include <cstdint>
 #include <thread>
 
+#include <time.h>
+
 namespace ratelimit {
 
 /// The largest clock reading the library accepts: 2^62 ns (about 146 years). Every algorithm's
@@ -50,6 +52,32 @@ struct SystemClock {
   /// Sleeps the calling thread for `d` (nothing if d <= 0).
   void sleep_for(std::chrono::nanoseconds d) const { std::this_thread::sleep_for(d); }
 };
+
+#if defined(__linux__) && defined(CLOCK_MONOTONIC_COARSE)
+/// CLOCK_MONOTONIC_COARSE (Linux): monotonic like SteadyClock, read from the kernel's last tick
+/// without touching the hardware counter, so a read costs a few ns instead of tens; the price
+/// is resolution: `resolution()` (the tick, typically 1 to 4 ms). Time only moves by whole
+/// ticks, so a limit finer than the tick admits in bursts of a tick's worth. Use it where
+/// millisecond precision is plenty (per-second and coarser limits) and the clock read shows.
+/// Thread safety: stateless.
+struct CoarseClock {
+  /// Nanoseconds since an unspecified epoch (usually boot), advancing by whole ticks.
+  std::chrono::nanoseconds now() const noexcept {
+    timespec ts{};
+    ::clock_gettime(CLOCK_MONOTONIC_COARSE, &ts);
+    return std::chrono::seconds{ts.tv_sec} + std::chrono::nanoseconds{ts.tv_nsec};
+  }
+  /// Sleeps the calling thread for `d` (nothing if d <= 0).
+  void sleep_for(std::chrono::nanoseconds d) const { std::this_thread::sleep_for(d); }
+  /// The clock's tick as the kernel reports it (clock_getres).
+  static std::chrono::nanoseconds resolution() noexcept {
+    timespec ts{};
+    ::clock_getres(CLOCK_MONOTONIC_COARSE, &ts);
+    return std::chrono::seconds{ts.tv_sec} + std::chrono::nanoseconds{ts.tv_nsec};
+  }
+};
+static_assert(Clock<CoarseClock>);
+#endif
 
 static_assert(Clock<SteadyClock> && Clock<SystemClock>);
 

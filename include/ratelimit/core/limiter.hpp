@@ -68,6 +68,16 @@ class Limiter {
     return binding_.apply(key, clock_.now(), Operation{cost, false, Decision::never});
   }
 
+  /// The same decision at `now`, a reading of this limiter's clock taken by the caller (the
+  /// clock is not read): a service that reads the clock once per batch or event-loop turn pays
+  /// for it once (as folly's `consume(n, now)`). A `now` earlier than the key's latest time is
+  /// decided at that time, as always. Throws `std::invalid_argument` if cost < 1.
+  /// Thread safety: safe from many threads.
+  Decision try_acquire(std::string_view key, std::int64_t cost, std::chrono::nanoseconds now) {
+    check_cost(cost);
+    return binding_.apply(key, now, Operation{cost, false, Decision::never});
+  }
+
   /// What a cost-1 request for `key` would get now; changes nothing.
   /// Thread safety: safe from many threads.
   Decision peek(std::string_view key = {}) {
