@@ -9,6 +9,7 @@
 #include <chrono>
 #include <cstddef>
 #include <string>
+#include <tuple>
 #include <utility>
 #include <vector>
 
@@ -141,20 +142,18 @@ TEMPLATE_LIST_TEST_CASE(
   });
   // Resetting one algorithm's "k" leaves the others' alone: reset in turn, each is fresh and
   // every one not reset yet is still spent.
-  std::size_t resets = 0;
-  rltest::for_each_algorithm([&]<class Algo>() {
-    INFO("reset: " << Algo::name);
-    Algo::make(Row<Algo>::shape, storage, clock).reset("k");
-    ++resets;
+  const std::size_t count = std::tuple_size_v<rltest::Algorithms>;
+  for (std::size_t round = 0; round < count; ++round) {
     std::size_t index = 0;
-    rltest::for_each_algorithm([&]<class Other>() {
-      INFO("algorithm: " << Other::name);
-      auto other = Other::make(Row<Other>::shape, storage, clock);
-      if (index++ < resets) {
-        CHECK(other.peek("k") == fresh(Row<Other>::shape.limit));
+    rltest::for_each_algorithm([&]<class Algo>() {
+      INFO("round " << round << ", algorithm: " << Algo::name);
+      auto limiter = Algo::make(Row<Algo>::shape, storage, clock);
+      if (index == round) limiter.reset("k");
+      if (index++ <= round) {
+        CHECK(limiter.peek("k") == fresh(Row<Algo>::shape.limit));
       } else {
-        CHECK_FALSE(other.peek("k").allowed);
+        CHECK_FALSE(limiter.peek("k").allowed);
       }
     });
-  });
+  }
 }
