@@ -125,6 +125,23 @@ void setslot_everywhere(int slot, const std::string& owner_id, const rltest::Red
       rltest::Admin(p.address).run({"CLUSTER", "SETSLOT", std::to_string(slot), "NODE", owner_id});
 }
 
+/// MIGRATEs every key `src` holds in `slot` to `dst` (atomic per call on the source). The slot
+/// of a test's client key may also hold keys that earlier runs of the same test left (same
+/// client key under other prefixes, TTLs of an hour): they go too, since a node refuses to give
+/// up a slot it still holds keys of.
+void migrate_every_key(int slot, const rltest::RedisNode& src, const rltest::RedisNode& dst) {
+  rltest::Admin s(src);
+  for (;;) {
+    auto keys = s.run({"CLUSTER", "GETKEYSINSLOT", std::to_string(slot), "100"});
+    if (keys->elements == 0) break;
+    std::vector<std::string> cmd{"MIGRATE", dst.host, std::to_string(dst.port), "", "0",
+                                 "5000",    "KEYS"};
+    for (std::size_t i = 0; i < keys->elements; ++i)
+      cmd.emplace_back(keys->element[i]->str, keys->element[i]->len);
+    s.run(cmd);
+  }
+}
+
 }  // namespace
 
 TEST_CASE("Moving a slot with live keys under traffic keeps decisions exact (ASK, then MOVED)",
@@ -188,19 +205,8 @@ TEST_CASE("Moving a slot with live keys under traffic keeps decisions exact (ASK
   CHECK(fresh.try_acquire(key) == admitted(10, 9, 3500s));
   CHECK(storage.cluster_stats().ask >= 1);
 
-  // Every key of the slot moves (MIGRATE is atomic per call on the source).
-  {
-    rltest::Admin s(src);
-    for (;;) {
-      auto keys = s.run({"CLUSTER", "GETKEYSINSLOT", std::to_string(slot), "100"});
-      if (keys->elements == 0) break;
-      std::vector<std::string> cmd{"MIGRATE", dst.host, std::to_string(dst.port), "", "0",
-                                   "5000",    "KEYS"};
-      for (std::size_t i = 0; i < keys->elements; ++i)
-        cmd.emplace_back(keys->element[i]->str, keys->element[i]->len);
-      s.run(cmd);
-    }
-  }
+  // Every key of the slot moves.
+  migrate_every_key(slot, src, dst);
   // The key now lives on the target while the slot is still migrating: ASK again; the count
   // continued there (4 spent, so 5 and 4 left).
   CHECK(fw.try_acquire(key) == admitted(10, 5, 3500s));
@@ -280,6 +286,8 @@ TEST_CASE(
   // Both keys on the target: ASK, then the same count as before (4 left, then 3).
   migrate(meta_key);
   CHECK(sl.try_acquire(key) == admitted(6, 3, 3600s));
+  // Whatever else the slot holds on the source (an earlier run's keys) moves before the slot.
+  migrate_every_key(slot, src, dst);
   setslot_everywhere(slot, dst_info->id, dst, src);
   CHECK(sl.try_acquire(key) == admitted(6, 2, 3600s));
   CHECK(storage.node_of<ratelimit::SlidingLogModel>("split", key) == dst.address());

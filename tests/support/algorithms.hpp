@@ -1,12 +1,17 @@
 #pragma once
 /// @file algorithms.hpp
 /// The five algorithms behind one shape, for the tests that run the same scenario through each
-/// (concurrency, isolation, randomized differential, memory): how to build the limiter on a
+/// (conformance, concurrency, randomized differential, memory): how to build the limiter on a
 /// given storage with a ManualClock, and the matching naive reference model.
+///
+/// `Algorithms` is THE list of algorithms the tests know: the conformance suite (its product
+/// with `Backends`) and `for_each_algorithm` both read it, so an algorithm joins them by one
+/// line there (plus its Algo struct here and its row in tests/conformance/table.hpp).
 
 #include <cstdint>
 #include <stdexcept>
 #include <string>
+#include <tuple>
 #include <utility>
 
 #include <ratelimit/fixed_window.hpp>
@@ -105,14 +110,21 @@ struct SlidingCounterAlgo {
   static Reference reference(const Shape& s) { return Reference(window_rate(s)); }
 };
 
-/// Calls `f.template operator()<Algo>()` for each of the five algorithms, in a fixed order.
+/// Every algorithm the tests run, in a fixed order. One line per algorithm: this is the only list.
+using Algorithms = std::tuple<TokenBucketAlgo, LeakyBucketAlgo, FixedWindowAlgo, SlidingLogAlgo,
+                              SlidingCounterAlgo>;
+
+namespace detail {
+template <class F, class... Algos>
+void for_each_in(std::tuple<Algos...>*, F& f) {
+  (f.template operator()<Algos>(), ...);
+}
+}  // namespace detail
+
+/// Calls `f.template operator()<Algo>()` for each algorithm of `Algorithms`, in its order.
 template <class F>
 void for_each_algorithm(F&& f) {
-  f.template operator()<TokenBucketAlgo>();
-  f.template operator()<LeakyBucketAlgo>();
-  f.template operator()<FixedWindowAlgo>();
-  f.template operator()<SlidingLogAlgo>();
-  f.template operator()<SlidingCounterAlgo>();
+  detail::for_each_in(static_cast<Algorithms*>(nullptr), f);
 }
 
 }  // namespace rltest

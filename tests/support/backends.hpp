@@ -1,7 +1,10 @@
 #pragma once
 /// @file backends.hpp
-/// The storage parameterization of the rule suite: every `TEMPLATE_LIST_TEST_CASE(..., Backends)`
-/// runs once per backend listed here. A backend is a fixed contract (global namespace):
+/// The storage parameterization of the storage suite (RATELIMIT_SUITE_SOURCES, listed in
+/// tests/CMakeLists.txt): every `TEMPLATE_LIST_TEST_CASE(..., Backends)` runs once per backend
+/// listed here, and every conformance case once per algorithm and backend (the product
+/// `rltest::conformance::Cases`, tests/conformance/conformance.hpp). A backend is a fixed
+/// contract (global namespace):
 ///
 ///   name        a short label for messages ("in-memory", "redis")
 ///   Storage     the storage type the limiters are instantiated with
@@ -12,7 +15,8 @@
 ///
 /// The core executable builds the suite with the in-memory backend only; the Redis executable
 /// builds the same sources with RATELIMIT_TEST_WITH_REDIS, which adds `RedisBackend` (written in
-/// redis_backend.hpp with the same members).
+/// redis_backend.hpp with the same members); the cluster executable with
+/// RATELIMIT_TEST_WITH_CLUSTER, which runs it on `ClusterBackend` alone (cluster_backend.hpp).
 
 #include <chrono>
 #include <tuple>

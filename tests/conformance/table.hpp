@@ -1,0 +1,522 @@
+#pragma once
+/// @file table.hpp
+/// The conformance suite's table of expected values: one `Row<Algo>` per algorithm, each value
+/// derived in a comment from the algorithm's definition (README, "The algorithms"; the rules in
+/// include/ratelimit/algorithms/*.hpp). The scenarios that read a row are written once, in
+/// limits_test.cpp, side_effects_test.cpp and keys_test.cpp; what each field means is said by
+/// the structs below, the steps that use them by the scenario.
+///
+/// Every time is a whole number of milliseconds and every rate makes every duration a whole
+/// number of milliseconds, so a storage that decides at whole microseconds (Redis) must agree
+/// exactly. A new algorithm needs its Algo struct in tests/support/algorithms.hpp, one line in
+/// `rltest::Algorithms`, and its row here.
+
+#include <array>
+#include <chrono>
+#include <cstdint>
+#include <optional>
+
+#include <ratelimit/decision.hpp>
+#include <ratelimit/rate.hpp>
+
+#include "support/algorithms.hpp"
+#include "support/expect.hpp"
+
+namespace rltest::conformance {
+
+using namespace std::chrono_literals;
+using ratelimit::Decision;
+using std::chrono::nanoseconds;
+
+/// A denied cost and when it would pass.
+struct Denial {
+  std::int64_t cost;
+  nanoseconds retry_after;
+};
+
+/// "A denied request changes nothing" (side_effects_test.cpp).
+struct DenialRow {
+  nanoseconds at;             ///< when the key is first spent, by `first_cost`
+  std::int64_t first_cost;    ///< less than the limit: m = first.remaining units are left
+  Decision first;             ///< what `first_cost` gets on a fresh key at `at`
+  nanoseconds partial_retry;  ///< retry_after of cost m + 1 right after (denied, changes nothing)
+  Decision rest;              ///< cost m right after: admitted, the key is spent (remaining 0)
+  nanoseconds deny_at;        ///< when the spent key is asked again (>= at)
+  std::array<Denial, 3> denials;  ///< at deny_at: costs 1, some middle one, and the limit
+  nanoseconds reset_after;        ///< reported by those denials at deny_at
+  nanoseconds later;              ///< a step after deny_at that is shorter than every retry_after
+  std::int64_t pass_cost;         ///< one of the denied costs: 1 ms before its retry_after
+  std::int64_t remaining_1ms_before;  ///< it is still denied, with this many units left,
+  Decision pass;                      ///< and exactly then it is admitted, with this decision
+};
+
+/// "A cost above the limit is never admitted" (limits_test.cpp).
+struct NeverRow {
+  nanoseconds spend_at;  ///< when `cost` is spent on a fresh key (after a fresh denial at 0)
+  std::int64_t cost;
+  Decision spent;
+  nanoseconds ask_at;  ///< when costs above the limit are asked (>= spend_at)
+  Decision never;      ///< what they get: the key as it is, retry_after never
+  Decision peek;       ///< and what a peek reports then
+};
+
+/// "peek reports what a cost-1 request would get and changes nothing" (side_effects_test.cpp).
+struct PeekRow {
+  nanoseconds spend_at;  ///< when `cost` is spent on a fresh key
+  std::int64_t cost;
+  Decision spent;
+  nanoseconds peek_at;           ///< >= spend_at
+  Decision peek;                 ///< three peeks then, all equal
+  Decision unit;                 ///< then a cost-1 request, which the peeks did not change
+  std::optional<Decision> rest;  ///< then cost unit.remaining, when that is not 0: spent
+  Decision spent_peek;           ///< a peek of the spent key (denied: equal to a cost-1 request)
+  nanoseconds later_at;          ///< a later time when a unit fits again
+  Decision later_peek;           ///< two peeks then
+  Decision later_unit;           ///< and a cost-1 request
+};
+
+/// "reset puts a key back to fresh and touches no other key" (keys_test.cpp).
+struct ResetRow {
+  nanoseconds at;  ///< when "k" and "j" are spent
+  std::int64_t k_cost;
+  Decision k_spent;
+  std::int64_t j_cost;
+  Decision j_spent;
+  nanoseconds reset_at;  ///< when "k" is reset (>= at)
+  Decision k_before;     ///< peek of "k" just before
+  Decision k_again;      ///< after the reset, "k" spends k_cost again as a fresh key would
+  Decision j_after;      ///< peek of "j", which the reset did not touch
+};
+
+/// "A clock stepped back never mints capacity" (side_effects_test.cpp).
+struct StepBackRow {
+  nanoseconds at;  ///< the key's latest time: the whole limit is spent then
+  Decision spent;
+  nanoseconds back_to;        ///< < at: a peek and a cost-1 request are decided at `at`
+  Decision back;              ///< (denied); half its retry_after after `at` it has half left
+  Decision after;             ///< a cost-1 request exactly back.retry_after after `at`
+  nanoseconds back_again_to;  ///< < the key's new latest time
+  std::int64_t back_again_cost;
+  Decision back_again;  ///< decided at the key's latest time, at + back.retry_after
+  Decision other;       ///< a cost-1 request on a never-seen key at back_again_to: its own time
+};
+
+/// The primary template has no row: the suite names the algorithm that lacks one.
+template <class Algo>
+struct Row;
+
+// --- TokenBucket --------------------------------------------------------------------------------
+// B = 10 tokens refilled at r = 2/s: a token takes 500 ms, a whole refill 5 s. T tokens after a
+// decision: T <- min(B, T + r * elapsed), admit n iff T >= n, then T - n. Reported: remaining
+// floor(T), retry_after (n - T) / r, reset_after (B - T) / r, no delay.
+template <>
+struct Row<TokenBucketAlgo> {
+  static constexpr Shape shape{10, ratelimit::per_second(2)};
+
+  // Cost 10 on a fresh key at 7 s: T = 10 - 10 = 0, reset 10 / 2 = 5 s.
+  static constexpr Decision whole_at_7s = admitted(10, 0, 5s);
+
+  // The i-th unit request at 0: T = 10 - i, reset i / 2 s.
+  static constexpr Decision unit(std::int64_t i) { return admitted(10, 10 - i, i * 500ms); }
+  // The 11th: T = 0, retry (1 - 0) / 2 = 500 ms, reset 10 / 2 = 5 s.
+  static constexpr Decision unit_denied = denied(10, 0, 500ms, 5s);
+
+  static constexpr DenialRow denial{
+      .at = 0ms,
+      .first_cost = 7,
+      .first = admitted(10, 3, 3500ms),  // T = 3, reset (10 - 3) / 2 = 3.5 s
+      .partial_retry = 500ms,            // cost 4: (4 - 3) / 2
+      .rest = admitted(10, 0, 5s),       // cost 3: T = 0, reset 10 / 2
+      .deny_at = 0ms,
+      // T = 0: (n - 0) / 2 for n = 1, 3, 10.
+      .denials = {{{1, 500ms}, {3, 1500ms}, {10, 5s}}},
+      .reset_after = 5s,
+      .later = 250ms,  // T = 0.5: 250 ms less for every cost, reset (10 - 0.5) / 2 = 4.75 s
+      .pass_cost = 3,
+      .remaining_1ms_before = 2,    // at 1.499 s T = 2.998
+      .pass = admitted(10, 0, 5s),  // at 1.5 s T = 3: exactly cost 3, T = 0 again
+  };
+
+  static constexpr NeverRow never{
+      .spend_at = 0ms,
+      .cost = 4,
+      .spent = admitted(10, 6, 2s),  // T = 6, reset (10 - 6) / 2
+      .ask_at = 0ms,
+      .never = denied(10, 6, Decision::never, 2s),
+      .peek = admitted(10, 6, 2s),
+  };
+
+  static constexpr PeekRow peek{
+      .spend_at = 0ms,
+      .cost = 3,
+      .spent = admitted(10, 7, 1500ms),  // T = 7, reset (10 - 7) / 2
+      .peek_at = 0ms,
+      .peek = admitted(10, 7, 1500ms),         // T = 7 as it is
+      .unit = admitted(10, 6, 2s),             // T = 6, reset (10 - 6) / 2
+      .rest = admitted(10, 0, 5s),             // cost 6: T = 0
+      .spent_peek = denied(10, 0, 500ms, 5s),  // T = 0: (1 - 0) / 2
+      .later_at = 750ms,
+      .later_peek = admitted(10, 1, 4250ms),  // T = 2 x 0.75 = 1.5: floor 1, (10 - 1.5) / 2
+      .later_unit = admitted(10, 0, 4750ms),  // T = 0.5: floor 0, (10 - 0.5) / 2
+  };
+
+  static constexpr ResetRow reset{
+      .at = 0ms,
+      .k_cost = 10,
+      .k_spent = admitted(10, 0, 5s),
+      .j_cost = 4,
+      .j_spent = admitted(10, 6, 2s),
+      .reset_at = 0ms,
+      .k_before = denied(10, 0, 500ms, 5s),
+      .k_again = admitted(10, 0, 5s),
+      .j_after = admitted(10, 6, 2s),
+  };
+
+  static constexpr StepBackRow step_back{
+      .at = 10s,
+      .spent = admitted(10, 0, 5s),
+      .back_to = 4s,  // read at 4 s the bucket would be full; decided at 10 s, T = 0
+      .back = denied(10, 0, 500ms, 5s),
+      .after = admitted(10, 0, 5s),  // 10.5 s: T = 1 -> 0
+      .back_again_to = 3s,
+      .back_again_cost = 1,
+      .back_again = denied(10, 0, 500ms, 5s),  // decided at 10.5 s: T = 0
+      .other = admitted(10, 9, 500ms),         // fresh at 3 s: T = 9
+  };
+};
+
+// --- LeakyBucket --------------------------------------------------------------------------------
+// A queue of Q = 10 units leaking at r = 2/s: a unit leaks in 500 ms, a full queue in 5 s. Level
+// L >= 0 drains at r; admit n iff L + n <= Q, after waiting delay = L / r behind the queued work,
+// then L <- L + n. Reported: remaining floor(Q - L), retry_after (L + n - Q) / r, reset_after
+// L / r, delay L / r before the request joined.
+template <>
+struct Row<LeakyBucketAlgo> {
+  static constexpr Shape shape{10, ratelimit::per_second(2)};
+
+  // Cost 10 on an empty queue at 7 s: no delay, L = 10, reset 10 / 2 = 5 s.
+  static constexpr Decision whole_at_7s = admitted(10, 0, 5s, 0ms);
+
+  // The i-th unit at 0 waits behind L = i - 1: delay (i - 1) / 2 s; then L = i, reset i / 2 s.
+  static constexpr Decision unit(std::int64_t i) {
+    return admitted(10, 10 - i, i * 500ms, (i - 1) * 500ms);
+  }
+  // The 11th: L = 10, retry (10 + 1 - 10) / 2 = 500 ms, reset 10 / 2 = 5 s.
+  static constexpr Decision unit_denied = denied(10, 0, 500ms, 5s);
+
+  static constexpr DenialRow denial{
+      .at = 0ms,
+      .first_cost = 7,
+      .first = admitted(10, 3, 3500ms, 0ms),  // L = 7, reset 7 / 2, no wait
+      .partial_retry = 500ms,                 // cost 4: (7 + 4 - 10) / 2
+      .rest = admitted(10, 0, 5s, 3500ms),    // cost 3 waits 7 / 2, then L = 10
+      .deny_at = 0ms,
+      // L = 10: (10 + n - 10) / 2 for n = 1, 3, 10.
+      .denials = {{{1, 500ms}, {3, 1500ms}, {10, 5s}}},
+      .reset_after = 5s,
+      .later = 250ms,  // L = 9.5: 250 ms less for every cost, reset 9.5 / 2 = 4.75 s
+      .pass_cost = 3,
+      .remaining_1ms_before = 2,            // at 1.499 s L = 7.002: floor(10 - 7.002)
+      .pass = admitted(10, 0, 5s, 3500ms),  // at 1.5 s L = 7: cost 3 waits 7 / 2, L = 10
+  };
+
+  static constexpr NeverRow never{
+      .spend_at = 0ms,
+      .cost = 4,
+      .spent = admitted(10, 6, 2s, 0ms),  // L = 4, reset 4 / 2
+      .ask_at = 0ms,
+      .never = denied(10, 6, Decision::never, 2s),
+      .peek = admitted(10, 6, 2s, 2s),  // a unit would wait behind L = 4: 2 s
+  };
+
+  static constexpr PeekRow peek{
+      .spend_at = 0ms,
+      .cost = 3,
+      .spent = admitted(10, 7, 1500ms, 0ms),  // L = 3
+      .peek_at = 0ms,
+      .peek = admitted(10, 7, 1500ms, 1500ms),  // a unit would wait 3 / 2 = 1.5 s
+      .unit = admitted(10, 6, 2s, 1500ms),      // it waits 1.5 s, L = 4
+      .rest = admitted(10, 0, 5s, 2s),          // cost 6 waits 4 / 2 = 2 s, L = 10
+      .spent_peek = denied(10, 0, 500ms, 5s),   // L = 10: (10 + 1 - 10) / 2
+      .later_at = 750ms,
+      // L = 10 - 2 x 0.75 = 8.5: a unit fits, waits 8.5 / 2 = 4.25 s; remaining floor(1.5).
+      .later_peek = admitted(10, 1, 4250ms, 4250ms),
+      .later_unit = admitted(10, 0, 4750ms, 4250ms),  // L = 9.5: reset 9.5 / 2
+  };
+
+  static constexpr ResetRow reset{
+      .at = 0ms,
+      .k_cost = 10,
+      .k_spent = admitted(10, 0, 5s, 0ms),
+      .j_cost = 4,
+      .j_spent = admitted(10, 6, 2s, 0ms),
+      .reset_at = 0ms,
+      .k_before = denied(10, 0, 500ms, 5s),
+      .k_again = admitted(10, 0, 5s, 0ms),
+      .j_after = admitted(10, 6, 2s, 2s),  // a unit would wait behind L = 4
+  };
+
+  static constexpr StepBackRow step_back{
+      .at = 10s,
+      .spent = admitted(10, 0, 5s, 0ms),
+      .back_to = 4s,  // decided at 10 s, where L = 10
+      .back = denied(10, 0, 500ms, 5s),
+      .after = admitted(10, 0, 5s, 4500ms),  // 10.5 s: L = 9, waits 9 / 2, L = 10
+      .back_again_to = 3s,
+      .back_again_cost = 1,
+      .back_again = denied(10, 0, 500ms, 5s),  // decided at 10.5 s: L = 10
+      .other = admitted(10, 9, 500ms, 0ms),    // empty at 3 s: no wait, L = 1
+  };
+};
+
+// --- FixedWindow --------------------------------------------------------------------------------
+// N = 3 per window W = 1 s; window k = [k s, (k + 1) s), count c of the current window. Admit n
+// iff c + n <= N. Reported: remaining N - c, retry_after and reset_after the time to the window's
+// end (reset 0 while the current window has counted nothing: fresh).
+template <>
+struct Row<FixedWindowAlgo> {
+  static constexpr Shape shape{3, ratelimit::Rate{3, 1s}};
+
+  // Cost 3 at 7 s (window 7 ends at 8 s): c = 3.
+  static constexpr Decision whole_at_7s = admitted(3, 0, 1s);
+
+  // The i-th unit at 0: c = i, window 0 ends in 1 s.
+  static constexpr Decision unit(std::int64_t i) { return admitted(3, 3 - i, 1s); }
+  // The 4th: c + 1 > 3 until window 1, 1 s away.
+  static constexpr Decision unit_denied = denied(3, 0, 1s, 1s);
+
+  static constexpr DenialRow denial{
+      .at = 400ms,
+      .first_cost = 1,
+      .first = admitted(3, 2, 600ms),  // c = 1, window 0 ends in 600 ms
+      .partial_retry = 600ms,          // cost 3: 1 + 3 > 3 until window 1
+      .rest = admitted(3, 0, 600ms),   // cost 2: c = 3
+      .deny_at = 400ms,
+      // c = 3: every cost waits for window 1, 600 ms away.
+      .denials = {{{1, 600ms}, {2, 600ms}, {3, 600ms}}},
+      .reset_after = 600ms,
+      .later = 300ms,  // 700 ms: the window ends 300 ms sooner
+      .pass_cost = 3,
+      .remaining_1ms_before = 0,   // 0.999 s: still window 0, c = 3
+      .pass = admitted(3, 0, 1s),  // at 1 s window 1 opens: c = 3, it ends at 2 s
+  };
+
+  static constexpr NeverRow never{
+      .spend_at = 100ms,
+      .cost = 1,
+      .spent = admitted(3, 2, 900ms),  // c = 1, window 0 ends in 900 ms
+      .ask_at = 100ms,
+      .never = denied(3, 2, Decision::never, 900ms),
+      .peek = admitted(3, 2, 900ms),
+  };
+
+  static constexpr PeekRow peek{
+      .spend_at = 250ms,
+      .cost = 2,
+      .spent = admitted(3, 1, 750ms),  // c = 2, window 0 ends in 750 ms
+      .peek_at = 250ms,
+      .peek = admitted(3, 1, 750ms),
+      .unit = admitted(3, 0, 750ms),  // c = 3
+      .rest = std::nullopt,
+      .spent_peek = denied(3, 0, 750ms, 750ms),  // until window 1
+      .later_at = 1250ms,
+      .later_peek = fresh(3),               // window 1 has counted nothing
+      .later_unit = admitted(3, 2, 750ms),  // c = 1, window 1 ends at 2 s
+  };
+
+  static constexpr ResetRow reset{
+      .at = 250ms,
+      .k_cost = 3,
+      .k_spent = admitted(3, 0, 750ms),
+      .j_cost = 2,
+      .j_spent = admitted(3, 1, 750ms),
+      .reset_at = 250ms,
+      .k_before = denied(3, 0, 750ms, 750ms),
+      .k_again = admitted(3, 0, 750ms),
+      .j_after = admitted(3, 1, 750ms),
+  };
+
+  static constexpr StepBackRow step_back{
+      .at = 1500ms,
+      .spent = admitted(3, 0, 500ms),  // window 1 full, ends at 2 s
+      // 0.9 s is in window 0, where the key counted nothing; decided at 1.5 s, window 1 is full.
+      .back_to = 900ms,
+      .back = denied(3, 0, 500ms, 500ms),
+      .after = admitted(3, 2, 1s),  // 2 s: window 2 opens, c = 1
+      .back_again_to = 1200ms,
+      .back_again_cost = 1,
+      .back_again = admitted(3, 1, 1s),  // decided at 2 s: window 2, c = 2
+      .other = admitted(3, 2, 800ms),    // its own time, 1.2 s: window 1, ends in 800 ms
+  };
+};
+
+// --- SlidingLog ---------------------------------------------------------------------------------
+// N = 3 in any window (t - W, t] with W = 1 s; the log holds each admitted unit's time. Admit n
+// iff |log| + n <= N. Reported: remaining N - |log|, retry_after e + W - t for the
+// (|log| + n - N)-th oldest entry e, reset_after newest + W - t.
+template <>
+struct Row<SlidingLogAlgo> {
+  static constexpr Shape shape{3, ratelimit::Rate{3, 1s}};
+
+  // Cost 3 at 7 s: log {7, 7, 7} s, the newest leaves 1 s later.
+  static constexpr Decision whole_at_7s = admitted(3, 0, 1s);
+
+  // The i-th unit at 0: |log| = i, newest 0 + 1 s - 0.
+  static constexpr Decision unit(std::int64_t i) { return admitted(3, 3 - i, 1s); }
+  // The 4th: the 1st oldest (0) leaves at 0 + 1 s; reset likewise.
+  static constexpr Decision unit_denied = denied(3, 0, 1s, 1s);
+
+  static constexpr DenialRow denial{
+      .at = 0ms,
+      .first_cost = 1,
+      .first = admitted(3, 2, 1s),  // log {0}
+      .partial_retry = 1s,          // cost 3: the (1 + 3 - 3) = 1st oldest, 0, leaves at 1 s
+      .rest = admitted(3, 0, 1s),   // cost 2: log {0, 0, 0}
+      .deny_at = 600ms,
+      // The 1st, 2nd and 3rd oldest are all stamped 0: 0 + 1000 - 600 ms for every cost.
+      .denials = {{{1, 400ms}, {2, 400ms}, {3, 400ms}}},
+      .reset_after = 400ms,
+      .later = 300ms,  // 900 ms: 100 ms left for every cost
+      .pass_cost = 3,
+      .remaining_1ms_before = 0,   // 0.999 s: the three entries at 0 still count
+      .pass = admitted(3, 0, 1s),  // at 1 s the entries at 0 = t - W no longer count
+  };
+
+  static constexpr NeverRow never{
+      .spend_at = 0ms,
+      .cost = 1,
+      .spent = admitted(3, 2, 1s),  // log {0}
+      .ask_at = 250ms,
+      .never = denied(3, 2, Decision::never, 750ms),  // reset 0 + 1000 - 250
+      .peek = admitted(3, 2, 750ms),
+  };
+
+  static constexpr PeekRow peek{
+      .spend_at = 0ms,
+      .cost = 2,
+      .spent = admitted(3, 1, 1s),  // log {0, 0}
+      .peek_at = 100ms,
+      .peek = admitted(3, 1, 900ms),  // reset 0 + 1000 - 100
+      .unit = admitted(3, 0, 1s),     // log {0, 0, 100}
+      .rest = std::nullopt,
+      .spent_peek = denied(3, 0, 900ms, 1s),  // the oldest, 0, leaves in 900 ms; newest 100
+      .later_at = 1s,
+      .later_peek = admitted(3, 2, 100ms),  // the entries at 0 left: log {100}, 100 + 1000 - 1000
+      .later_unit = admitted(3, 1, 1s),     // log {100, 1000}
+  };
+
+  static constexpr ResetRow reset{
+      .at = 0ms,
+      .k_cost = 3,
+      .k_spent = admitted(3, 0, 1s),
+      .j_cost = 1,
+      .j_spent = admitted(3, 2, 1s),
+      .reset_at = 0ms,
+      .k_before = denied(3, 0, 1s, 1s),
+      .k_again = admitted(3, 0, 1s),
+      .j_after = admitted(3, 2, 1s),
+  };
+
+  static constexpr StepBackRow step_back{
+      .at = 10s,
+      .spent = admitted(3, 0, 1s),  // log {10, 10, 10} s
+      .back_to = 4s,                // decided at 10 s: the oldest leaves at 11 s
+      .back = denied(3, 0, 1s, 1s),
+      .after = admitted(3, 2, 1s),  // 11 s: the entries at 10 s = t - W leave; log {11}
+      .back_again_to = 10200ms,
+      .back_again_cost = 2,
+      .back_again = admitted(3, 0, 1s),  // decided at 11 s: log {11, 11, 11}
+      .other = admitted(3, 2, 1s),       // its own time, 10.2 s
+  };
+};
+
+// --- SlidingCounter -----------------------------------------------------------------------------
+// N = 10 per window W = 1 s; window k = [k s, (k + 1) s), e = t - kW, c counts window k and p
+// window k - 1. Estimate E = c + p (W - e) / W; admit n iff E + n <= N. Reported: remaining
+// floor(N - E), retry_after the exact earliest instant, reset_after (k + 2) W - t if c > 0,
+// (k + 1) W - t if only p > 0.
+template <>
+struct Row<SlidingCounterAlgo> {
+  static constexpr Shape shape{10, ratelimit::Rate{10, 1s}};
+
+  // Cost 10 at 7 s (k = 7): c = 10, p = 0; reset (7 + 2) s - 7 s.
+  static constexpr Decision whole_at_7s = admitted(10, 0, 2s);
+
+  // The i-th unit at 0: c = i, reset (0 + 2) s - 0.
+  static constexpr Decision unit(std::int64_t i) { return admitted(10, 10 - i, 2s); }
+  // The 11th: no room in window 0; in window 1 (c = 0, p = 10) 1 + 10 (W - e) / W <= 10 iff
+  // e >= 100 ms: at 1.1 s. Reset 2 s.
+  static constexpr Decision unit_denied = denied(10, 0, 1100ms, 2s);
+
+  static constexpr DenialRow denial{
+      .at = 0ms,
+      .first_cost = 5,
+      .first = admitted(10, 5, 2s),  // c = 5
+      // Cost 6: 5 + 6 > 10 in window 0; in window 1 (p = 5) 6 + 5 (W - e) / W <= 10 iff
+      // e >= W / 5 = 200 ms: at 1.2 s.
+      .partial_retry = 1200ms,
+      .rest = admitted(10, 0, 2s),  // cost 5: c = 10
+      .deny_at = 500ms,
+      // c = 10 in window 0; in window 1 (p = 10) n + 10 (W - e) / W <= 10 iff 10 e >= n W:
+      // cost 1 at 1.1 s, cost 5 at 1.5 s, cost 10 at e = W, i.e. 2 s. Reset 2 s - 0.5 s.
+      .denials = {{{1, 600ms}, {5, 1s}, {10, 1500ms}}},
+      .reset_after = 1500ms,
+      .later = 250ms,  // 750 ms, still window 0: the same instants, 250 ms closer
+      .pass_cost = 1,
+      .remaining_1ms_before = 0,  // 1.099 s: E = 10 x 901 / 1000 = 9.01, floor(0.99)
+      // At 1.1 s: E = 10 x 900 / 1000 = 9, 9 + 1 <= 10; then c = 1, E = 10: reset 3 s - 1.1 s.
+      .pass = admitted(10, 0, 1900ms),
+  };
+
+  static constexpr NeverRow never{
+      .spend_at = 400ms,
+      .cost = 3,
+      .spent = admitted(10, 7, 1600ms),  // c = 3, reset 2 s - 0.4 s
+      .ask_at = 400ms,
+      .never = denied(10, 7, Decision::never, 1600ms),
+      .peek = admitted(10, 7, 1600ms),
+  };
+
+  static constexpr PeekRow peek{
+      .spend_at = 0ms,
+      .cost = 9,
+      .spent = admitted(10, 1, 2s),  // c = 9
+      .peek_at = 0ms,
+      .peek = admitted(10, 1, 2s),
+      .unit = admitted(10, 0, 2s),  // c = 10
+      .rest = std::nullopt,
+      .spent_peek = denied(10, 0, 1100ms, 2s),  // as unit_denied
+      .later_at = 1100ms,
+      // k = 1, e = 100 ms, c = 0, p = 10: E = 9, remaining 1; only p: reset 2 s - 1.1 s.
+      .later_peek = admitted(10, 1, 900ms),
+      .later_unit = admitted(10, 0, 1900ms),  // c = 1: E = 10; reset 3 s - 1.1 s
+  };
+
+  static constexpr ResetRow reset{
+      .at = 0ms,
+      .k_cost = 10,
+      .k_spent = admitted(10, 0, 2s),
+      .j_cost = 4,
+      .j_spent = admitted(10, 6, 2s),
+      .reset_at = 1500ms,
+      .k_before = admitted(10, 5, 500ms),  // k = 1, e = 500 ms, p = 10: E = 5; reset 2 s - 1.5 s
+      .k_again = admitted(10, 0, 1500ms),  // fresh: c = 10, p = 0; reset 3 s - 1.5 s
+      .j_after = admitted(10, 8, 500ms),   // p = 4: E = 2
+  };
+
+  static constexpr StepBackRow step_back{
+      .at = 10s,
+      .spent = admitted(10, 0, 2s),  // k = 10, c = 10
+      // Decided at 10 s: a unit fits at 11.1 s (as unit_denied, a window later); reset 12 s.
+      .back_to = 4s,
+      .back = denied(10, 0, 1100ms, 2s),
+      .after = admitted(10, 0, 1900ms),  // 11.1 s: E = 9 + 1; reset 13 s - 11.1 s
+      .back_again_to = 5s,
+      .back_again_cost = 1,
+      // Decided at 11.1 s (c = 1, p = 10): 2 + 10 (W - e) / W <= 10 iff e >= 200 ms, at 11.2 s.
+      .back_again = denied(10, 0, 100ms, 1900ms),
+      .other = admitted(10, 9, 2s),  // its own time, 5 s: c = 1, reset 7 s - 5 s
+  };
+};
+
+}  // namespace rltest::conformance
