@@ -519,4 +519,85 @@ struct Row<SlidingCounterAlgo> {
   };
 };
 
+// --- AnchoredWindow (the test-only sixth algorithm) ---------------------------------------------
+// N = 3 per window of W = 1 s that opens at the key's first admission at or after the previous
+// window's end (support/anchored_window.hpp). Admit n iff c + n <= N. Reported: remaining N - c,
+// retry_after and reset_after the window's end - t (reset_after 0 when nothing is counted).
+template <>
+struct Row<AnchoredWindowAlgo> {
+  static constexpr Shape shape{3, ratelimit::Rate{3, 1s}};
+
+  // Cost 3 at 7 s on a fresh key: the window opens at 7 s, ends at 8 s; c = 3.
+  static constexpr Decision whole_at_7s = admitted(3, 0, 1s);
+
+  // The i-th unit at 0: the window opened at 0 with the first, c = i, it ends in 1 s.
+  static constexpr Decision unit(std::int64_t i) { return admitted(3, 3 - i, 1s); }
+  // The 4th: c + 1 > 3 until the window ends, 1 s away.
+  static constexpr Decision unit_denied = denied(3, 0, 1s, 1s);
+
+  static constexpr DenialRow denial{
+      .at = 400ms,
+      .first_cost = 1,
+      .first = admitted(3, 2, 1s),  // the window opens at 0.4 s: c = 1, it ends at 1.4 s
+      .partial_retry = 1s,          // cost 3: 1 + 3 > 3 until 1.4 s
+      .rest = admitted(3, 0, 1s),   // cost 2: c = 3
+      .deny_at = 400ms,
+      // c = 3: every cost waits for the window's end, 1 s away.
+      .denials = {{{1, 1s}, {2, 1s}, {3, 1s}}},
+      .reset_after = 1s,
+      .later = 300ms,  // 0.7 s: the end is 300 ms sooner
+      .pass_cost = 3,
+      .remaining_1ms_before = 0,   // 1.399 s: still the window of 0.4 s, c = 3
+      .pass = admitted(3, 0, 1s),  // at 1.4 s it has ended: a window opens at 1.4 s, c = 3
+  };
+
+  static constexpr NeverRow never{
+      .spend_at = 100ms,
+      .cost = 1,
+      .spent = admitted(3, 2, 1s),  // the window opens at 0.1 s: c = 1, it ends at 1.1 s
+      .ask_at = 100ms,
+      .never = denied(3, 2, Decision::never, 1s),
+      .peek = admitted(3, 2, 1s),
+  };
+
+  static constexpr PeekRow peek{
+      .spend_at = 250ms,
+      .cost = 2,
+      .spent = admitted(3, 1, 1s),  // the window opens at 0.25 s: c = 2, it ends at 1.25 s
+      .peek_at = 250ms,
+      .peek = admitted(3, 1, 1s),
+      .unit = admitted(3, 0, 1s),  // c = 3
+      .rest = std::nullopt,
+      .spent_peek = denied(3, 0, 1s, 1s),  // until 1.25 s
+      .later_at = 1250ms,                  // the window has ended: nothing counted
+      .later_peek = fresh(3),
+      .later_unit = admitted(3, 2, 1s),  // a window opens at 1.25 s: c = 1, it ends at 2.25 s
+  };
+
+  static constexpr ResetRow reset{
+      .at = 250ms,
+      .k_cost = 3,
+      .k_spent = admitted(3, 0, 1s),  // k's window: 0.25 s to 1.25 s, c = 3
+      .j_cost = 2,
+      .j_spent = admitted(3, 1, 1s),  // j's own window, c = 2
+      .reset_at = 250ms,
+      .k_before = denied(3, 0, 1s, 1s),
+      .k_again = admitted(3, 0, 1s),  // fresh again: a window opens at 0.25 s
+      .j_after = admitted(3, 1, 1s),
+  };
+
+  static constexpr StepBackRow step_back{
+      .at = 1500ms,
+      .spent = admitted(3, 0, 1s),  // the window opens at 1.5 s, full, ends at 2.5 s
+      // 0.9 s is before the key's latest time: decided at 1.5 s, where the window is full.
+      .back_to = 900ms,
+      .back = denied(3, 0, 1s, 1s),
+      .after = admitted(3, 2, 1s),  // 2.5 s: the window has ended, one opens at 2.5 s, c = 1
+      .back_again_to = 1200ms,
+      .back_again_cost = 1,
+      .back_again = admitted(3, 1, 1s),  // decided at 2.5 s: c = 2, the window ends at 3.5 s
+      .other = admitted(3, 2, 1s),       // its own time, 1.2 s: its window ends at 2.2 s
+  };
+};
+
 }  // namespace rltest::conformance

@@ -4,16 +4,20 @@
 /// (conformance, concurrency, randomized differential, memory): how to build the limiter on a
 /// given storage with a ManualClock, and the matching naive reference model.
 ///
-/// `Algorithms` is THE list of algorithms the tests know: the conformance suite (its product
-/// with `Backends`) and `for_each_algorithm` both read it, so an algorithm joins them by one
-/// line there (plus its Algo struct here and its row in tests/conformance/table.hpp).
+/// `Algorithms` is THE list of algorithms the tests know, derived from the registry
+/// (`rltest::TestAlgorithms`: the library's `Algorithms` plus the test-only sixth): the
+/// conformance suite (its product with `Backends`) and `for_each_algorithm` both read it, so an
+/// algorithm joins them by its registry line (plus its Algo struct here and its row in
+/// tests/conformance/table.hpp).
 
 #include <cstdint>
 #include <stdexcept>
 #include <string>
 #include <tuple>
+#include <type_traits>
 #include <utility>
 
+#include <ratelimit/core/limiter.hpp>
 #include <ratelimit/fixed_window.hpp>
 #include <ratelimit/leaky_bucket.hpp>
 #include <ratelimit/manual_clock.hpp>
@@ -22,6 +26,7 @@
 #include <ratelimit/sliding_log.hpp>
 #include <ratelimit/token_bucket.hpp>
 
+#include "anchored_window.hpp"
 #include "reference.hpp"
 
 namespace rltest {
@@ -110,9 +115,45 @@ struct SlidingCounterAlgo {
   static Reference reference(const Shape& s) { return Reference(window_rate(s)); }
 };
 
-/// Every algorithm the tests run, in a fixed order. One line per algorithm: this is the only list.
-using Algorithms = std::tuple<TokenBucketAlgo, LeakyBucketAlgo, FixedWindowAlgo, SlidingLogAlgo,
-                              SlidingCounterAlgo>;
+struct AnchoredWindowAlgo {
+  static constexpr const char* name = "anchored window";
+  template <class S>
+  using Limiter = ratelimit::BasicLimiter<AnchoredWindowModel, ratelimit::ManualClock, S>;
+  using Reference = ref::AnchoredWindow;
+  using Model = AnchoredWindowModel;
+  template <class S>
+  static Limiter<S> make(const Shape& s, S storage, ratelimit::ManualClock clock,
+                         std::string name = {}) {
+    return Limiter<S>(AnchoredWindowModel::from_rate(window_rate(s)), std::move(storage),
+                      std::move(clock), std::move(name));
+  }
+  static Reference reference(const Shape& s) { return Reference(window_rate(s)); }
+};
+
+namespace detail {
+/// The Algo struct of each model: the Algo structs above, found by their `Model`.
+template <class M, class... Algos>
+struct AlgoOf;
+template <class M, class A, class... Rest>
+struct AlgoOf<M, A, Rest...> {
+  using type = std::conditional_t<std::is_same_v<M, typename A::Model>, A,
+                                  typename AlgoOf<M, Rest...>::type>;
+};
+template <class M>
+struct AlgoOf<M> {
+  using type = void;  // a registry model without an Algo struct: the suite fails to compile
+};
+template <class M>
+using Algo = typename AlgoOf<M, TokenBucketAlgo, LeakyBucketAlgo, FixedWindowAlgo, SlidingLogAlgo,
+                             SlidingCounterAlgo, AnchoredWindowAlgo>::type;
+template <class... Ms>
+std::tuple<Algo<Ms>...> algos_of(ratelimit::AlgorithmList<Ms...>*);
+}  // namespace detail
+
+/// Every algorithm the tests run, in the registry's order: the library's registry plus the
+/// test-only sixth algorithm, `TestAlgorithms` (anchored_window.hpp). Adding an algorithm to
+/// the registry adds it here; its Algo struct must exist above.
+using Algorithms = decltype(detail::algos_of(static_cast<TestAlgorithms*>(nullptr)));
 
 namespace detail {
 template <class F, class... Algos>

@@ -264,4 +264,52 @@ class SlidingCounter {
   std::int64_t last_ = 0;
 };
 
+/// AnchoredWindow {N per W} (the test-only sixth algorithm): every admission logged; a window
+/// opens at the first admission at or after the previous window's end and lasts W. Recomputed
+/// from the whole log at every decision.
+class AnchoredWindow {
+ public:
+  explicit AnchoredWindow(ratelimit::Rate r) : n_(r.count), w_(r.period.count()) {}
+
+  Decision decide(nanoseconds now, std::int64_t cost, bool peek) {
+    const std::int64_t t = std::max(now.count(), last_);
+    // Replay the log: the window that holds the latest admission, and what it counted.
+    std::int64_t start = 0, c = 0;
+    bool open = false;
+    for (const auto& a : log_) {
+      if (!open || a.at >= start + w_) {
+        start = a.at;
+        c = 0;
+        open = true;
+      }
+      c += a.n;
+    }
+    if (open && t >= start + w_) c = 0;  // that window has ended by t
+    const std::int64_t n = peek ? 1 : cost;
+    Decision d{};
+    d.limit = n_;
+    if (n > n_) {
+      d.retry_after = Decision::never;
+    } else if (c + n <= n_) {
+      d.allowed = true;
+      if (!peek) {
+        if (c == 0) start = t;
+        log_.push_back({t, n});
+        last_ = t;
+        c += n;
+      }
+    } else {
+      d.retry_after = nanoseconds{start + w_ - t};
+    }
+    d.remaining = n_ - c;
+    d.reset_after = nanoseconds{c > 0 ? start + w_ - t : 0};
+    return d;
+  }
+
+ private:
+  std::int64_t n_, w_;
+  std::vector<Admission> log_;
+  std::int64_t last_ = 0;
+};
+
 }  // namespace rltest::ref
