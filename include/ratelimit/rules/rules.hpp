@@ -75,6 +75,7 @@
 #include <stdexcept>
 #include <string>
 #include <string_view>
+#include <unordered_map>
 #include <utility>
 #include <vector>
 
@@ -217,9 +218,13 @@ class Rules {
   /// Parses rules from YAML text; `source` names it in error messages (e.g. the file name).
   /// Throws `std::invalid_argument` "SOURCE:LINE: problem" for invalid YAML, an unknown or
   /// repeated field, a missing `domain`, `descriptors` or `key`, an unknown unit or algorithm,
-  /// a `requests_per_unit` that is negative, not a whole number or above 10^9, a duplicate
-  /// descriptor (same key and value) on one level, a duplicate rule name, or a descriptor with
-  /// neither `rate_limit` nor nested descriptors.
+  /// a `requests_per_unit` that is negative (`-0` included), not a whole number or above 10^9,
+  /// a duplicate descriptor (same key and value) on one level, a duplicate rule name, or a
+  /// descriptor with neither `rate_limit` nor nested descriptors; and for what a hostile file
+  /// could make the reader do (see `detail::RulesLimits`): more than 64 MiB of text, a second
+  /// YAML document, an alias that refers to a node containing it, descriptors nested more than
+  /// 32 deep, or more descriptors (aliases expanded) than one per 8 bytes of text. Linear in the
+  /// descriptors read (duplicates are found with hash sets).
   /// `Registry` lists the algorithms a rule may name (default: the library's, `Algorithms`).
   template <class Registry = Algorithms>
   static Rules from_string(std::string_view yaml, std::string source = "<string>") {
@@ -239,12 +244,14 @@ class Rules {
     std::vector<Rule::Step> path;
     for (detail::RuleNode& n : r.roots_)
       detail::flatten(r.domain_, r.client_keys_, n, path, r.rules_);
-    for (std::size_t i = 0; i < r.rules_.size(); ++i)
-      for (std::size_t j = 0; j < i; ++j)
-        if (r.rules_[i].name == r.rules_[j].name)
-          throw std::invalid_argument(
-              source + ":" + std::to_string(r.rules_[i].line) + ": rule name \"" +
-              r.rules_[i].name + "\" already used at line " + std::to_string(r.rules_[j].line));
+    std::unordered_map<std::string_view, int> names_seen;  // linear time, not pairs
+    for (const Rule& rule : r.rules_) {
+      const auto [it, fresh] = names_seen.emplace(rule.name, rule.line);
+      if (!fresh)
+        throw std::invalid_argument(source + ":" + std::to_string(rule.line) + ": rule name \"" +
+                                    rule.name + "\" already used at line " +
+                                    std::to_string(it->second));
+    }
     return r;
   }
 
