@@ -41,15 +41,16 @@ namespace ratelimit {
 /// holds its shard's lock for bounded work (resizes move 16 slots per operation).
 ///
 /// Memory follows the active keys, with no background thread: every decision sweeps 2 slots of
-/// its shard (one of 64) and drops the keys back to their fresh state, and a shard under 1/5
-/// full after a pass shrinks. A key that became fresh is thus dropped within C/2 decisions on
-/// its shard, C being the shard's slots (at most twice its keys plus resize room); every 64th
-/// decision of a shard also sweeps 64 slots of a shard that had no decision since, so a table
-/// whose traffic moved elsewhere also gives memory back. `reclaim(now)` drops every fresh key at
-/// once (for a service gone idle). Dropping never changes a decision: a dropped key is decided
-/// no earlier than its drop time (the latest time it was known at), so even a clock that steps
-/// back cannot revive spent capacity; a key that never had state is decided at its own time
-/// (but for a shard's drop filter's false positives, see detail/table.hpp).
+/// its shard (one of 64) and drops up to 2 keys back to their fresh state, and a shard under
+/// 1/5 full after a pass shrinks. A key that became fresh is thus dropped within (C + K) / 2
+/// decisions on its shard, whatever the insert rate: C the shard's slots (about twice its keys
+/// plus resize room), K the keys dropped on the way (K < 7/10 C). Every 64th decision of a shard
+/// also sweeps 64 slots of a shard that had no decision since, so a table whose traffic moved
+/// elsewhere also gives memory back. A shard holding at most 8 keys is not swept. `reclaim(now)`
+/// drops every fresh key at once (for a service gone idle). Dropping never changes a decision: a
+/// dropped key is decided no earlier than its drop time (the latest time it was known at), so even
+/// a clock that steps back cannot revive spent capacity; a key that never had state is decided at
+/// its own time (but for a shard's drop filter's false positives, see detail/table.hpp).
 ///
 /// Per key it costs one table slot: 64 bytes (one cache line) holding the hash, the key if it is
 /// at most 28 bytes (36 for the fixed window) and the algorithm's state (`sizeof(Model::State)`:

@@ -54,11 +54,13 @@ struct TableStats {
 ///   lock), every later operation on the shard moves `migrate_step` slots of the old one, and
 ///   lookups read both until the old one is empty.
 /// - Reclamation is incremental: every decision sweeps `sweep_step` slots of its shard (and one
-///   overflow entry), dropping keys back to their fresh state; every `foreign_every`-th decision
-///   of a shard also sweeps `foreign_step` slots of another shard that had no decision since it
-///   was last visited (try_lock: never waits). A pass over a shard of C slots thus takes at most
-///   C / sweep_step of its decisions; a shard left at under 1/5 full after a pass shrinks.
-///   `reclaim(now)` sweeps everything at once, in chunks of `chunk` slots per lock hold.
+///   overflow entry), dropping up to `sweep_step` keys back to their fresh state; every
+///   `foreign_every`-th decision of a shard also sweeps `foreign_step` slots of another shard
+///   that had no decision since it was last visited (try_lock: never waits). A pass over a
+///   shard of C slots that drops K keys thus takes at most (C + K) / sweep_step of its
+///   decisions (K < 7/10 C), whatever the insert rate; a shard under 1/5 full after a pass
+///   shrinks. A shard holding at most `keep` keys is not swept. `reclaim(now)` sweeps
+///   everything at once, in chunks of `chunk` slots per lock hold.
 ///
 /// A dropped key is decided no earlier than its drop time (the shard's latest time then), as if
 /// it had kept its state, so a clock that steps back never revives spent capacity. A key that
