@@ -53,8 +53,9 @@ struct TableStats {
 /// - A resize is incremental: the new array is allocated zeroed (calloc: no writes under the
 ///   lock), every later operation on the shard moves `migrate_step` slots of the old one, and
 ///   lookups read both until the old one is empty.
-/// - Reclamation is incremental: every decision sweeps `sweep_step` slots of its shard (and one
-///   overflow entry), dropping up to `sweep_step` keys back to their fresh state; every
+/// - Reclamation is incremental: every decision sweeps `sweep_step` slots of its shard on
+///   average (in batches of 16 every 8th decision, and one overflow entry per decision),
+///   dropping up to as many keys back to their fresh state; every
 ///   `foreign_every`-th decision of a shard also sweeps `foreign_step` slots of another shard
 ///   that had no decision since it was last visited (try_lock: never waits). A pass over a
 ///   shard of C slots that drops K keys thus takes at most (C + K) / sweep_step of its
@@ -79,12 +80,16 @@ class Table {
   static constexpr std::size_t min_capacity = 8;
   /// The most slots a key sits from its home (and a lookup reads in one array).
   static constexpr std::size_t max_probe = 64;
-  /// Slots of its own shard every decision sweeps.
+  /// Slots of its own shard every decision sweeps, on average: every `sweep_every`-th decision
+  /// of a shard sweeps sweep_every x sweep_step slots at once, their cache lines fetched
+  /// together (one slot is one line: fetching them one by one, two per decision, cost two
+  /// memory latencies per decision).
   static constexpr std::size_t sweep_step = 2;
+  static constexpr std::size_t sweep_every = 8;
   /// Slots of the old array every operation moves during a resize.
   static constexpr std::size_t migrate_step = 16;
   /// Every this many decisions a shard also sweeps `foreign_step` slots of an idle shard.
-  static constexpr std::size_t foreign_every = 64;
+  static constexpr std::size_t foreign_every = 64;  // a multiple of sweep_every
   static constexpr std::size_t foreign_step = 64;
   /// Slots per lock hold in `reclaim`.
   static constexpr std::size_t chunk = 1024;
@@ -175,8 +180,12 @@ class Table {
       d = M::apply(p, fresh, t, op);
       if (!M::is_fresh(p, fresh, t)) shard.insert(tag, key, std::move(fresh));
     }
-    shard.maintain(p, now, sweep_step);
-    if (++shard.decisions % foreign_every == 0) visit_idle(shard, now);
+    if (shard.old.capacity != 0) shard.migrate(p, now, migrate_step);
+    if (++shard.decisions % sweep_every == 0) {
+      shard.sweep(p, now, sweep_every * sweep_step);
+      if (!shard.overflow.empty()) shard.sweep_overflow(p, now, sweep_every);
+      if (shard.decisions % foreign_every == 0) visit_idle(shard, now);
+    }
     return d;
   }
 
@@ -461,6 +470,8 @@ class Table {
 
     void migrate(const Params& p, std::chrono::nanoseconds now, std::size_t n,
                  std::size_t floor = keep) {
+      for (std::size_t i = migrate_at; i < migrate_at + n && i < old.capacity; ++i)
+        __builtin_prefetch(&old.slots[i]);
       for (; n > 0 && migrate_at < old.capacity && old.size > 0; --n, ++migrate_at) {
         Slot& s = old.slots[migrate_at];
         if (!(s.tag & 1)) continue;
@@ -486,6 +497,13 @@ class Table {
     /// have shifted into it); keys only shift towards their homes, so a pass still sees every
     /// key. At the end of a pass a shard under 1/5 full shrinks.
     void sweep(const Params& p, std::chrono::nanoseconds now, std::size_t n) {
+      if (live() <= keep) {  // nothing to drop: only give back a large array
+        if (old.capacity == 0 && cur.capacity > min_capacity && live() * 5 < cur.capacity)
+          start_resize();
+        return;
+      }
+      for (std::size_t i = sweep_at; i < sweep_at + n && i < cur.capacity; ++i)
+        __builtin_prefetch(&cur.slots[i]);
       for (std::size_t drops = n; n > 0 && cur.capacity != 0;) {
         if (sweep_at >= cur.capacity) {
           sweep_at = 0;
