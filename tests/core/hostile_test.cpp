@@ -297,7 +297,7 @@ TEST_CASE("After 2 M one-shot keys, quiet traffic gives the memory back within t
                            << after_pass.bytes << " bytes");
   // Active keys spent a token within the last second: not fresh. Each shard may keep `keep`.
   CHECK(after_pass.keys <= active + T::shard_count * T::keep);
-  // Shrinking follows: a shard under 1/5 full at the end of a pass shrinks to twice its keys
+  // Shrinking follows: a shard under 1/5 full at the end of a pass shrinks to 7/4 its keys
   // plus the room for the inserts during its migration (C / 11), so each later pass is at
   // least 10 times shorter, and a third of a pass's decisions more covers them. Then every
   // shard is at least 1/5 full or at its smallest array (8 slots): the slots are at most 5

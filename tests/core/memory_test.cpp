@@ -55,7 +55,7 @@ void generations(std::int64_t keys_per_generation, int generation_count) {
   // Every decision sweeps Table::sweep_step slots of its shard, so a pass over a shard of C
   // slots takes C / sweep_step of its decisions (detail/table.hpp). Each generation brings
   // about 1.34 K decisions (K tries, K/7 peeks, K/13 + K/10 revisits) spread over the shards;
-  // a shard is kept at most 7/10 full and about half after a resize, so a pass takes about one
+  // a shard is kept at most 7/10 full and about 0.53 after a resize, so a pass takes about one
   // generation's decisions and the keys not yet dropped belong to at most the current and the
   // two previous generations: size() <= 3 K, plus each shard's minimum array.
   using Table = ratelimit::detail::Table<typename Algo::Model>;

@@ -43,7 +43,7 @@ namespace ratelimit {
 /// Memory follows the active keys, with no background thread: every decision sweeps 2 slots of
 /// its shard (one of 64) and drops up to 2 keys back to their fresh state, and a shard under
 /// 1/5 full after a pass shrinks. A key that became fresh is thus dropped within (C + K) / 2
-/// decisions on its shard, whatever the insert rate: C the shard's slots (about twice its keys
+/// decisions on its shard, whatever the insert rate: C the shard's slots (under twice its keys
 /// plus resize room), K the keys dropped on the way (K < 7/10 C). Every 64th decision of a shard
 /// also sweeps 64 slots of a shard that had no decision since, so a table whose traffic moved
 /// elsewhere also gives memory back. A shard holding at most 8 keys is not swept. `reclaim(now)`
@@ -56,8 +56,9 @@ namespace ratelimit {
 /// at most 28 bytes (36 for the fixed window) and the algorithm's state (`sizeof(Model::State)`:
 /// 16 or 24 bytes for the buckets and counters). The sliding log's 56-byte state takes a larger
 /// slot (28 + 56 + 12 = 96 bytes) and its log 16 bytes per entry on the heap. Longer keys add a
-/// heap copy (their length + 8 bytes). Arrays are kept 1/5 to 7/10 full (about half after a
-/// resize), so with 64-byte slots resident memory is about 90 to 130 bytes per key.
+/// heap copy (their length + 8 bytes). Arrays are kept 1/5 to 7/10 full (about 0.53 after a
+/// resize), so with 64-byte slots resident memory is about 90 to 120 bytes per key, and up to
+/// 2.5 times that while a resize moves keys from the old array to the new.
 ///
 /// Atomicity (the multi-key protocol): every change of a slot happens under its shard's lock.
 /// A single-key decision takes that one lock; `decide_all` takes the locks of all its keys'

@@ -444,12 +444,12 @@ class Table {
       }
     }
 
-    /// Starts moving the keys into an array of twice the live keys plus room for the inserts
+    /// Starts moving the keys into an array of 7/4 the live keys plus room for the inserts
     /// that can come while the old one is emptied (one per operation, which moves `step`
     /// slots), so `cur` stays under 7/10 full meanwhile.
     void start_resize(std::size_t step = migrate_step) {
       const std::size_t room = (cur.capacity / step + 1) * 10 / 7;
-      const std::size_t n = std::max(min_capacity, 2 * (live() + 1) + room);
+      const std::size_t n = std::max(min_capacity, (live() + 1) * 7 / 4 + room);
       old = std::move(cur);
       cur = Array(n);
       migrate_at = 0;
