@@ -4,6 +4,9 @@
 // `requests_per_unit: -0` as 0 and ignored a second YAML document. Each is an error now, naming
 // the file and line, and a big honest file loads in linear time.
 #include <chrono>
+#include <cstdint>
+#include <filesystem>
+#include <fstream>
 #include <stdexcept>
 #include <string>
 
@@ -118,6 +121,17 @@ TEST_CASE("A file over 64 MiB is refused before it is parsed", "[rules][errors][
   const std::string yaml = "domain: d\n#" + std::string(std::size_t{64} << 20, 'x') + "\n";
   // 10 + 1 + 2^26 + 1 bytes.
   CHECK(starts_with(error_of(yaml), "rules.yaml:0: the file has 67108876 bytes, more than the"));
+}
+
+TEST_CASE("A rules file over 64 MiB is refused before it is read", "[rules][errors][hostile]") {
+  // A sparse file of 65 MiB: from_file looks at its size first, so it is never read.
+  const std::string path = "rules_hostile_huge.yaml";
+  { std::ofstream create(path); }
+  std::filesystem::resize_file(path, std::uintmax_t{65} << 20);
+  CHECK_THROWS_WITH(Rules::from_file(path),
+                    "rules_hostile_huge.yaml:0: the file has 68157440 bytes, more than the "
+                    "67108864 a rules file may have");
+  std::filesystem::remove(path);
 }
 
 TEST_CASE("100,000 generated descriptors load, and a duplicate among them is found",

@@ -75,6 +75,7 @@
 #include <stdexcept>
 #include <string>
 #include <string_view>
+#include <system_error>
 #include <unordered_map>
 #include <utility>
 #include <vector>
@@ -261,6 +262,13 @@ class Rules {
   static Rules from_file(const std::filesystem::path& file) {
     std::ifstream in(file, std::ios::binary);
     if (!in) throw std::invalid_argument("rules file " + file.string() + ": cannot open");
+    // Refused before it is read, so that a huge file costs no memory.
+    std::error_code ec;
+    if (const auto bytes = std::filesystem::file_size(file, ec);
+        !ec && bytes > detail::RulesLimits::max_bytes)
+      throw std::invalid_argument(
+          file.string() + ":0: the file has " + std::to_string(bytes) + " bytes, more than the " +
+          std::to_string(detail::RulesLimits::max_bytes) + " a rules file may have");
     std::ostringstream text;
     text << in.rdbuf();
     return from_string<Registry>(text.str(), file.string());
