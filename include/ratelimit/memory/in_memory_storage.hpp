@@ -41,9 +41,10 @@ namespace ratelimit {
 /// holds its shard's lock for bounded work (resizes move 16 slots per operation).
 ///
 /// Memory follows the active keys, with no background thread: every decision sweeps 2 slots of
-/// its shard (one of 64) and drops up to 2 keys back to their fresh state, and a shard under
-/// 1/5 full after a pass shrinks. A key that became fresh is thus dropped within (C + K) / 2
-/// decisions on its shard, whatever the insert rate: C the shard's slots (under twice its keys
+/// its shard (one of 64) on average (16 slots every 8th decision, their lines fetched together)
+/// and drops up to as many keys back to their fresh state, and a shard under 1/5 full after a
+/// pass shrinks. A key that became fresh is thus dropped within (C + K) / 2 (+ 8) decisions on
+/// its shard, whatever the insert rate: C the shard's slots (under twice its keys
 /// plus resize room), K the keys dropped on the way (K < 7/10 C). Every 64th decision of a shard
 /// also sweeps 64 slots of a shard that had no decision since, so a table whose traffic moved
 /// elsewhere also gives memory back. A shard holding at most 8 keys is not swept. `reclaim(now)`
