@@ -378,8 +378,8 @@ TEST_CASE("After sweeps and a step back, at least 95 of 100 never-seen keys keep
           "[in_memory][clock]") {
   // The same with the real hash, through a limiter: 10,000 keys dropped (156 per shard on
   // average, under the filter's 512), so a never-seen key is pinned only if both its filter
-  // bits are among the 2 x 156 set of 4096: probability (312 / 4096)^2 < 0.6 % each; 5 of 100
-  // has probability below 1e-6.
+  // bits are among the 2 x 156 set of 4096: probability (312 / 4096)^2 < 0.6 % each; more
+  // than 5 of 100 pinned has probability about 3e-5 (Poisson(0.58) >= 6).
   ManualClock clock;
   InMemoryStorage storage;
   ratelimit::TokenBucket<ManualClock> limiter({1, ratelimit::per_second(1)}, storage, clock);
