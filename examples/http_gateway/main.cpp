@@ -1,12 +1,17 @@
 // http_gateway: a small HTTP service with ratelimit in front of its endpoints.
 //
-//   http_gateway [--port N] [--host ADDR] [--rules FILE] [--redis HOST:PORT]
+//   http_gateway [--port N] [--host ADDR] [--rules FILE] [--keys FILE] [--redis HOST:PORT]
 //                [--key-prefix P] [--threads N] [--no-limit]
 //
-// Each request is identified by its X-API-Key header, else by the peer's IP address, and decided
-// by the rules file (Envoy rate limit YAML, see include/ratelimit/rules.hpp) against the
-// descriptors {api_key|remote_address, plan, path}. Denied requests get 429 with a small
-// problem+json body; every limited response carries the RateLimit/X-RateLimit headers.
+// Every request is decided by the rules file (Envoy rate limit YAML, see
+// include/ratelimit/rules.hpp) against the descriptors remote_address=<peer IP> and path, plus
+// api_key=<key> and plan=<its plan> when its X-API-Key is in the key file (lines "KEY PLAN"),
+// or auth=anonymous otherwise. So every request counts against its IP; a key nobody issued is
+// anonymous (limited by IP) and, if the limits admit it, answered 401: made-up keys buy
+// nothing. A request with a control character (NUL included) in a header is answered 400
+// before anything else (cpp-httplib would cut the value at a NUL). Denied requests get 429
+// with a small problem+json body; every limited response carries the RateLimit/X-RateLimit
+// headers.
 // GET /metrics (never limited) reports allowed and limited counts per rule and the limiter's
 // added latency. --port 0 picks a free port; the chosen one is printed as
 // "listening on http://HOST:PORT". SIGINT or SIGTERM stops it cleanly.
@@ -23,6 +28,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
+#include <fstream>
 #include <functional>
 #include <iostream>
 #include <memory>
@@ -31,6 +37,7 @@
 #include <string>
 #include <string_view>
 #include <thread>
+#include <unordered_map>
 #include <vector>
 
 #include <ratelimit/http.hpp>
@@ -45,6 +52,9 @@
 #ifndef RATELIMIT_GATEWAY_DEFAULT_RULES
 #define RATELIMIT_GATEWAY_DEFAULT_RULES "rules.yaml"
 #endif
+#ifndef RATELIMIT_GATEWAY_DEFAULT_KEYS
+#define RATELIMIT_GATEWAY_DEFAULT_KEYS "keys.txt"
+#endif
 
 namespace {
 
@@ -52,6 +62,7 @@ struct Options {
   std::string host = "127.0.0.1";
   int port = 8080;
   std::string rules = RATELIMIT_GATEWAY_DEFAULT_RULES;
+  std::string keys = RATELIMIT_GATEWAY_DEFAULT_KEYS;
   std::string redis;                    // HOST:PORT, empty = in-process storage
   std::string key_prefix = "gateway:";  // Redis keys; instances sharing limits use the same
   int threads = 16;
@@ -60,8 +71,8 @@ struct Options {
 
 [[noreturn]] void usage(const std::string& why) {
   std::cerr << "http_gateway: " << why << "\n"
-            << "usage: http_gateway [--port N] [--host ADDR] [--rules FILE] [--redis HOST:PORT]"
-               " [--key-prefix P] [--threads N] [--no-limit]\n";
+            << "usage: http_gateway [--port N] [--host ADDR] [--rules FILE] [--keys FILE]"
+               " [--redis HOST:PORT] [--key-prefix P] [--threads N] [--no-limit]\n";
   std::exit(2);
 }
 
@@ -90,6 +101,8 @@ Options parse_args(int argc, char** argv) {
       o.host = next();
     else if (a == "--rules")
       o.rules = next();
+    else if (a == "--keys")
+      o.keys = next();
     else if (a == "--redis")
       o.redis = next();
     else if (a == "--key-prefix")
@@ -153,6 +166,7 @@ struct Metrics {
   explicit Metrics(std::size_t rules) : per_rule(rules) {}
   std::vector<RuleCounters> per_rule;
   std::atomic<std::uint64_t> allowed{0}, limited{0}, unmatched{0}, degraded{0};
+  std::atomic<std::uint64_t> unauthorized{0}, bad_request{0};
   LatencyHistogram latency;
 };
 
@@ -190,10 +204,44 @@ std::string label(std::string_view s) {
   return out;
 }
 
-/// The plan of an API key. A real service would look it up; here keys starting with "pro_" are
-/// on the pro plan and every other key on the free plan.
-std::string plan_of(std::string_view api_key) {
-  return api_key.substr(0, 4) == "pro_" ? "pro" : "free";
+/// The issued API keys and their plans, from a file of lines "KEY PLAN" (blank lines and lines
+/// starting with '#' skipped). Keys and plans are printable ASCII without spaces. Throws
+/// `std::invalid_argument` "FILE:LINE: problem".
+using KeyFile = std::unordered_map<std::string, std::string>;
+
+KeyFile load_keys(const std::string& file) {
+  std::ifstream in(file);
+  if (!in) throw std::invalid_argument("key file " + file + ": cannot open");
+  KeyFile keys;
+  std::string line;
+  for (int n = 1; std::getline(in, line); ++n) {
+    const auto fail = [&](const std::string& what) {
+      throw std::invalid_argument(file + ":" + std::to_string(n) + ": " + what);
+    };
+    std::istringstream words(line);
+    std::string key, plan, extra;
+    if (!(words >> key) || key[0] == '#') continue;
+    if (!(words >> plan)) fail("expected \"KEY PLAN\"");
+    if (words >> extra) fail("expected \"KEY PLAN\", got more");
+    for (const char c : key + plan)
+      if (c < 0x21 || c > 0x7e) fail("keys and plans must be printable ASCII");
+    if (!keys.emplace(key, plan).second) fail("key given twice");
+  }
+  return keys;
+}
+
+/// True if a header name or value holds a control character (NUL, CR, LF, ...; tab is allowed
+/// in values): cpp-httplib would hand the handlers a value cut at the first NUL, so two
+/// different keys could share a counter.
+bool has_control_character(const httplib::Headers& headers) {
+  const auto bad = [](const std::string& s, bool value) {
+    return std::any_of(s.begin(), s.end(), [value](char ch) {
+      const auto c = static_cast<unsigned char>(ch);
+      return (c < 0x20 && !(value && c == '\t')) || c == 0x7f;
+    });
+  };
+  return std::any_of(headers.begin(), headers.end(),
+                     [&](const auto& h) { return bad(h.first, false) || bad(h.second, true); });
 }
 
 std::string render_metrics(const ratelimit::Rules& rules, const Metrics& m, bool limit,
@@ -212,6 +260,8 @@ std::string render_metrics(const ratelimit::Rules& rules, const Metrics& m, bool
     << "gateway_requests_total{outcome=\"allowed\"} " << m.allowed.load() << "\n"
     << "gateway_requests_total{outcome=\"limited\"} " << m.limited.load() << "\n"
     << "gateway_requests_total{outcome=\"no_rule\"} " << m.unmatched.load() << "\n"
+    << "gateway_requests_total{outcome=\"unauthorized\"} " << m.unauthorized.load() << "\n"
+    << "gateway_requests_total{outcome=\"bad_request\"} " << m.bad_request.load() << "\n"
     << "# TYPE gateway_degraded_decisions_total counter\n"
     << "gateway_degraded_decisions_total " << m.degraded.load() << "\n";
   char buf[64];
@@ -240,7 +290,7 @@ std::thread signal_thread(std::function<void(int)> on_signal) {
   });
 }
 
-int serve(const Options& opt, const ratelimit::Rules& rules, Decide decide,
+int serve(const Options& opt, const ratelimit::Rules& rules, const KeyFile& keys, Decide decide,
           const std::string& storage_name) {
   Metrics metrics(rules.rules().size());
   httplib::Server server;
@@ -251,18 +301,40 @@ int serve(const Options& opt, const ratelimit::Rules& rules, Decide decide,
     return new httplib::ThreadPool(static_cast<std::size_t>(n));
   };
 
-  // The limiter in front of every API endpoint: returns false (and fills the 429) if denied.
+  const auto problem = [](httplib::Response& res, int status, const std::string& title,
+                          const std::string& detail) {
+    res.status = status;
+    res.set_content("{\"title\": \"" + title + "\", \"status\": " + std::to_string(status) +
+                        ", \"detail\": \"" + detail + "\"}\n",
+                    "application/problem+json");
+  };
+
+  // In front of every API endpoint: returns false (and fills the 400, 401 or 429) if refused.
   const auto admit = [&](const httplib::Request& req, httplib::Response& res) {
-    if (!opt.limit) return true;
+    if (has_control_character(req.headers)) {
+      metrics.bad_request.fetch_add(1, std::memory_order_relaxed);
+      problem(res, 400, "Bad Request", "A header holds a control character.");
+      return false;
+    }
+    // The key as sent (the headers map keeps every byte; get_header_value would stop at NUL).
+    const auto sent = req.headers.find("X-API-Key");
+    const auto issued = sent == req.headers.end() ? keys.end() : keys.find(sent->second);
+    const bool authenticated = issued != keys.end();
+    if (!opt.limit) {
+      if (sent == req.headers.end() || authenticated) return true;
+      metrics.unauthorized.fetch_add(1, std::memory_order_relaxed);
+      problem(res, 401, "Unauthorized", "Unknown API key.");
+      return false;
+    }
     const auto start = std::chrono::steady_clock::now();
     std::vector<ratelimit::DescriptorEntry> entries;
-    entries.reserve(3);
-    const std::string key = req.get_header_value("X-API-Key");
-    if (!key.empty()) {
-      entries.push_back({"api_key", key});
-      entries.push_back({"plan", plan_of(key)});
+    entries.reserve(4);
+    entries.push_back({"remote_address", req.remote_addr});
+    if (authenticated) {
+      entries.push_back({"api_key", issued->first});
+      entries.push_back({"plan", issued->second});
     } else {
-      entries.push_back({"remote_address", req.remote_addr});
+      entries.push_back({"auth", "anonymous"});
     }
     entries.push_back({"path", req.path});
     const ratelimit::RuleSetDecision d = decide(entries);
@@ -278,8 +350,11 @@ int serve(const Options& opt, const ratelimit::Rules& rules, Decide decide,
       }
       if (o.decision.degraded) metrics.degraded.fetch_add(1, std::memory_order_relaxed);
     }
+    // Admitted as anonymous with a key nobody issued: refused below (401), not counted allowed.
+    const bool unknown_key = d.allowed && sent != req.headers.end() && !authenticated;
     if (d.outcomes.empty()) metrics.unmatched.fetch_add(1, std::memory_order_relaxed);
-    (d.allowed ? metrics.allowed : metrics.limited).fetch_add(1, std::memory_order_relaxed);
+    if (!unknown_key)
+      (d.allowed ? metrics.allowed : metrics.limited).fetch_add(1, std::memory_order_relaxed);
     if (!d.allowed) {
       const auto dec = d.decision();
       std::string detail =
@@ -295,6 +370,12 @@ int serve(const Options& opt, const ratelimit::Rules& rules, Decide decide,
           "application/problem+json");
     }
     metrics.latency.record(std::chrono::steady_clock::now() - start);
+    if (unknown_key) {
+      // Limited as anonymous (by IP), then refused: guessing keys costs the IP's budget.
+      metrics.unauthorized.fetch_add(1, std::memory_order_relaxed);
+      problem(res, 401, "Unauthorized", "Unknown API key.");
+      return false;
+    }
     return d.allowed;
   };
 
@@ -351,10 +432,11 @@ int main(int argc, char** argv) {
   const Options opt = parse_args(argc, argv);
   try {
     const ratelimit::Rules rules = ratelimit::Rules::from_file(opt.rules);
+    const KeyFile keys = load_keys(opt.keys);
     if (opt.redis.empty()) {
       auto set = std::make_shared<ratelimit::RuleSet<>>(rules);
       return serve(
-          opt, set->rules(),
+          opt, set->rules(), keys,
           [set](std::span<const ratelimit::DescriptorEntry> e) { return set->decide(e); },
           "in-process");
     }
@@ -369,7 +451,7 @@ int main(int argc, char** argv) {
     auto set = std::make_shared<ratelimit::RuleSet<ratelimit::RedisStorage>>(
         rules, ratelimit::RedisStorage(ro));
     return serve(
-        opt, set->rules(),
+        opt, set->rules(), keys,
         [set](std::span<const ratelimit::DescriptorEntry> e) { return set->decide(e); },
         "redis " + opt.redis);
 #else

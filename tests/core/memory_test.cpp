@@ -52,13 +52,15 @@ void generations(std::int64_t keys_per_generation, int generation_count) {
     }
   };
 
-  // A sweep leaves a shard room for twice its keys that were not yet fresh, and at least
-  // min_sweep keys (the documented policy). The keys not fresh at any sweep belong to the
-  // current or the previous generation, so size() <= 2 x (two generations) + the minimum of
-  // every shard, plus one insert per shard.
+  // Every decision sweeps Table::sweep_step slots of its shard, so a pass over a shard of C
+  // slots takes C / sweep_step of its decisions (detail/table.hpp). Each generation brings
+  // about 1.34 K decisions (K tries, K/7 peeks, K/13 + K/10 revisits) spread over the shards;
+  // a shard is kept at most 7/10 full and about 0.53 after a resize, so a pass takes about one
+  // generation's decisions and the keys not yet dropped belong to at most the current and the
+  // two previous generations: size() <= 3 K, plus each shard's minimum array.
   using Table = ratelimit::detail::Table<typename Algo::Model>;
-  const auto bound = static_cast<std::size_t>(4 * keys_per_generation) +
-                     Table::shard_count * (Table::min_sweep + 1);
+  const auto bound =
+      static_cast<std::size_t>(3 * keys_per_generation) + Table::shard_count * Table::min_capacity;
   REQUIRE(bound < static_cast<std::size_t>(generation_count * keys_per_generation));
 
   std::size_t largest = 0;

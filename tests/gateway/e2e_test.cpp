@@ -20,9 +20,12 @@
 #include <string>
 #include <vector>
 
+#include "gateway_process.hpp"
 #include "support/redis_backend.hpp"
 
 namespace {
+
+using rltest::Gateway;
 
 // 30 requests per day per API key, as a token bucket: it refills one token per
 // 86400 s / 30 = 2880 s, so during the few seconds of a test no capacity comes back and the
@@ -41,72 +44,6 @@ std::string rules_file() {
   std::ofstream(path) << rules_yaml;
   return path;
 }
-
-/// One gateway process: started with --port 0, its port read from its first output line.
-class Gateway {
- public:
-  explicit Gateway(std::vector<std::string> args) {
-    int fds[2];
-    REQUIRE(pipe(fds) == 0);
-    pid_ = fork();
-    REQUIRE(pid_ >= 0);
-    if (pid_ == 0) {
-      dup2(fds[1], STDOUT_FILENO);
-      close(fds[0]);
-      close(fds[1]);
-      std::vector<char*> argv;
-      std::string exe = RATELIMIT_GATEWAY_EXE;
-      argv.push_back(exe.data());
-      for (auto& a : args) argv.push_back(a.data());
-      argv.push_back(nullptr);
-      execv(exe.c_str(), argv.data());
-      _exit(127);
-    }
-    close(fds[1]);
-    out_ = fds[0];
-    const std::string line = read_line(std::chrono::seconds{20});
-    INFO("gateway said: " << line);
-    const std::string marker = "listening on http://127.0.0.1:";
-    REQUIRE(line.rfind(marker, 0) == 0);
-    port_ = std::stoi(line.substr(marker.size()));
-  }
-  Gateway(const Gateway&) = delete;
-  Gateway& operator=(const Gateway&) = delete;
-  ~Gateway() {
-    if (pid_ > 0) (void)stop();
-  }
-
-  int port() const { return port_; }
-
-  /// SIGTERM, then the exit status (0: a clean shutdown).
-  int stop() {
-    kill(pid_, SIGTERM);
-    int status = 0;
-    waitpid(pid_, &status, 0);
-    pid_ = -1;
-    close(out_);
-    return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-  }
-
- private:
-  std::string read_line(std::chrono::milliseconds timeout) {
-    std::string line;
-    const auto deadline = std::chrono::steady_clock::now() + timeout;
-    char c = 0;
-    while (std::chrono::steady_clock::now() < deadline) {
-      pollfd p{out_, POLLIN, 0};
-      if (poll(&p, 1, 100) <= 0) continue;
-      if (read(out_, &c, 1) != 1) break;
-      if (c == '\n') break;
-      line += c;
-    }
-    return line;
-  }
-
-  pid_t pid_ = -1;
-  int out_ = -1;
-  int port_ = 0;
-};
 
 struct Response {
   int status;
@@ -140,9 +77,12 @@ TEST_CASE("Two gateways sharing Redis admit exactly the limit between them, with
   const std::string rules = rules_file();
   const std::string prefix = rltest::unique_prefix("e2e");
   const std::string redis_arg = redis.host + ":" + std::to_string(redis.port);
-  Gateway a({"--port", "0", "--rules", rules, "--redis", redis_arg, "--key-prefix", prefix});
-  Gateway b({"--port", "0", "--rules", rules, "--redis", redis_arg, "--key-prefix", prefix});
   const std::string key = unique_key("shared");
+  const std::string keys = rltest::write_file("gateway_e2e_keys.txt", key + " free\n");
+  Gateway a({"--port", "0", "--rules", rules, "--keys", keys, "--redis", redis_arg, "--key-prefix",
+             prefix});
+  Gateway b({"--port", "0", "--rules", rules, "--keys", keys, "--redis", redis_arg, "--key-prefix",
+             prefix});
   constexpr int requests = 50;  // alternating a, b, a, b, ...
   std::vector<Response> responses;
   int ok = 0, limited = 0;
@@ -180,9 +120,10 @@ TEST_CASE("Two gateways sharing Redis admit exactly the limit between them, with
 
 TEST_CASE("Two gateways on in-process storage each admit their own limit", "[gateway][e2e]") {
   const std::string rules = rules_file();
-  Gateway a({"--port", "0", "--rules", rules});
-  Gateway b({"--port", "0", "--rules", rules});
   const std::string key = unique_key("local");
+  const std::string keys = rltest::write_file("gateway_e2e_local_keys.txt", key + " free\n");
+  Gateway a({"--port", "0", "--rules", rules, "--keys", keys});
+  Gateway b({"--port", "0", "--rules", rules, "--keys", keys});
   constexpr int requests = 80;  // 40 to each instance
   int ok_a = 0, ok_b = 0, limited = 0;
   for (int i = 0; i < requests; ++i) {

@@ -89,13 +89,18 @@ class Limiter {
 
   /// Waits (through the clock's `sleep_for`) until `key` admits `cost` units, then returns the
   /// admitting decision (for the leaky bucket, after also waiting out its `delay`). Returns at
-  /// once, denied, when that would take longer than `max_wait` or can never succeed.
-  /// Throws `std::invalid_argument` if cost < 1 or max_wait < 0.
+  /// once, denied, when that would take longer than what is left of `max_wait` or can never
+  /// succeed. The time waited is the larger of what it asked `sleep_for` and what the clock
+  /// shows since the call, so it never waits past `max_wait` (any value up to
+  /// `nanoseconds::max()`), whatever the clock does: a clock that steps back while it waits
+  /// only makes the key's own (later) time count. Throws `std::invalid_argument` if cost < 1 or
+  /// max_wait < 0.
   /// Thread safety: safe from many threads; competing callers may make it wait again.
   Decision acquire(std::string_view key, std::int64_t cost, std::chrono::nanoseconds max_wait) {
     check_cost(cost);
     if (max_wait.count() < 0) invalid("max_wait (ns)", max_wait.count(), "must be >= 0");
     const auto start = clock_.now();
+    std::chrono::nanoseconds slept{0};  // <= max_wait: only budgets that fit are slept
     auto budget = max_wait;
     for (;;) {
       const Decision d = binding_.apply(key, clock_.now(), Operation{cost, false, budget});
@@ -105,7 +110,10 @@ class Limiter {
       }
       if (d.retry_after == Decision::never || !completes_within<M>(d, budget)) return d;
       clock_.sleep_for(d.retry_after);
-      const auto waited = clock_.now() - start;
+      slept += d.retry_after;  // retry_after <= budget <= max_wait - slept: no overflow
+      // Both readings are in [0, 2^62] ns, so the difference cannot overflow either.
+      const auto elapsed = clock_.now() - start;
+      const auto waited = elapsed > slept ? elapsed : slept;
       budget = waited >= max_wait ? std::chrono::nanoseconds{0} : max_wait - waited;
     }
   }

@@ -32,24 +32,43 @@ namespace ratelimit {
 ///
 /// A handle: copies share the same tables, so one storage serves many limiters; limiters of
 /// different algorithms or names never see each other's keys. Keys are arbitrary bytes.
-/// Memory is bounded by the active keys: a key back to its fresh state is dropped during an
-/// amortized sweep of its shard (no background thread), which never changes a decision: a
-/// dropped key is decided no earlier than the sweep's time, the latest time it was known at.
+///
+/// Hashing: keys are hashed with SipHash-1-3 under a 128-bit secret drawn from
+/// `std::random_device` once per process (and perturbed per table), so nobody who does not know
+/// the secret can choose keys that collide (hash flooding). Should keys collide anyway, a key
+/// sits at most `Table::max_probe` (64) slots from its home and the rest go to an ordered map:
+/// a decision costs at most 64 slot reads plus O(log n) key comparisons, and every operation
+/// holds its shard's lock for bounded work (resizes move 16 slots per operation).
+///
+/// Memory follows the active keys, with no background thread: every decision sweeps 2 slots of
+/// its shard (one of 64) on average (16 slots every 8th decision, their lines fetched together)
+/// and drops up to as many keys back to their fresh state, and a shard under 1/5 full after a
+/// pass shrinks. A key that became fresh is thus dropped within (C + K) / 2 (+ 8) decisions on
+/// its shard, whatever the insert rate: C the shard's slots (under twice its keys
+/// plus resize room), K the keys dropped on the way (K < 7/10 C). Every 64th decision of a shard
+/// also sweeps 64 slots of a shard that had no decision since, so a table whose traffic moved
+/// elsewhere also gives memory back. A shard holding at most 8 keys is not swept. `reclaim(now)`
+/// drops every fresh key at once (for a service gone idle). Dropping never changes a decision: a
+/// dropped key is decided no earlier than its drop time (the latest time it was known at), so even
+/// a clock that steps back cannot revive spent capacity; a key that never had state is decided at
+/// its own time (but for a shard's drop filter's false positives, see detail/table.hpp).
+///
 /// Per key it costs one table slot: 64 bytes (one cache line) holding the hash, the key if it is
 /// at most 28 bytes (36 for the fixed window) and the algorithm's state (`sizeof(Model::State)`:
 /// 16 or 24 bytes for the buckets and counters). The sliding log's 56-byte state takes a larger
 /// slot (28 + 56 + 12 = 96 bytes) and its log 16 bytes per entry on the heap. Longer keys add a
-/// heap copy (their length + 8 bytes). Tables are kept 8/15 to 4/5 full, so with 64-byte slots
-/// resident memory is about 80 to 120 bytes per key (measured: 95 at 1,000,000 keys).
+/// heap copy (their length + 8 bytes). Arrays are kept 1/5 to 7/10 full (about 0.53 after a
+/// resize), so with 64-byte slots resident memory is about 90 to 120 bytes per key, and up to
+/// 2.5 times that while a resize moves keys from the old array to the new.
 ///
 /// Atomicity (the multi-key protocol): every change of a slot happens under its shard's lock.
 /// A single-key decision takes that one lock; `decide_all` takes the locks of all its keys'
 /// shards, each once, in ascending address order (so two decisions never wait for each other in
-/// a cycle), dry-runs every part, commits them only if all admit, then releases. No other table
-/// or lock is involved, so a limiter and a rule set may decide the same counter. A future
-/// lock-free single-key path (a compare-and-swap on the slot) must respect the same protocol:
-/// `decide_all` will then also set a lock bit in each slot it holds, and the CAS path falls back
-/// to the shard lock while that bit is set.
+/// a cycle), dry-runs every part, commits them only if all admit, then releases. Sweeping
+/// another shard only try-locks it. No other table or lock is involved, so a limiter and a rule
+/// set may decide the same counter. A future lock-free single-key path (a compare-and-swap on
+/// the slot) must respect the same protocol: `decide_all` will then also set a lock bit in each
+/// slot it holds, and the CAS path falls back to the shard lock while that bit is set.
 /// Thread safety: every member is safe from many threads.
 class InMemoryStorage {
  public:
@@ -111,7 +130,20 @@ class InMemoryStorage {
   }
 
   /// Keys currently held, over every algorithm and name (for monitoring and tests).
-  std::size_t size() const { return registry_->size(); }
+  std::size_t size() const { return registry_->stats().keys; }
+
+  /// Keys, slots and bytes of slot arrays held, over every algorithm and name.
+  detail::TableStats stats() const { return registry_->stats(); }
+
+  /// Drops now every key that is back to its fresh state at `now` (the limiters' clock reading,
+  /// e.g. `SteadyClock{}.now()`), finishes resizes and shrinks sparse tables: memory is then
+  /// what the keys not yet fresh need. For a service gone idle, where no decision sweeps. Each
+  /// shard is locked for at most 1024 slots at a time, so decisions go on meanwhile. Freshness
+  /// is judged with the parameters of each shard's latest decision (the limiter's, unless
+  /// `with_params` varies them). Returns the number of keys dropped. Never throws but
+  /// `std::bad_alloc`.
+  /// Thread safety: safe from many threads, concurrently with decisions.
+  std::size_t reclaim(std::chrono::nanoseconds now) { return registry_->reclaim(now); }
 
   /// A model bound to one table and one set of parameters; see `ratelimit::Binding`.
   template <Model M>
@@ -174,10 +206,11 @@ class InMemoryStorage {
   };
 
   struct Registry {
-    /// One table of some model, type-erased, with the function that counts its keys.
+    /// One table of some model, type-erased, with the functions that need its type.
     struct Entry {
       std::shared_ptr<void> table;
-      std::size_t (*size)(const void* table);
+      detail::TableStats (*stats)(const void* table);
+      std::size_t (*reclaim)(void* table, std::chrono::nanoseconds now);
     };
 
     std::mutex mutex;
@@ -189,15 +222,39 @@ class InMemoryStorage {
       Entry& e = tables[{std::type_index(typeid(M)), std::string(name)}];
       if (!e.table) {
         e.table = std::make_shared<detail::Table<M>>();
-        e.size = [](const void* t) { return static_cast<const detail::Table<M>*>(t)->size(); };
+        e.stats = [](const void* t) { return static_cast<const detail::Table<M>*>(t)->stats(); };
+        e.reclaim = [](void* t, std::chrono::nanoseconds now) {
+          return static_cast<detail::Table<M>*>(t)->reclaim(now);
+        };
       }
       return std::static_pointer_cast<detail::Table<M>>(e.table);
     }
 
-    std::size_t size() {
+    /// The tables, copied out so that no table's work runs under the registry's lock.
+    std::vector<Entry> entries() {
       std::lock_guard lock(mutex);
+      std::vector<Entry> out;
+      out.reserve(tables.size());
+      for (const auto& [id, e] : tables) out.push_back(e);
+      return out;
+    }
+
+    detail::TableStats stats() {
+      detail::TableStats total;
+      for (const Entry& e : entries()) {
+        const detail::TableStats s = e.stats(e.table.get());
+        total.keys += s.keys;
+        total.overflow += s.overflow;
+        total.slots += s.slots;
+        total.bytes += s.bytes;
+        total.largest_shard = std::max(total.largest_shard, s.largest_shard);
+      }
+      return total;
+    }
+
+    std::size_t reclaim(std::chrono::nanoseconds now) {
       std::size_t n = 0;
-      for (const auto& [id, e] : tables) n += e.size(e.table.get());
+      for (const Entry& e : entries()) n += e.reclaim(e.table.get(), now);
       return n;
     }
   };

@@ -75,6 +75,8 @@
 #include <stdexcept>
 #include <string>
 #include <string_view>
+#include <system_error>
+#include <unordered_map>
 #include <utility>
 #include <vector>
 
@@ -217,9 +219,13 @@ class Rules {
   /// Parses rules from YAML text; `source` names it in error messages (e.g. the file name).
   /// Throws `std::invalid_argument` "SOURCE:LINE: problem" for invalid YAML, an unknown or
   /// repeated field, a missing `domain`, `descriptors` or `key`, an unknown unit or algorithm,
-  /// a `requests_per_unit` that is negative, not a whole number or above 10^9, a duplicate
-  /// descriptor (same key and value) on one level, a duplicate rule name, or a descriptor with
-  /// neither `rate_limit` nor nested descriptors.
+  /// a `requests_per_unit` that is negative (`-0` included), not a whole number or above 10^9,
+  /// a duplicate descriptor (same key and value) on one level, a duplicate rule name, or a
+  /// descriptor with neither `rate_limit` nor nested descriptors; and for what a hostile file
+  /// could make the reader do (see `detail::RulesLimits`): more than 64 MiB of text, a second
+  /// YAML document, an alias that refers to a node containing it, descriptors nested more than
+  /// 32 deep, or more descriptors (aliases expanded) than one per 8 bytes of text. Linear in the
+  /// descriptors read (duplicates are found with hash sets).
   /// `Registry` lists the algorithms a rule may name (default: the library's, `Algorithms`).
   template <class Registry = Algorithms>
   static Rules from_string(std::string_view yaml, std::string source = "<string>") {
@@ -239,12 +245,14 @@ class Rules {
     std::vector<Rule::Step> path;
     for (detail::RuleNode& n : r.roots_)
       detail::flatten(r.domain_, r.client_keys_, n, path, r.rules_);
-    for (std::size_t i = 0; i < r.rules_.size(); ++i)
-      for (std::size_t j = 0; j < i; ++j)
-        if (r.rules_[i].name == r.rules_[j].name)
-          throw std::invalid_argument(
-              source + ":" + std::to_string(r.rules_[i].line) + ": rule name \"" +
-              r.rules_[i].name + "\" already used at line " + std::to_string(r.rules_[j].line));
+    std::unordered_map<std::string_view, int> names_seen;  // linear time, not pairs
+    for (const Rule& rule : r.rules_) {
+      const auto [it, fresh] = names_seen.emplace(rule.name, rule.line);
+      if (!fresh)
+        throw std::invalid_argument(source + ":" + std::to_string(rule.line) + ": rule name \"" +
+                                    rule.name + "\" already used at line " +
+                                    std::to_string(it->second));
+    }
     return r;
   }
 
@@ -254,6 +262,13 @@ class Rules {
   static Rules from_file(const std::filesystem::path& file) {
     std::ifstream in(file, std::ios::binary);
     if (!in) throw std::invalid_argument("rules file " + file.string() + ": cannot open");
+    // Refused before it is read, so that a huge file costs no memory.
+    std::error_code ec;
+    if (const auto bytes = std::filesystem::file_size(file, ec);
+        !ec && bytes > detail::RulesLimits::max_bytes)
+      throw std::invalid_argument(
+          file.string() + ":0: the file has " + std::to_string(bytes) + " bytes, more than the " +
+          std::to_string(detail::RulesLimits::max_bytes) + " a rules file may have");
     std::ostringstream text;
     text << in.rdbuf();
     return from_string<Registry>(text.str(), file.string());

@@ -1,21 +1,18 @@
 #pragma once
 /// @file memory/detail/hash.hpp
-/// The in-memory table's key hash and byte comparison (inline: a call into libc cost more).
+/// The in-memory table's keyed hash (SipHash-1-3 under a per-process secret) and byte comparison
+/// (inline: a call into libc cost more).
 
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
+#include <random>
 #include <string_view>
 
 namespace ratelimit::detail {
 
 __extension__ using HashWide = unsigned __int128;  // g++ and clang++ both have it
-
-/// The high and low halves of a 64x64-bit product, folded: the mixing step of the key hash.
-constexpr std::uint64_t fold_multiply(std::uint64_t a, std::uint64_t b) noexcept {
-  const HashWide p = static_cast<HashWide>(a) * b;
-  return static_cast<std::uint64_t>(p) ^ static_cast<std::uint64_t>(p >> 64);
-}
 
 inline std::uint64_t load_u64(const char* p) noexcept {
   std::uint64_t v;
@@ -43,40 +40,98 @@ inline bool equal_bytes(const char* a, const char* b, std::size_t n) noexcept {
   return true;
 }
 
-/// A 64-bit hash of arbitrary bytes, inline (std::hash is an out-of-line call and was hashed
-/// twice per decision), 16 bytes per multiply. `seed` differs per table, so that a set of keys
-/// that collide in one process does not collide in the next.
-inline std::uint64_t hash_key(std::string_view key, std::uint64_t seed) noexcept {
-  constexpr std::uint64_t k0 = 0x9e3779b97f4a7c15, k1 = 0xd1b54a32d192ed03, k2 = 0x8cb92ba72f3d8dd7;
-  const char* p = key.data();
-  std::size_t n = key.size();
-  std::uint64_t h = seed ^ (n * k0);
-  std::uint64_t a = 0, b = 0;
-  if (n > 16) {
-    for (; n > 16; n -= 16, p += 16) h = fold_multiply(load_u64(p) ^ k1, load_u64(p + 8) ^ h);
-    // The last 16 bytes (overlapping what the loop read: harmless, the length is mixed in).
-    a = load_u64(p + n - 16);
-    b = load_u64(p + n - 8);
-  } else if (n > 8) {
-    a = load_u64(p);
-    b = load_u64(p + n - 8);
-  } else if (n >= 4) {
-    a = load_u32(p);
-    b = load_u32(p + n - 4);
-  } else if (n > 0) {
-    a = (std::uint64_t{static_cast<unsigned char>(p[0])} << 16) |
-        (std::uint64_t{static_cast<unsigned char>(p[n / 2])} << 8) |
-        static_cast<unsigned char>(p[n - 1]);
-  }
-  return fold_multiply(fold_multiply(a ^ k1, b ^ h) ^ k2, h ^ k0);
+/// A 128-bit SipHash key (two little-endian 64-bit words).
+struct SipKey {
+  std::uint64_t k0 = 0;
+  std::uint64_t k1 = 0;
+};
+
+/// SipHash-C-D of `data` under `key` (Aumasson and Bernstein, "SipHash: a fast short-input PRF",
+/// INDOCRYPT 2012; https://131002.net/siphash/siphash.pdf), 64-bit output. A pseudorandom
+/// function: without the key, nobody can choose inputs that collide more often than by chance,
+/// which is what hash flooding needs. SipHash-2-4 is the paper's; SipHash-1-3 (one compression
+/// and three finalization rounds) is the variant Python, Rust and Ruby use for their tables.
+/// The tests check SipHash-2-4 against the reference implementation's vectors; 1-3 is the same
+/// code with other round counts. The input is read as little-endian words (x86-64 and AArch64).
+template <int C, int D>
+inline std::uint64_t siphash(SipKey key, const char* data, std::size_t n) noexcept {
+  std::uint64_t v0 = key.k0 ^ 0x736f6d6570736575, v1 = key.k1 ^ 0x646f72616e646f6d,
+                v2 = key.k0 ^ 0x6c7967656e657261, v3 = key.k1 ^ 0x7465646279746573;
+  const auto rotl = [](std::uint64_t x, int b) { return (x << b) | (x >> (64 - b)); };
+  const auto round = [&] {
+    v0 += v1;
+    v1 = rotl(v1, 13);
+    v1 ^= v0;
+    v0 = rotl(v0, 32);
+    v2 += v3;
+    v3 = rotl(v3, 16);
+    v3 ^= v2;
+    v0 += v3;
+    v3 = rotl(v3, 21);
+    v3 ^= v0;
+    v2 += v1;
+    v1 = rotl(v1, 17);
+    v1 ^= v2;
+    v2 = rotl(v2, 32);
+  };
+  const auto compress = [&](std::uint64_t m) {
+    v3 ^= m;
+    for (int i = 0; i < C; ++i) round();
+    v0 ^= m;
+  };
+  const char* p = data;
+  std::size_t left = n;
+  for (; left >= 8; left -= 8, p += 8) compress(load_u64(p));
+  // The last 0..7 bytes, and the length's low byte in the top byte.
+  std::uint64_t last = static_cast<std::uint64_t>(n & 0xff) << 56;
+  for (std::size_t i = 0; i < left; ++i)
+    last |= static_cast<std::uint64_t>(static_cast<unsigned char>(p[i])) << (8 * i);
+  compress(last);
+  v2 ^= 0xff;
+  for (int i = 0; i < D; ++i) round();
+  return v0 ^ v1 ^ v2 ^ v3;
 }
 
-/// One model's keys for one limiter name, split into independently locked shards so that
-/// threads deciding different keys rarely contend.
-///
-/// Each shard is an open-addressing table (linear probing, backward-shift deletion) of slots
-/// that hold the key's hash, the key itself when it is short, and the model's state: for the
-/// 16- and 24-byte states a slot is exactly one 64-byte cache line, so a decision on a key that
-/// is not in cache costs one memory access (a node-based map costs three: bucket, the node
+/// This process's hash secret: 128 bits from `std::random_device`, drawn once, on first use.
+/// Enough because the secret never leaves the process and SipHash needs nothing more than a key
+/// the attacker cannot guess: libstdc++'s random_device reads the kernel's CSPRNG (getrandom or
+/// /dev/urandom, or RDRAND), so an attacker who sees only our decisions faces 2^128 keys.
+/// Thread safety: initialization of a function-local static (thread-safe).
+inline const SipKey& process_secret() {
+  static const SipKey secret = [] {
+    std::random_device rd;
+    const auto word = [&rd] {
+      return (static_cast<std::uint64_t>(rd()) << 32) ^ static_cast<std::uint64_t>(rd());
+    };
+    SipKey k;
+    k.k0 = word();
+    k.k1 = word();
+    return k;
+  }();
+  return secret;
+}
+
+/// The table's default hash policy: SipHash-1-3 under the process secret, with the first word
+/// of the key perturbed per table (a counter mixed by splitmix64), so that two tables of one
+/// process lay their keys out differently.
+/// Thread safety: immutable after construction.
+class SipKeyHash {
+ public:
+  SipKeyHash() noexcept : key_(process_secret()) {
+    static std::atomic<std::uint64_t> tables{0};
+    std::uint64_t z = tables.fetch_add(1, std::memory_order_relaxed) + 0x9e3779b97f4a7c15;
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111eb;
+    key_.k0 ^= z ^ (z >> 31);
+  }
+
+  /// The key's 64-bit hash.
+  std::uint64_t operator()(std::string_view key) const noexcept {
+    return siphash<1, 3>(key_, key.data(), key.size());
+  }
+
+ private:
+  SipKey key_;
+};
 
 }  // namespace ratelimit::detail

@@ -12,7 +12,7 @@ namespace ratelimit::detail {
 /// Held: a short spin, since the holder is about to leave, then a futex wait through
 /// `std::atomic::wait`, so a holder that was preempted costs its waiters no CPU (with more
 /// threads than cores, pure spinning would burn the time the holder needs to finish).
-/// Thread safety: it is the synchronization; satisfies Lockable's lock/unlock.
+/// Thread safety: it is the synchronization; satisfies Lockable (lock, try_lock, unlock).
 class ShardLock {
  public:
   void lock() noexcept {
@@ -20,6 +20,13 @@ class ShardLock {
     if (!state_.compare_exchange_strong(expected, held_, std::memory_order_acquire,
                                         std::memory_order_relaxed))
       lock_contended();
+  }
+
+  /// Takes the lock if it is free, without waiting; true if taken.
+  bool try_lock() noexcept {
+    std::uint32_t expected = free_;
+    return state_.compare_exchange_strong(expected, held_, std::memory_order_acquire,
+                                          std::memory_order_relaxed);
   }
 
   void unlock() noexcept {

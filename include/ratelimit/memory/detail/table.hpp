@@ -1,16 +1,23 @@
 #pragma once
 /// @file memory/detail/table.hpp
-/// One model's keys for one limiter name: a sharded open-addressing table.
+/// One model's keys for one limiter name: a sharded open-addressing table whose every operation
+/// does a bounded amount of work under one shard's lock, colliding keys and resizes included.
 
 #include <algorithm>
 #include <array>
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
+#include <cstdlib>
 #include <cstring>
+#include <functional>
+#include <map>
 #include <memory>
 #include <mutex>
+#include <new>
+#include <string>
 #include <string_view>
+#include <type_traits>
 #include <utility>
 
 #include "../../core/decision.hpp"
@@ -20,82 +27,187 @@
 
 namespace ratelimit::detail {
 
-template <Model M>
+/// What a table holds, for monitoring and tests.
+struct TableStats {
+  std::size_t keys = 0;           ///< keys held (array and overflow)
+  std::size_t overflow = 0;       ///< of which in the overflow maps (keys that found no slot)
+  std::size_t slots = 0;          ///< slots allocated, resizes in progress included
+  std::size_t bytes = 0;          ///< bytes of those slots and of the drop filters
+  std::size_t largest_shard = 0;  ///< slots of the largest shard (what bounds a sweep pass)
+};
+
+/// One model's keys for one limiter name, split into 64 independently locked shards so that
+/// threads deciding different keys rarely contend. `Hash` maps a key to 64 bits (default
+/// SipHash-1-3 under the process secret, see hash.hpp; tests swap in weak ones).
+///
+/// Each shard is an open-addressing array (linear probing, backward-shift deletion) of slots
+/// that hold the key's hash, the key itself when it is short, and the model's state: for the
+/// 16- and 24-byte states a slot is one 64-byte cache line, so a decision on a key that is not
+/// in cache costs one memory access.
+///
+/// Bounded work per operation, whatever the keys:
+/// - A key is placed at most `max_probe` slots from its home, and a lookup reads at most that
+///   many; a key that finds no slot there goes to the shard's overflow map (ordered by the key's
+///   bytes, O(log n) comparisons). Colliding hashes thus cost at most `max_probe` slot reads plus
+///   a map lookup, never a scan of the shard.
+/// - A resize is incremental: the new array is allocated zeroed (calloc: no writes under the
+///   lock), every later operation on the shard moves `migrate_step` slots of the old one, and
+///   lookups read both until the old one is empty.
+/// - Reclamation is incremental: every decision sweeps `sweep_step` slots of its shard on
+///   average (in batches of 16 every 8th decision, and one overflow entry per decision),
+///   dropping up to as many keys back to their fresh state; every
+///   `foreign_every`-th decision of a shard also sweeps `foreign_step` slots of another shard
+///   that had no decision since it was last visited (try_lock: never waits). A pass over a
+///   shard of C slots that drops K keys thus takes at most (C + K) / sweep_step of its
+///   decisions (K < 7/10 C), whatever the insert rate; a shard under 1/5 full after a pass
+///   shrinks. A shard holding at most `keep` keys is not swept. `reclaim(now)` sweeps
+///   everything at once, in chunks of `chunk` slots per lock hold.
+///
+/// A dropped key is decided no earlier than its drop time (the shard's latest time then), as if
+/// it had kept its state, so a clock that steps back never revives spent capacity. A key that
+/// never had state is decided at its own time, unless the shard's drop filter (4096 bits, the
+/// last 512 drops) says it may have been dropped (about 5 % of never-seen keys, false positive)
+/// or more than 512 keys were dropped from the shard since the clock's reading; those are
+/// pinned like dropped keys.
+template <Model M, class Hash = SipKeyHash>
 class Table {
   using State = typename M::State;
+  using Params = typename M::Params;
 
  public:
   static constexpr std::size_t shard_count = 64;
-  /// A shard is swept once it holds this many keys, then whenever it has doubled since.
-  static constexpr std::size_t min_sweep = 64;
-  /// The smallest table a shard allocates (slots).
+  /// The smallest array a shard allocates (slots).
   static constexpr std::size_t min_capacity = 8;
+  /// The most slots a key sits from its home (and a lookup reads in one array).
+  static constexpr std::size_t max_probe = 64;
+  /// Slots of its own shard every decision sweeps, on average: every `sweep_every`-th decision
+  /// of a shard sweeps sweep_every x sweep_step slots at once, their cache lines fetched
+  /// together (one slot is one line: fetching them one by one, two per decision, cost two
+  /// memory latencies per decision).
+  static constexpr std::size_t sweep_step = 2;
+  static constexpr std::size_t sweep_every = 8;
+  /// Slots of the old array every operation moves during a resize.
+  static constexpr std::size_t migrate_step = 16;
+  /// Every this many decisions a shard also sweeps `foreign_step` slots of an idle shard.
+  static constexpr std::size_t foreign_every = 64;  // a multiple of sweep_every
+  static constexpr std::size_t foreign_step = 64;
+  /// Slots per lock hold in `reclaim`.
+  static constexpr std::size_t chunk = 1024;
+  /// A shard holding at most this many keys is not swept (`reclaim` ignores it): so a small
+  /// table never forgets, and decides exactly as if no key were ever dropped even when the
+  /// clock steps back.
+  static constexpr std::size_t keep = 8;
 
-  Table()
-      : seed_(fold_multiply(reinterpret_cast<std::uintptr_t>(this) ^ 0x6a09e667f3bcc909,
-                            static_cast<std::uint64_t>(
-                                std::chrono::steady_clock::now().time_since_epoch().count()) |
-                                1)) {}
+  Table() = default;
   Table(const Table&) = delete;
   Table& operator=(const Table&) = delete;
 
   /// Decides `key` under its shard's lock.
-  Decision apply(const typename M::Params& p, std::string_view key, std::chrono::nanoseconds now,
+  Decision apply(const Params& p, std::string_view key, std::chrono::nanoseconds now,
                  const Operation& op) {
-    const std::uint64_t h = hash_key(key, seed_);
-    Shard& shard = shards_[h % shard_count];
+    const std::uint64_t h = hash_(key);
+    Shard& shard = shard_of(h);
     std::lock_guard lock(shard.mutex);
     return decide_in(shard, h, p, key, now, op);
   }
 
   /// The lock that guards `key`'s slot: what `InMemoryStorage::decide_all` takes, in address
   /// order, before it calls `apply_locked` on several keys.
-  ShardLock& lock_of(std::string_view key) noexcept {
-    return shards_[hash_key(key, seed_) % shard_count].mutex;
-  }
+  ShardLock& lock_of(std::string_view key) noexcept { return shard_of(hash_(key)).mutex; }
 
   /// Decides `key`; the caller holds `lock_of(key)`.
-  Decision apply_locked(const typename M::Params& p, std::string_view key,
-                        std::chrono::nanoseconds now, const Operation& op) {
-    const std::uint64_t h = hash_key(key, seed_);
-    return decide_in(shards_[h % shard_count], h, p, key, now, op);
+  Decision apply_locked(const Params& p, std::string_view key, std::chrono::nanoseconds now,
+                        const Operation& op) {
+    const std::uint64_t h = hash_(key);
+    return decide_in(shard_of(h), h, p, key, now, op);
   }
 
+  /// Puts `key` back to its fresh state (drops it).
   void reset(std::string_view key) {
-    const std::uint64_t h = hash_key(key, seed_);
-    Shard& shard = shards_[h % shard_count];
+    const std::uint64_t h = hash_(key);
+    Shard& shard = shard_of(h);
     std::lock_guard lock(shard.mutex);
     shard.erase(h | 1, key);
   }
 
-  std::size_t size() const {
-    std::size_t n = 0;
+  /// Keys held.
+  std::size_t size() const { return stats().keys; }
+
+  /// Keys, slots and bytes held (each shard read under its lock, one after the other).
+  TableStats stats() const {
+    TableStats s;
     for (const Shard& shard : shards_) {
       std::lock_guard lock(shard.mutex);
-      n += shard.size;
+      s.keys += shard.cur.size + shard.old.size + shard.overflow.size();
+      s.overflow += shard.overflow.size();
+      s.slots += shard.cur.capacity + shard.old.capacity;
+      s.largest_shard = std::max(s.largest_shard, shard.cur.capacity + shard.old.capacity);
+      s.bytes += (shard.cur.capacity + shard.old.capacity) * sizeof(Slot) +
+                 (shard.filter ? filter_words * sizeof(std::uint64_t) : 0);
     }
-    return n;
+    return s;
+  }
+
+  /// Drops every key that is fresh at `now` (under the parameters of its shard's latest
+  /// decision), finishes any resize and shrinks sparse shards, holding each shard's lock for at
+  /// most `chunk` slots at a time. Returns the number of keys dropped.
+  std::size_t reclaim(std::chrono::nanoseconds now) {
+    std::size_t dropped = 0;
+    for (Shard& shard : shards_) dropped += shard.reclaim(now);
+    return dropped;
   }
 
  private:
   struct Shard;
 
-  Decision decide_in(Shard& shard, std::uint64_t h, const typename M::Params& p,
-                     std::string_view key, std::chrono::nanoseconds now, const Operation& op) {
-    const std::uint64_t tag = h | 1;  // 0 marks an empty slot
-    if (Slot* s = shard.find(tag, key)) return M::apply(p, s->state, now, op);
-    // A key seen before may have been dropped as fresh at `horizon`: decide no earlier than that,
-    // as if it had kept its state, so a clock that steps back never revives spent capacity.
-    const auto t = now < shard.horizon ? shard.horizon : now;
-    State fresh{};
-    const Decision d = M::apply(p, fresh, t, op);
-    if (!M::is_fresh(p, fresh, t)) shard.insert(p, t, tag, key, std::move(fresh));
+  Shard& shard_of(std::uint64_t h) noexcept { return shards_[h % shard_count]; }
+
+  Decision decide_in(Shard& shard, std::uint64_t h, const Params& p, std::string_view key,
+                     std::chrono::nanoseconds now, const Operation& op) {
+    const std::uint64_t tag = h | 1;  // 0 marks an empty slot, 2 a moved one
+    shard.params = p;
+    shard.has_params = true;
+    if (shard.latest < now) shard.latest = now;
+    Decision d;
+    if (State* s = shard.find(tag, key)) {
+      d = M::apply(p, *s, now, op);
+    } else {
+      // A key dropped as fresh is decided no earlier than its drop time, as if it had kept its
+      // state, so a clock that steps back never revives spent capacity (see the class comment).
+      const auto pin = shard.pinned_time(h);
+      const auto t = now < pin ? pin : now;
+      State fresh{};
+      d = M::apply(p, fresh, t, op);
+      if (!M::is_fresh(p, fresh, t)) shard.insert(tag, key, std::move(fresh));
+    }
+    if (shard.old.capacity != 0) shard.migrate(p, now, migrate_step);
+    if (++shard.decisions % sweep_every == 0) {
+      shard.sweep(p, now, sweep_every * sweep_step);
+      if (!shard.overflow.empty()) shard.sweep_overflow(p, now, sweep_every);
+      if (shard.decisions % foreign_every == 0) visit_idle(shard, now);
+    }
     return d;
+  }
+
+  /// Sweeps a bit of the next shard in turn that had no decision since our last visit, so that
+  /// a table whose traffic has moved elsewhere still gives its memory back. try_lock only: the
+  /// caller holds its own shard's lock (and, in decide_all, others).
+  void visit_idle(Shard& self, std::chrono::nanoseconds now) {
+    const std::size_t own = static_cast<std::size_t>(&self - shards_.data());
+    const std::size_t turn = (self.decisions / foreign_every) % (shard_count - 1);
+    Shard& other = shards_[(own + 1 + turn) % shard_count];
+    if (!other.mutex.try_lock()) return;
+    if (other.has_params && other.decisions == other.decisions_seen)
+      other.maintain(other.params, now, foreign_step);
+    other.decisions_seen = other.decisions;
+    other.mutex.unlock();
   }
 
   // Slot layout: tag (8 bytes), key length (4), key bytes or a heap pointer, state. The inline
   // key room is what is left of a 64-byte line (28 bytes for a 24-byte state: an IPv4 address,
   // a UUID's hex without dashes, a typical user id), and at least 20 bytes for larger states.
+  // The state is constructed only while the slot is occupied, so a zeroed array is a valid
+  // empty one (and calloc's fresh pages need no writing).
   static constexpr std::size_t line = 64;
   static constexpr std::size_t header = sizeof(std::uint64_t) + sizeof(std::uint32_t);
   static constexpr std::size_t fits_line = line - header - sizeof(State);
@@ -106,14 +218,18 @@ class Table {
   static constexpr std::size_t slot_align =
       header + inline_room + sizeof(State) <= line ? line : alignof(State);
   static constexpr std::uint32_t spilled_length = 0xffffffff;
+  static constexpr std::uint64_t moved = 2;  ///< tag of an old-array slot already migrated
 
   struct alignas(slot_align) Slot {
-    std::uint64_t tag = 0;     ///< the key's hash with bit 0 set; 0: empty
-    std::uint32_t length = 0;  ///< key bytes if <= inline_room, else spilled_length
-    char bytes[inline_room];   ///< the key, or (spilled) a pointer to [size_t length][bytes]
-    State state{};
+    std::uint64_t tag;        ///< the key's hash with bit 0 set; 0: empty; `moved`: migrated
+    std::uint32_t length;     ///< key bytes if <= inline_room, else spilled_length
+    char bytes[inline_room];  ///< the key, or (spilled) a pointer to [size_t length][bytes]
+    alignas(State) unsigned char state_bytes[sizeof(State)];
+
+    State& state() noexcept { return *std::launder(reinterpret_cast<State*>(state_bytes)); }
   };
   static_assert(inline_room >= sizeof(char*) + 8, "a slot must hold at least a heap pointer");
+  static_assert(std::is_trivially_destructible_v<Slot>);
 
   static const char* spilled(const Slot& s) noexcept {
     const char* heap;
@@ -131,47 +247,90 @@ class Table {
     return stored == n && std::memcmp(heap + sizeof stored, key.data(), n) == 0;
   }
 
-  static void store_key(Slot& s, std::string_view key) {
+  static std::string_view key_of(const Slot& s) noexcept {
+    if (s.length != spilled_length) return {s.bytes, s.length};
+    const char* heap = spilled(s);
+    std::size_t n;
+    std::memcpy(&n, heap, sizeof n);
+    return {heap + sizeof n, n};
+  }
+
+  /// Fills the empty slot `s` with a key and a state.
+  static void fill(Slot& s, std::uint64_t tag, std::string_view key, State&& state) {
     const std::size_t n = key.size();
     if (n <= inline_room) {
       if (n > 0) std::memcpy(s.bytes, key.data(), n);
       s.length = static_cast<std::uint32_t>(n);
-      return;
+    } else {
+      char* heap = new char[sizeof n + n];
+      std::memcpy(heap, &n, sizeof n);
+      std::memcpy(heap + sizeof n, key.data(), n);
+      std::memcpy(s.bytes, &heap, sizeof heap);
+      s.length = spilled_length;
     }
-    char* heap = new char[sizeof n + n];
-    std::memcpy(heap, &n, sizeof n);
-    std::memcpy(heap + sizeof n, key.data(), n);
-    std::memcpy(s.bytes, &heap, sizeof heap);
-    s.length = spilled_length;
+    ::new (static_cast<void*>(s.state_bytes)) State(std::move(state));
+    s.tag = tag;
   }
 
-  static void free_key(Slot& s) noexcept {
+  /// Empties an occupied slot (its key and state), leaving the tag to the caller.
+  static void clear(Slot& s) noexcept {
     if (s.length == spilled_length) delete[] spilled(s);
+    s.state().~State();
+    s.length = 0;
   }
 
-  /// Moves the key and state of `from` into the empty slot `to` (ownership of a spilled key
-  /// moves too); `from` is left to be cleared or overwritten by the caller.
+  /// Moves the key and state of occupied `from` into empty `to` (a spilled key's ownership
+  /// too); `from` is left without a state, its tag to the caller.
   static void move_slot(Slot& to, Slot& from) noexcept {
-    to.tag = from.tag;
     to.length = from.length;
     std::memcpy(to.bytes, from.bytes, inline_room);
-    to.state = std::move(from.state);
+    ::new (static_cast<void*>(to.state_bytes)) State(std::move(from.state()));
+    from.state().~State();
+    from.length = 0;
+    to.tag = from.tag;
   }
 
-  struct alignas(64) Shard {
-    mutable ShardLock mutex;
-    std::unique_ptr<Slot[]> slots;
+  /// A zero-filled array of slots (calloc: large ones come as fresh pages, not written here).
+  struct Array {
+    void* block = nullptr;
+    Slot* slots = nullptr;
     std::size_t capacity = 0;
-    std::size_t size = 0;
-    std::size_t sweep_at = min_sweep;  ///< sweep when an insert finds this many keys
-    std::chrono::nanoseconds horizon{0};
+    std::size_t size = 0;  ///< occupied slots
 
-    Shard() = default;
-    Shard(const Shard&) = delete;
-    Shard& operator=(const Shard&) = delete;
-    ~Shard() {
-      for (std::size_t i = 0; i < capacity; ++i)
-        if (slots[i].tag != 0) free_key(slots[i]);
+    Array() = default;
+    explicit Array(std::size_t n) {
+      block = std::calloc(n * sizeof(Slot) + alignof(Slot), 1);
+      if (block == nullptr) throw std::bad_alloc();
+      const auto at = reinterpret_cast<std::uintptr_t>(block);
+      slots = reinterpret_cast<Slot*>((at + alignof(Slot) - 1) / alignof(Slot) * alignof(Slot));
+      capacity = n;
+    }
+    Array(Array&& o) noexcept
+        : block(std::exchange(o.block, nullptr)),
+          slots(std::exchange(o.slots, nullptr)),
+          capacity(std::exchange(o.capacity, 0)),
+          size(std::exchange(o.size, 0)) {}
+    Array& operator=(Array&& o) noexcept {
+      if (this != &o) {
+        release();
+        block = std::exchange(o.block, nullptr);
+        slots = std::exchange(o.slots, nullptr);
+        capacity = std::exchange(o.capacity, 0);
+        size = std::exchange(o.size, 0);
+      }
+      return *this;
+    }
+    ~Array() { release(); }
+
+    /// Frees the block; occupied slots are emptied first (none once a migration is done).
+    void release() noexcept {
+      if (size > 0)
+        for (std::size_t i = 0; i < capacity; ++i)
+          if (slots[i].tag & 1) clear(slots[i]);
+      std::free(block);
+      block = nullptr;
+      slots = nullptr;
+      capacity = size = 0;
     }
 
     /// The slot a tag starts probing from: the tag scaled to [0, capacity) by a multiply, so
@@ -180,78 +339,35 @@ class Table {
       return static_cast<std::size_t>((static_cast<HashWide>(tag) * capacity) >> 64);
     }
 
+    std::size_t probe_limit() const noexcept { return std::min(max_probe, capacity); }
+
+    /// The slot holding `key`, or null: at most max_probe slots read, `moved` ones skipped.
     Slot* find(std::uint64_t tag, std::string_view key) noexcept {
       if (size == 0) return nullptr;
-      for (std::size_t i = home(tag);;) {
+      std::size_t i = home(tag);
+      for (std::size_t n = probe_limit(); n > 0; --n) {
         Slot& s = slots[i];
         if (s.tag == tag && key_equals(s, key)) return &s;
         if (s.tag == 0) return nullptr;
         if (++i == capacity) i = 0;
       }
+      return nullptr;
     }
 
-    /// Adds `key` (known to be absent), first sweeping (see `sweep_at`) or growing the table if
-    /// it would pass 4/5 full.
-    void insert(const typename M::Params& p, std::chrono::nanoseconds t, std::uint64_t tag,
-                std::string_view key, State&& state) {
-      if (size >= sweep_at)
-        rebuild(p, t, true);
-      else if ((size + 1) * 5 > capacity * 4)
-        rebuild(p, t, false);
+    /// An empty slot within max_probe of the tag's home, or null.
+    Slot* free_slot(std::uint64_t tag) noexcept {
       std::size_t i = home(tag);
-      while (slots[i].tag != 0)
+      for (std::size_t n = probe_limit(); n > 0; --n) {
+        if (slots[i].tag == 0) return &slots[i];
         if (++i == capacity) i = 0;
-      Slot& s = slots[i];
-      store_key(s, key);
-      s.tag = tag;
-      s.state = std::move(state);
-      ++size;
+      }
+      return nullptr;
     }
 
-    // Re-lays the keys in a table 15/8 their number (plus the key being added), i.e. 8/15 full:
-    // 1.5x the room when the table filled up to 4/5.
-    // With `sweep`, first drops every key back to fresh at `t`. That never changes a decision: a
-    // dropped key is decided no earlier than `horizon`, the latest time it was known at. A shard
-    // is swept once it holds `min_sweep` keys, then whenever it has doubled since, so the sweeps
-    // cost amortized O(1) per insert, memory stays within about twice the keys that are not yet
-    // back to fresh (the table shrinks when most keys were dropped), and no background thread
-    // is needed.
-    void rebuild(const typename M::Params& p, std::chrono::nanoseconds t, bool sweep) {
-      std::size_t live = size;
-      if (sweep) {
-        bool dropped = false;
-        for (std::size_t i = 0; i < capacity; ++i) {
-          Slot& s = slots[i];
-          if (s.tag == 0 || !M::is_fresh(p, s.state, t)) continue;
-          free_key(s);
-          s.tag = 0;
-          --live;
-          dropped = true;
-        }
-        if (dropped && horizon < t) horizon = t;
-        sweep_at = std::max(min_sweep, live * 2);
-      }
-      const std::size_t new_capacity = std::max(min_capacity, (live + 1) * 15 / 8 + 1);
-      std::unique_ptr<Slot[]> old = std::exchange(slots, std::make_unique<Slot[]>(new_capacity));
-      const std::size_t old_capacity = std::exchange(capacity, new_capacity);
-      for (std::size_t i = 0; i < old_capacity; ++i) {
-        Slot& from = old[i];
-        if (from.tag == 0) continue;
-        std::size_t j = home(from.tag);
-        while (slots[j].tag != 0)
-          if (++j == capacity) j = 0;
-        move_slot(slots[j], from);
-      }
-      size = live;
-    }
-
-    /// Removes `key` if present, shifting back the keys that probed past it so that no lookup
-    /// needs a tombstone.
-    void erase(std::uint64_t tag, std::string_view key) noexcept {
-      Slot* s = find(tag, key);
-      if (s == nullptr) return;
-      std::size_t hole = static_cast<std::size_t>(s - slots.get());
-      free_key(*s);
+    /// Empties slot `hole`, shifting back the keys that probed past it so that no lookup needs
+    /// a tombstone (and every key stays within max_probe of its home: keys only move closer).
+    void erase_at(std::size_t hole) noexcept {
+      clear(slots[hole]);
       for (std::size_t j = hole;;) {
         if (++j == capacity) j = 0;
         Slot& next = slots[j];
@@ -263,15 +379,264 @@ class Table {
         move_slot(slots[hole], next);
         hole = j;
       }
-      Slot& last = slots[hole];
-      last.tag = 0;
-      last.length = 0;
-      last.state = State{};
+      slots[hole].tag = 0;
       --size;
     }
   };
 
-  std::uint64_t seed_;
+  struct Spill {
+    std::uint64_t tag;
+    State state;
+  };
+
+  static constexpr std::size_t filter_words = 4096 / 64;
+  static constexpr std::size_t filter_keys = 512;
+
+  struct alignas(64) Shard {
+    mutable ShardLock mutex;
+    Array cur;                   ///< where keys are inserted
+    Array old;                   ///< being emptied into `cur` by a resize (capacity 0: none)
+    std::size_t migrate_at = 0;  ///< next `old` slot to move
+    std::size_t sweep_at = 0;    ///< next `cur` slot to sweep
+    std::size_t decisions = 0;
+    std::size_t decisions_seen = 0;  ///< `decisions` when another shard last visited
+    /// Keys that found no slot within max_probe of their home, with their tags.
+    std::map<std::string, Spill, std::less<>> overflow;
+    std::string overflow_next;  ///< the overflow sweep's position (the next key >= it)
+    Params params{};            ///< of the latest decision: what reclaim and visits sweep with
+    bool has_params = false;
+    std::chrono::nanoseconds latest{0};  ///< the latest time decided here
+    // Drops, for pinning: keys dropped since the filter was last cleared set 2 of its bits and
+    // are pinned to `recent_horizon`; every key to `old_horizon` (drops before that).
+    std::unique_ptr<std::uint64_t[]> filter;
+    std::size_t filtered = 0;
+    std::chrono::nanoseconds recent_horizon{0};
+    std::chrono::nanoseconds old_horizon{0};
+
+    Shard() = default;
+    Shard(const Shard&) = delete;
+    Shard& operator=(const Shard&) = delete;
+
+    std::size_t live() const noexcept { return cur.size + old.size + overflow.size(); }
+
+    State* find(std::uint64_t tag, std::string_view key) {
+      if (Slot* s = cur.find(tag, key)) return &s->state();
+      if (Slot* s = old.find(tag, key)) return &s->state();
+      if (!overflow.empty()) {
+        const auto it = overflow.find(key);
+        if (it != overflow.end()) return &it->second.state;
+      }
+      return nullptr;
+    }
+
+    /// Adds `key` (known to be absent), starting a resize first if `cur` would pass 7/10 full.
+    void insert(std::uint64_t tag, std::string_view key, State&& state) {
+      if (old.capacity == 0 && (cur.size + 1) * 10 > cur.capacity * 7) start_resize();
+      place(tag, key, std::move(state));
+    }
+
+    void place(std::uint64_t tag, std::string_view key, State&& state) {
+      if (Slot* s = cur.capacity ? cur.free_slot(tag) : nullptr) {
+        fill(*s, tag, key, std::move(state));
+        ++cur.size;
+      } else {
+        overflow.emplace(std::string(key), Spill{tag, std::move(state)});
+      }
+    }
+
+    /// Starts moving the keys into an array of 7/4 the live keys plus room for the inserts
+    /// that can come while the old one is emptied (one per operation, which moves `step`
+    /// slots), so `cur` stays under 7/10 full meanwhile.
+    void start_resize(std::size_t step = migrate_step) {
+      const std::size_t room = (cur.capacity / step + 1) * 10 / 7;
+      const std::size_t n = std::max(min_capacity, (live() + 1) * 7 / 4 + room);
+      old = std::move(cur);
+      cur = Array(n);
+      migrate_at = 0;
+      sweep_at = 0;
+    }
+
+    void finish_migration() noexcept {
+      if (old.capacity != 0 && (old.size == 0 || migrate_at >= old.capacity)) old.release();
+    }
+
+    /// Bounded upkeep after a decision: moves migrate_step slots of a resize, sweeps `slots`
+    /// slots of `cur` and one overflow entry, dropping the keys fresh at `now`.
+    void maintain(const Params& p, std::chrono::nanoseconds now, std::size_t slots) {
+      if (old.capacity != 0) migrate(p, now, migrate_step);
+      sweep(p, now, slots);
+      if (!overflow.empty()) sweep_overflow(p, now, 1);
+    }
+
+    void migrate(const Params& p, std::chrono::nanoseconds now, std::size_t n,
+                 std::size_t floor = keep) {
+      for (std::size_t i = migrate_at; i < migrate_at + n && i < old.capacity; ++i)
+        __builtin_prefetch(&old.slots[i]);
+      for (; n > 0 && migrate_at < old.capacity && old.size > 0; --n, ++migrate_at) {
+        Slot& s = old.slots[migrate_at];
+        if (!(s.tag & 1)) continue;
+        if (live() > floor && M::is_fresh(p, s.state(), now)) {
+          record_drop(s.tag, now);
+          clear(s);
+        } else if (Slot* to = cur.free_slot(s.tag)) {
+          move_slot(*to, s);
+          ++cur.size;
+        } else {
+          overflow.emplace(std::string(key_of(s)), Spill{s.tag, std::move(s.state())});
+          clear(s);
+        }
+        s.tag = moved;
+        --old.size;
+      }
+      finish_migration();
+    }
+
+    /// Sweeps `n` slots of `cur` from the cursor and drops up to `n` keys on the way, stopping
+    /// early at a droppable key beyond that: a pass over C slots that drops K keys takes at
+    /// most (C + K) / n calls. After an erase the same slot is examined again (a later key may
+    /// have shifted into it); keys only shift towards their homes, so a pass still sees every
+    /// key. At the end of a pass a shard under 1/5 full shrinks.
+    void sweep(const Params& p, std::chrono::nanoseconds now, std::size_t n) {
+      if (live() <= keep) {  // nothing to drop: only give back a large array
+        if (old.capacity == 0 && cur.capacity > min_capacity && live() * 5 < cur.capacity)
+          start_resize();
+        return;
+      }
+      for (std::size_t i = sweep_at; i < sweep_at + n && i < cur.capacity; ++i)
+        __builtin_prefetch(&cur.slots[i]);
+      for (std::size_t drops = n; n > 0 && cur.capacity != 0;) {
+        if (sweep_at >= cur.capacity) {
+          sweep_at = 0;
+          if (old.capacity == 0 && cur.capacity > min_capacity && live() * 5 < cur.capacity)
+            start_resize();
+          return;
+        }
+        Slot& s = cur.slots[sweep_at];
+        if (s.tag != 0 && live() > keep && M::is_fresh(p, s.state(), now)) {
+          if (drops == 0) return;
+          record_drop(s.tag, now);
+          cur.erase_at(sweep_at);
+          --drops;
+        } else {
+          ++sweep_at;
+          --n;
+        }
+      }
+    }
+
+    void sweep_overflow(const Params& p, std::chrono::nanoseconds now, std::size_t n) {
+      for (; n > 0 && !overflow.empty() && live() > keep; --n) {
+        auto it = overflow.lower_bound(overflow_next);
+        if (it == overflow.end()) it = overflow.begin();
+        auto next = std::next(it);
+        overflow_next = next == overflow.end() ? std::string() : next->first;
+        if (M::is_fresh(p, it->second.state, now)) {
+          record_drop(it->second.tag, now);
+          overflow.erase(it);
+        }
+      }
+    }
+
+    /// Notes that a key with `tag` was dropped as fresh at `now`: it is pinned to the latest
+    /// time of this shard, which no key's own time exceeds.
+    void record_drop(std::uint64_t tag, std::chrono::nanoseconds now) {
+      const auto at = std::max(latest, now);
+      if (!filter) filter = std::make_unique<std::uint64_t[]>(filter_words);
+      if (filtered == filter_keys) {
+        old_horizon = std::max(old_horizon, recent_horizon);
+        std::fill_n(filter.get(), filter_words, 0);
+        filtered = 0;
+        recent_horizon = std::chrono::nanoseconds{0};
+      }
+      for (const std::size_t bit : filter_bits(tag))
+        filter[bit / 64] |= std::uint64_t{1} << (bit % 64);
+      ++filtered;
+      recent_horizon = std::max(recent_horizon, at);
+    }
+
+    /// The time a key with hash `h`, not held, is decided no earlier than.
+    std::chrono::nanoseconds pinned_time(std::uint64_t h) const noexcept {
+      if (filtered == 0) return old_horizon;
+      for (const std::size_t bit : filter_bits(h | 1))
+        if (!(filter[bit / 64] >> (bit % 64) & 1)) return old_horizon;
+      return std::max(old_horizon, recent_horizon);
+    }
+
+    /// Two bit positions from hash bits that neither the shard (low 6) nor the home (high)
+    /// depend on.
+    static std::array<std::size_t, 2> filter_bits(std::uint64_t tag) noexcept {
+      return {static_cast<std::size_t>(tag >> 8) % 4096,
+              static_cast<std::size_t>(tag >> 20) % 4096};
+    }
+
+    void erase(std::uint64_t tag, std::string_view key) {
+      if (Slot* s = cur.find(tag, key)) {
+        cur.erase_at(static_cast<std::size_t>(s - cur.slots));
+      } else if (Slot* o = old.find(tag, key)) {
+        clear(*o);
+        o->tag = moved;
+        --old.size;
+        finish_migration();
+      } else if (!overflow.empty()) {
+        const auto it = overflow.find(key);
+        if (it != overflow.end()) overflow.erase(it);
+      }
+    }
+
+    /// See Table::reclaim: chunks of `chunk` slots, the lock released between them.
+    std::size_t reclaim(std::chrono::nanoseconds now) {
+      std::size_t dropped = 0;
+      std::size_t at = 0;
+      const Slot* swept = nullptr;  // the array `at` indexes
+      int shrinks = 0;  // each shrink divides the slots by about chunk / 2: a few suffice
+      for (;;) {
+        std::lock_guard lock(mutex);
+        if (!has_params) return dropped;
+        const std::size_t before = live();
+        if (latest < now) latest = now;
+        if (old.capacity != 0) {
+          migrate(params, now, chunk, 0);
+        } else if (!overflow.empty() && swept == nullptr) {
+          // The overflow map first, whole (it only holds keys that found no slot).
+          for (auto it = overflow.begin(); it != overflow.end();) {
+            if (M::is_fresh(params, it->second.state, now)) {
+              record_drop(it->second.tag, now);
+              it = overflow.erase(it);
+            } else {
+              ++it;
+            }
+          }
+          swept = cur.slots;
+          at = 0;
+        } else if (swept != cur.slots || at < cur.capacity) {
+          if (swept != cur.slots) {
+            swept = cur.slots;
+            at = 0;
+          }
+          for (std::size_t n = chunk; n > 0 && at < cur.capacity; --n) {
+            Slot& s = cur.slots[at];
+            if (s.tag != 0 && M::is_fresh(params, s.state(), now)) {
+              record_drop(s.tag, now);
+              cur.erase_at(at);
+            } else {
+              ++at;
+            }
+          }
+        } else if (shrinks < 4 && cur.capacity > min_capacity && live() * 5 < cur.capacity) {
+          ++shrinks;
+          start_resize(chunk);
+          swept = cur.slots;
+          at = cur.capacity;  // the new array holds only kept keys
+        } else {
+          dropped += before - live();
+          return dropped;
+        }
+        dropped += before - live();
+      }
+    }
+  };
+
+  [[no_unique_address]] Hash hash_;
   std::array<Shard, shard_count> shards_;
 };
 

@@ -6,6 +6,7 @@
 #include <yaml-cpp/yaml.h>
 
 #include <algorithm>
+#include <array>
 #include <cctype>
 #include <charconv>
 #include <chrono>
@@ -16,6 +17,8 @@
 #include <stdexcept>
 #include <string>
 #include <string_view>
+#include <unordered_map>
+#include <unordered_set>
 #include <utility>
 #include <vector>
 
@@ -54,26 +57,49 @@ struct AlgorithmNames {
   std::string list;
 };
 
+/// The limits of what a rules file may make the reader do: a file is read whole, and YAML
+/// aliases (`*name`) share a node rather than copy it, so a short file can describe a huge or
+/// cyclic tree. Every descriptor reached counts, through aliases too.
+struct RulesLimits {
+  /// Bytes of YAML text.
+  static constexpr std::size_t max_bytes = std::size_t{64} << 20;
+  /// Levels of nested `descriptors`.
+  static constexpr int max_depth = 32;
+  /// Descriptors reached per byte of text: every descriptor written out takes more than 8 bytes
+  /// (`key:` and `rate_limit:` or `descriptors:`), so only aliases can reach more.
+  static constexpr std::size_t bytes_per_descriptor = 8;
+};
+
 class RulesReader {
  public:
   RulesReader(std::string source, AlgorithmNames algorithms)
       : source_(std::move(source)), algorithms_(std::move(algorithms)) {}
 
   RuleTree read(std::string_view text) {
-    YAML::Node doc;
+    if (text.size() > RulesLimits::max_bytes)
+      fail(0, "the file has " + std::to_string(text.size()) + " bytes, more than the " +
+                  std::to_string(RulesLimits::max_bytes) + " a rules file may have");
+    budget_ = std::max<std::size_t>(64, text.size() / RulesLimits::bytes_per_descriptor);
+    std::vector<YAML::Node> docs;
     try {
-      doc = YAML::Load(std::string(text));
+      docs = YAML::LoadAll(std::string(text));
     } catch (const YAML::Exception& e) {
       fail(e.mark.line >= 0 ? e.mark.line + 1 : 0, "invalid YAML: " + e.msg);
     }
+    if (docs.empty())
+      fail(1, "the file is empty: expected a mapping with `domain` and `descriptors`");
+    if (docs.size() > 1)
+      fail(line_of(docs[1], 0),
+           "a second YAML document (after `---`): a rules file holds exactly one");
+    const YAML::Node doc = docs.front();
     if (!doc.IsMap())
       fail(line_of(doc, 1), "the file must be a mapping with `domain` and `descriptors`");
     const int top = line_of(doc, 1);
-    check_fields(doc, {"domain", "descriptors", "client_keys"});
+    const Fields f = fields(doc, {"domain", "descriptors", "client_keys"});
     RuleTree tree;
-    tree.domain = scalar(doc, "domain", top, true);
-    if (tree.domain.empty()) fail(line_of(doc["domain"], top), "domain must not be empty");
-    if (const YAML::Node ck = doc["client_keys"]) {
+    tree.domain = scalar(f[0], "domain", top, true);
+    if (tree.domain.empty()) fail(line_of(f[0].node, top), "domain must not be empty");
+    if (const YAML::Node& ck = f[2].node; f[2].given) {
       if (!ck.IsSequence()) fail(line_of(ck, top), "client_keys must be a list of descriptor keys");
       for (const YAML::Node& k : ck) {
         if (!k.IsScalar()) fail(line_of(k, top), "client_keys entries must be strings");
@@ -82,8 +108,8 @@ class RulesReader {
     } else {
       tree.client_keys = {"api_key", "remote_address"};
     }
-    const YAML::Node ds = doc["descriptors"];
-    if (!ds) fail(top, "missing field `descriptors`");
+    const YAML::Node& ds = f[1].node;
+    if (!f[1].given) fail(top, "missing field `descriptors`");
     tree.roots = descriptors(ds, top);
     if (tree.roots.empty()) fail(line_of(ds, top), "descriptors must not be empty");
     return tree;
@@ -102,28 +128,39 @@ class RulesReader {
 
   static std::string quoted(std::string_view s) { return "\"" + std::string(s) + "\""; }
 
-  /// Rejects fields this reader does not know (a typo would otherwise silently drop a limit),
-  /// and a field given twice (YAML parsers keep one and lose the other).
-  void check_fields(const YAML::Node& map, std::initializer_list<std::string_view> known) const {
-    std::vector<std::string> seen;
+  /// A mapping's fields by their position in the `known` list (undefined nodes for those
+  /// absent), read in one pass: yaml-cpp looks a key up by scanning the mapping, so asking for
+  /// each field apart would cost a scan each. Rejects fields this reader does not know (a typo
+  /// would otherwise silently drop a limit), and a field given twice (YAML parsers keep one and
+  /// lose the other).
+  struct Field {
+    YAML::Node node;
+    bool given = false;
+  };
+  using Fields = std::array<Field, 5>;
+  Fields fields(const YAML::Node& map, std::initializer_list<std::string_view> known) const {
+    Fields out;
     for (const auto& kv : map) {
       const int line = line_of(kv.first, line_of(map, 0));
       if (!kv.first.IsScalar()) fail(line, "field names must be strings");
       const std::string& f = kv.first.Scalar();
-      if (std::find(known.begin(), known.end(), f) == known.end()) {
+      const auto at = std::find(known.begin(), known.end(), f);
+      if (at == known.end()) {
         std::string list;
         for (const auto k : known) list += (list.empty() ? "" : ", ") + std::string(k);
         fail(line, "unknown field " + quoted(f) + " (expected one of: " + list + ")");
       }
-      if (std::find(seen.begin(), seen.end(), f) != seen.end())
-        fail(line, "field " + quoted(f) + " given twice");
-      seen.push_back(f);
+      const auto i = static_cast<std::size_t>(at - known.begin());
+      if (out[i].given) fail(line, "field " + quoted(f) + " given twice");
+      out[i] = {kv.second, true};
     }
+    return out;
   }
 
-  std::string scalar(const YAML::Node& map, const char* field, int map_line, bool required) const {
-    const YAML::Node n = map[field];
-    if (!n) {
+  /// The string value of field `field`.
+  std::string scalar(const Field& f, const char* field, int map_line, bool required) const {
+    const YAML::Node& n = f.node;
+    if (!f.given) {
       if (required) fail(map_line, std::string("missing field `") + field + "`");
       return {};
     }
@@ -131,61 +168,88 @@ class RulesReader {
     return n.Scalar();
   }
 
+  /// Fails if `n` is one of the nodes being read around it: an alias that refers to an
+  /// enclosing node would make the tree infinite.
+  void enter(const YAML::Node& n, int line) {
+    for (const YAML::Node& open : path_)
+      if (open.is(n))
+        fail(line, "an alias refers to a node that contains it (line " +
+                       std::to_string(line_of(open, line)) + "): the descriptors would never end");
+    path_.push_back(n);
+  }
+
   std::vector<RuleNode> descriptors(const YAML::Node& seq, int parent_line) {
     const int line = line_of(seq, parent_line);
     if (!seq.IsSequence()) fail(line, "descriptors must be a list");
+    if (++depth_ > RulesLimits::max_depth)
+      fail(line, "descriptors nested more than " + std::to_string(RulesLimits::max_depth) +
+                     " levels deep");
+    enter(seq, line);
     std::vector<RuleNode> out;
+    // Key and value of each descriptor of this level, for the duplicate check in O(1) each.
+    std::unordered_map<std::string, int> seen;
     for (const YAML::Node& d : seq) {
       RuleNode node = descriptor(d, line);
-      for (const RuleNode& other : out)
-        if (other.key == node.key && other.has_value == node.has_value &&
-            (!node.has_value || other.value == node.value))
-          fail(node.line, "duplicate descriptor key " + quoted(node.key) +
-                              (node.has_value ? " value " + quoted(node.value) : "") +
-                              " (first at line " + std::to_string(other.line) + ")");
+      std::string id = node.key;
+      id += node.has_value ? '=' : '*';
+      id += node.value;
+      const auto [it, fresh] = seen.emplace(std::move(id), node.line);
+      if (!fresh)
+        fail(node.line, "duplicate descriptor key " + quoted(node.key) +
+                            (node.has_value ? " value " + quoted(node.value) : "") +
+                            " (first at line " + std::to_string(it->second) + ")");
       out.push_back(std::move(node));
     }
+    path_.pop_back();
+    --depth_;
     return out;
   }
 
   RuleNode descriptor(const YAML::Node& d, int parent_line) {
     RuleNode node;
     node.line = line_of(d, parent_line);
+    if (budget_ == 0)
+      fail(node.line,
+           "more descriptors than the file's size allows (one per 8 bytes): YAML aliases "
+           "expand to too many");
+    --budget_;
+    enter(d, node.line);
     if (!d.IsMap())
       fail(node.line,
            "a descriptor must be a mapping with `key` (and `value`, `rate_limit`, "
            "`descriptors`)");
-    check_fields(d, {"key", "value", "rate_limit", "descriptors"});
-    node.key = scalar(d, "key", node.line, true);
-    if (node.key.empty()) fail(line_of(d["key"], node.line), "key must not be empty");
-    if (d["value"]) {
-      node.value = scalar(d, "value", node.line, false);
+    const Fields f = fields(d, {"key", "value", "rate_limit", "descriptors"});
+    node.key = scalar(f[0], "key", node.line, true);
+    if (node.key.empty()) fail(line_of(f[0].node, node.line), "key must not be empty");
+    if (f[1].given) {
+      node.value = scalar(f[1], "value", node.line, false);
       node.has_value = true;
     }
-    if (const YAML::Node rl = d["rate_limit"]) rate_limit(rl, node);
-    if (const YAML::Node ds = d["descriptors"]) node.children = descriptors(ds, node.line);
-    if (!d["rate_limit"] && node.children.empty())
+    if (f[2].given) rate_limit(f[2].node, node);
+    if (f[3].given) node.children = descriptors(f[3].node, node.line);
+    if (!f[2].given && node.children.empty())
       fail(node.line,
            "descriptor " + quoted(node.key) + " has neither `rate_limit` nor nested `descriptors`");
+    path_.pop_back();
     return node;
   }
 
   void rate_limit(const YAML::Node& rl, RuleNode& node) {
     const int line = line_of(rl, node.line);
     if (!rl.IsMap()) fail(line, "rate_limit must be a mapping with `unit` and `requests_per_unit`");
-    check_fields(rl, {"unit", "requests_per_unit", "algorithm", "name", "unlimited"});
-    node.name = scalar(rl, "name", line, false);
-    if (const YAML::Node u = rl["unlimited"]) {
+    const Fields f = fields(rl, {"unit", "requests_per_unit", "algorithm", "name", "unlimited"});
+    node.name = scalar(f[3], "name", line, false);
+    if (const YAML::Node& u = f[4].node; f[4].given) {
       if (!u.IsScalar() || (u.Scalar() != "true" && u.Scalar() != "false"))
         fail(line_of(u, line), "rate_limit.unlimited must be true or false");
       if (u.Scalar() == "true") {
-        if (rl["unit"] || rl["requests_per_unit"] || rl["algorithm"])
+        if (f[0].given || f[1].given || f[2].given)
           fail(line, "rate_limit.unlimited: true takes no unit, requests_per_unit or algorithm");
         return;
       }
     }
-    const std::string unit = scalar(rl, "unit", line, true);
-    const int unit_line = line_of(rl["unit"], line);
+    const std::string unit = scalar(f[0], "unit", line, true);
+    const int unit_line = line_of(f[0].node, line);
     std::string lower = unit;
     std::transform(lower.begin(), lower.end(), lower.begin(),
                    [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
@@ -202,8 +266,11 @@ class RulesReader {
       fail(unit_line, "rate_limit.unit = " + quoted(unit) +
                           ": unknown unit (expected second, minute, hour or day)");
 
-    const std::string rpu = scalar(rl, "requests_per_unit", line, true);
-    const int rpu_line = line_of(rl["requests_per_unit"], line);
+    const std::string rpu = scalar(f[1], "requests_per_unit", line, true);
+    const int rpu_line = line_of(f[1].node, line);
+    // "-0" would parse as 0, which blocks every request: a sign is never meant.
+    if (!rpu.empty() && rpu.front() == '-')
+      fail(rpu_line, "rate_limit.requests_per_unit = " + rpu + ": must not be negative");
     std::int64_t count = 0;
     const auto [end, ec] = std::from_chars(rpu.data(), rpu.data() + rpu.size(), count);
     if (ec == std::errc::result_out_of_range || (ec == std::errc{} && count > max_count))
@@ -214,11 +281,11 @@ class RulesReader {
       fail(rpu_line, "rate_limit.requests_per_unit = " + rpu + ": must not be negative");
     node.rate.count = count;
 
-    const std::string algo = scalar(rl, "algorithm", line, false);
+    const std::string algo = scalar(f[2], "algorithm", line, false);
     if (!algo.empty()) {
       const auto found = algorithms_.find(algo);
       if (!found)
-        fail(line_of(rl["algorithm"], line),
+        fail(line_of(f[2].node, line),
              "rate_limit.algorithm = " + quoted(algo) +
                  ": unknown algorithm (expected one of: " + algorithms_.list + ")");
       node.algorithm = *found;
@@ -228,6 +295,9 @@ class RulesReader {
 
   std::string source_;
   AlgorithmNames algorithms_;
+  std::size_t budget_ = 0;        ///< descriptors that may still be read
+  int depth_ = 0;                 ///< `descriptors` lists open
+  std::vector<YAML::Node> path_;  ///< the descriptor nodes and lists being read
 };
 
 }  // namespace detail

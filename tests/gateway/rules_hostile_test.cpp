@@ -1,0 +1,163 @@
+// Issue 12, item 3: rules files written to hurt the loader. The first version recursed forever
+// on a self-referencing alias (SIGSEGV), ran past 60 s and 3.8 GB on a 2.3 KB alias bomb, took
+// 47 s for the 131,071 rules of a 1.6 KB one (a quadratic duplicate check), read
+// `requests_per_unit: -0` as 0 and ignored a second YAML document. Each is an error now, naming
+// the file and line, and a big honest file loads in linear time.
+#include <chrono>
+#include <cstdint>
+#include <filesystem>
+#include <fstream>
+#include <stdexcept>
+#include <string>
+
+#include <catch2/catch.hpp>
+#include <ratelimit/rules.hpp>
+
+using ratelimit::Rules;
+
+namespace {
+
+std::string error_of(const std::string& yaml) {
+  try {
+    (void)Rules::from_string(yaml, "rules.yaml");
+  } catch (const std::invalid_argument& e) {
+    return e.what();
+  }
+  return "(no error)";
+}
+
+bool starts_with(const std::string& s, const std::string& prefix) {
+  return s.rfind(prefix, 0) == 0;
+}
+
+/// An alias bomb: level i is a list of two descriptors, x and y, whose nested descriptors are
+/// both level i - 1 (x defines it with an anchor, y refers to it), so `levels` levels of text
+/// describe 2^(levels + 1) - 2 descriptors.
+std::string alias_bomb(int levels) {
+  std::string list =
+      "[{key: x, rate_limit: {unit: second, requests_per_unit: 1}}, "
+      "{key: y, rate_limit: {unit: second, requests_per_unit: 1}}]";
+  for (int i = 1; i <= levels; ++i) {
+    const std::string anchor = "l" + std::to_string(i - 1);
+    list = "[{key: x, descriptors: &" + anchor + " " + list + "}, {key: y, descriptors: *" +
+           anchor + "}]";
+  }
+  return "domain: d\ndescriptors: " + list + "\n";
+}
+
+}  // namespace
+
+TEST_CASE("A descriptor list that contains itself through an alias is an error naming its line",
+          "[rules][errors][hostile]") {
+  // The first version recursed until the stack overflowed (SIGSEGV).
+  const std::string list_self = "domain: d\ndescriptors: &top\n  - key: a\n    descriptors: *top\n";
+  const std::string e1 = error_of(list_self);
+  INFO(e1);
+  // The list is the node anchored on line 2 (`&top`), reached again through `*top` on line 4.
+  CHECK(starts_with(e1, "rules.yaml:2: an alias refers to a node that contains it (line 2)"));
+  // A descriptor whose own nested list holds it.
+  const std::string descriptor_self =
+      "domain: d\ndescriptors:\n  - &d {key: a, descriptors: [*d]}\n";
+  const std::string e2 = error_of(descriptor_self);
+  INFO(e2);
+  CHECK(starts_with(e2, "rules.yaml:3: an alias refers to a node that contains it"));
+}
+
+TEST_CASE("Alias bombs are refused after a number of descriptors bounded by the file's size",
+          "[rules][errors][hostile]") {
+  // 17 levels: the first version's 131,071 rules (2^17 - 1 per branch). 30 levels: 2^31
+  // descriptors, which no time bound would let it read. Both are refused once the descriptors
+  // read pass one per 8 bytes of text.
+  for (const int levels : {16, 30}) {
+    const std::string yaml = alias_bomb(levels);
+    INFO(levels << " levels, " << yaml.size() << " bytes");
+    const auto start = std::chrono::steady_clock::now();
+    const std::string e = error_of(yaml);
+    const auto took = std::chrono::steady_clock::now() - start;
+    INFO(e << " (after " << std::chrono::duration_cast<std::chrono::microseconds>(took).count()
+           << " us)");
+    CHECK(starts_with(e, "rules.yaml:2: more descriptors than the file's size allows"));
+  }
+}
+
+TEST_CASE("An alias that expands within the budget is read as written", "[rules][hostile]") {
+  // Aliases are YAML: sharing one rate_limit mapping is fine.
+  const Rules r = Rules::from_string(
+      "domain: d\ndescriptors:\n"
+      "  - key: a\n    rate_limit: &rl {unit: minute, requests_per_unit: 5}\n"
+      "  - key: b\n    rate_limit: *rl\n",
+      "rules.yaml");
+  REQUIRE(r.rules().size() == 2);
+  CHECK(r.rules()[1].rate.count == 5);
+}
+
+TEST_CASE("requests_per_unit: -0 is refused instead of blocking everything",
+          "[rules][errors][hostile][regression]") {
+  CHECK(error_of("domain: d\ndescriptors:\n  - key: a\n    rate_limit:\n      unit: second\n"
+                 "      requests_per_unit: -0\n") ==
+        "rules.yaml:6: rate_limit.requests_per_unit = -0: must not be negative");
+}
+
+TEST_CASE("A second YAML document is an error naming its line", "[rules][errors][hostile]") {
+  CHECK(error_of("domain: d\ndescriptors:\n  - key: a\n    rate_limit: {unit: second, "
+                 "requests_per_unit: 1}\n---\ndomain: e\n") ==
+        "rules.yaml:6: a second YAML document (after `---`): a rules file holds exactly one");
+}
+
+TEST_CASE("Descriptors nested more than 32 deep are an error", "[rules][errors][hostile]") {
+  std::string yaml = "domain: d\ndescriptors:\n";
+  std::string indent = "  ";
+  for (int i = 0; i < 33; ++i) {
+    yaml += indent + "- key: k" + std::to_string(i) + "\n" + indent + "  descriptors:\n";
+    indent += "    ";
+  }
+  yaml +=
+      indent + "- key: leaf\n" + indent + "  rate_limit: {unit: second, requests_per_unit: 1}\n";
+  // The list holding k<i> starts on line 3 + 2 i (two lines per level): k32's is the 33rd.
+  CHECK(error_of(yaml) == "rules.yaml:67: descriptors nested more than 32 levels deep");
+}
+
+TEST_CASE("A file over 64 MiB is refused before it is parsed", "[rules][errors][hostile]") {
+  const std::string yaml = "domain: d\n#" + std::string(std::size_t{64} << 20, 'x') + "\n";
+  // 10 + 1 + 2^26 + 1 bytes.
+  CHECK(starts_with(error_of(yaml), "rules.yaml:0: the file has 67108876 bytes, more than the"));
+}
+
+TEST_CASE("A rules file over 64 MiB is refused before it is read", "[rules][errors][hostile]") {
+  // A sparse file of 65 MiB: from_file looks at its size first, so it is never read.
+  const std::string path = "rules_hostile_huge.yaml";
+  { std::ofstream create(path); }
+  std::filesystem::resize_file(path, std::uintmax_t{65} << 20);
+  CHECK_THROWS_WITH(Rules::from_file(path),
+                    "rules_hostile_huge.yaml:0: the file has 68157440 bytes, more than the "
+                    "67108864 a rules file may have");
+  std::filesystem::remove(path);
+}
+
+TEST_CASE("100,000 generated descriptors load, and a duplicate among them is found",
+          "[rules][hostile]") {
+  // Linear time: one hash-set insertion per descriptor and per rule name (the first version
+  // compared every pair: 5 * 10^9 comparisons here). No time is asserted; the INFO shows it.
+  std::string yaml = "domain: d\ndescriptors:\n";
+  for (int i = 0; i < 100'000; ++i)
+    yaml += "  - {key: k" + std::to_string(i) +
+            ", rate_limit: {unit: minute, requests_per_unit: 10}}\n";
+  const auto start = std::chrono::steady_clock::now();
+  const Rules r = Rules::from_string(yaml, "rules.yaml");
+  const auto took = std::chrono::steady_clock::now() - start;
+  INFO(
+      "100,000 descriptors (" << yaml.size() << " bytes) loaded in "
+                              << std::chrono::duration_cast<std::chrono::milliseconds>(took).count()
+                              << " ms");
+  CHECK(r.rules().size() == 100'000);
+  WARN("100,000 descriptors loaded in "
+       << std::chrono::duration_cast<std::chrono::milliseconds>(took).count() << " ms");
+  // A duplicate is found in one pass too (here among 10,000, to keep the run short): the same
+  // key again as the 10,001st descriptor, on line 10,003; the first is on line 3.
+  std::string small = "domain: d\ndescriptors:\n";
+  for (int i = 0; i < 10'000; ++i)
+    small += "  - {key: k" + std::to_string(i) +
+             ", rate_limit: {unit: minute, requests_per_unit: 10}}\n";
+  small += "  - {key: k0, rate_limit: {unit: minute, requests_per_unit: 10}}\n";
+  CHECK(error_of(small) == "rules.yaml:10003: duplicate descriptor key \"k0\" (first at line 3)");
+}
