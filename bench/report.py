@@ -2,9 +2,13 @@
 """Turns bench/run's raw results into bench/results/latest.{md,json,png}.
 
     python3 bench/report.py RAW_DIR OUT_DIR
+    python3 bench/report.py --redis-cost RAW_DIR OUT_DIR
 
-RAW_DIR holds meta.env, inprocess_*.json and redis.json (Google Benchmark JSON) and
-redis_benchmark.csv (bench/run's lines: c,P,n,cpu_before,cpu_after,<redis-benchmark CSV row>).
+RAW_DIR holds meta.env, inprocess_*.json and redis.json (Google Benchmark JSON),
+redis_benchmark.csv (bench/run's lines: c,P,n,cpu_before,cpu_after,<redis-benchmark CSV row>)
+and redis_cost.json (bench/redis_cost's runs). The first form writes latest.{md,json,png} (and
+redis_cost.md when redis_cost.json is there); --redis-cost writes only OUT_DIR/redis_cost.md
+and prints it (bench/run --redis-cost).
 Python 3 standard library only; the chart is drawn by gnuplot when it is installed.
 """
 
@@ -94,7 +98,169 @@ def ratio(x, y):
     return x / y if x is not None and y else None
 
 
+def median(values):
+    v = sorted(values)
+    n = len(v)
+    if n == 0:
+        return None
+    return v[n // 2] if n % 2 else (v[n // 2 - 1] + v[n // 2]) / 2
+
+
+def spread(values):
+    return f"{fmt(median(values), 2)} [{fmt(min(values), 2)}–{fmt(max(values), 2)}]" if values else "–"
+
+
+def read_redis_cost(raw):
+    path = os.path.join(raw, "redis_cost.json")
+    if not os.path.exists(path):
+        return None
+    try:
+        with open(path) as f:
+            return json.load(f)
+    except (OSError, ValueError) as e:
+        print(f"report.py: {path}: {e}", file=sys.stderr)
+        return None
+
+
+def redis_cost_section(raw, meta):
+    """Markdown lines for bench/redis_cost's results (issue 10), and a summary for latest.json:
+    Redis CPU and memory per decision beside the plain GCRA script, as ratios, with the goals."""
+    data = read_redis_cost(raw)
+    md = []
+    w = md.append
+    w("## Redis cost per decision, beside a plain GCRA script (issue 10)")
+    w("")
+    if data is None:
+        w(f"Not run ({meta.get('redis_cost_status', 'bench/redis_cost not built or failed')}).")
+        w("")
+        return md, None
+    plain_mem = data["plain_memory"]["bytes_per_key"]
+    w(f"`bench/redis_cost` against its own throwaway Redis {data.get('redis_version')} on "
+      f"loopback; Redis pinned to one core: {meta.get('redis_cost_pinned', 'unknown')}. Load "
+      f"average at start {meta.get('load_redis_cost_start', '?')}, at end "
+      f"{meta.get('load_redis_cost_end', '?')}.")
+    w("")
+    w(f"**CPU**: Redis's time inside the script calls (INFO commandstats: usec of EVALSHA, EVAL, "
+      f"FCALL and their _RO forms; CONFIG RESETSTAT and FLUSHALL before each run) per decision. "
+      f"A run is {data['decisions']:,} synchronous decisions on one connection over "
+      f"{data['keys']:,} client keys `user:N` (each key decided {data['decisions'] // data['keys']} "
+      f"times, one fixed shuffled order), every decision admitted. {data['rounds']} rounds per "
+      f"row, interleaved (library, plain, library, plain, ...): median [min–max] of the runs; "
+      f"the ratio is of the medians. **Memory**: FLUSHALL, INFO memory `used_memory`, "
+      f"{data['memory_keys']:,} keys `user:0`.. one admission each, `used_memory` again: bytes "
+      f"per client key. Library key prefix: \"{data.get('key_prefix', '')}\". **Plain**: the "
+      f"plain floating-point GCRA script a user would write (one GET, one SET with PX; capacity "
+      f"1000 at 1000 per day; in bench/redis_cost.cpp), loaded with SCRIPT LOAD and called with "
+      f"EVALSHA from the same process on its own connection, same keys and order.")
+    w("")
+    w("| scenario | limit | library µs/decision | plain µs/decision | CPU ratio | CPU goal | "
+      "library B/key | plain B/key | memory ratio | memory goal |")
+    w("|---|---|---:|---:|---:|---|---:|---:|---:|---|")
+    summary = []
+    goals = []
+    problems = []
+    for s in data["scenarios"]:
+        lib = [r["script_us"] for r in s["library"]]
+        pl = [r["script_us"] for r in s["plain"]]
+        cpu_ratio = ratio(median(lib), median(pl))
+        mem = s.get("memory")
+        lib_mem = mem["bytes_per_key"] if mem else None
+        mem_ratio = ratio(lib_mem, plain_mem)
+
+        def verdict(r, goal):
+            if not goal:
+                return "–", None
+            ok = r is not None and r <= goal
+            return f"≤ {goal:g}x: **{'met' if ok else 'missed'}**", ok
+
+        cpu_text, cpu_ok = verdict(cpu_ratio, s.get("cpu_goal"))
+        mem_text, mem_ok = verdict(mem_ratio, s.get("memory_goal") if mem else 0)
+        name = s["name"]
+        if name == "SlidingLogFull":
+            # No memory run: the CPU runs' own growth, at 100 entries per key.
+            lib_mem = median([r["bytes_per_key"] for r in s["library"]])
+            pl_mem = median([r["bytes_per_key"] for r in s["plain"]])
+            mem_cells = (f"{fmt(lib_mem, 0)}* | {fmt(pl_mem, 0)}* | "
+                         f"{fmt(ratio(lib_mem, pl_mem), 2)}x* | –")
+        else:
+            mem_cells = (f"{fmt(lib_mem, 0)} | {fmt(plain_mem, 0)} | "
+                         f"{fmt(mem_ratio, 2) + 'x' if mem_ratio else '–'} | {mem_text}")
+        w(f"| {name} | {s['setup']} | {spread(lib)} | {spread(pl)} | {fmt(cpu_ratio, 2)}x | "
+          f"{cpu_text} | {mem_cells} |")
+        if cpu_ok is not None:
+            goals.append({"goal": f"{name}: Redis CPU per decision at most {s['cpu_goal']:g}x the plain script",
+                          "measured": f"{fmt(cpu_ratio, 2)}x", "status": "met" if cpu_ok else "missed"})
+        if mem_ok is not None:
+            goals.append({"goal": f"{name}: Redis memory per client key at most {s['memory_goal']:g}x the plain script",
+                          "measured": f"{fmt(mem_ratio, 2)}x", "status": "met" if mem_ok else "missed"})
+        runs = s["library"] + s["plain"] + ([mem] if mem else [])
+        if any(r["degraded"] for r in runs):
+            problems.append(f"{name}: {sum(r['degraded'] for r in runs)} decisions made by the "
+                            "failure policy (not by Redis): its figures are not Redis's")
+        if any(r["admitted"] < 1 for r in runs):
+            problems.append(f"{name}: not every decision was admitted (min "
+                            f"{min(r['admitted'] for r in runs):.4f}): the runs do not all write")
+        summary.append({"name": name, "library_us": lib, "plain_us": pl, "cpu_ratio": cpu_ratio,
+                        "library_B_per_key": lib_mem, "plain_B_per_key": plain_mem,
+                        "memory_ratio": mem_ratio})
+    w("")
+    full = next((s for s in data["scenarios"] if s["name"] == "SlidingLogFull"), None)
+    if full:
+        extra = (median([r["bytes_per_key"] for r in full["library"]])
+                 - median([r["bytes_per_key"] for r in full["plain"]]))
+        w("\\* SlidingLogFull has no memory run: its bytes per key are the CPU runs' growth over "
+          f"{full['keys']} keys, each log then holding "
+          f"{data['decisions'] // full['keys']} entries, beside the plain script's growth over "
+          "the same keys. Over so few keys the fixed costs (client buffers, the key table) weigh "
+          f"a lot: read the difference, {fmt(extra, 0)} B more per client key.")
+        w("")
+    for p in problems:
+        w(f"- **Warning**: {p}.")
+    if problems:
+        w("")
+    w("Where the microseconds go (medians over the library's runs): the script's time splits into "
+      "the Redis commands it calls (commandstats counts every `redis.call`) and the rest (Lua: "
+      "argument parsing, arithmetic, building the reply). Process CPU is redis-server's user + "
+      "sys time per decision (networking and the event loop included); wall is the client's "
+      "round trip.")
+    w("")
+    w("| scenario | script µs | of which commands µs (calls) | Lua and the rest µs | plain: commands µs (calls), rest µs | process CPU µs, library / plain | wall µs, library / plain | Redis keys per client key |")
+    w("|---|---:|---:|---:|---:|---:|---:|---:|")
+    for s in data["scenarios"]:
+        def med(runs, field):
+            return median([r[field] for r in runs])
+        lib, pl = s["library"], s["plain"]
+        mem = s.get("memory") or (lib[-1] if lib else None)
+        keys_per = mem["redis_keys"] / (data["memory_keys"] if s.get("memory") else s["keys"]) if mem else None
+        w(f"| {s['name']} | {fmt(med(lib, 'script_us'), 2)} | {fmt(med(lib, 'inner_us'), 2)} "
+          f"({fmt(med(lib, 'inner_calls'), 1)}) | "
+          f"{fmt(med(lib, 'script_us') - med(lib, 'inner_us'), 2)} | "
+          f"{fmt(med(pl, 'inner_us'), 2)} ({fmt(med(pl, 'inner_calls'), 1)}), "
+          f"{fmt(med(pl, 'script_us') - med(pl, 'inner_us'), 2)} | "
+          f"{fmt(med(lib, 'process_cpu_us'), 1)} / {fmt(med(pl, 'process_cpu_us'), 1)} | "
+          f"{fmt(med(lib, 'wall_us'), 1)} / {fmt(med(pl, 'wall_us'), 1)} | {fmt(keys_per, 2)} |")
+    w("")
+    return md, {"data": data, "summary": summary, "goals": goals, "problems": problems}
+
+
+def write_redis_cost(raw, out, meta):
+    """Writes OUT/redis_cost.md (the section alone, with the run's context); returns its text."""
+    md, _ = redis_cost_section(raw, meta)
+    head = [f"# ratelimit: Redis cost per decision", "",
+            f"- Date: {meta.get('date')}; commit {meta.get('commit')}",
+            f"- Machine: {meta.get('cpu')}, {meta.get('cores')} cores; Linux {meta.get('kernel')}; "
+            f"{meta.get('compiler')}", ""]
+    text = "\n".join(head + md[2:] if md and md[0].startswith("## ") else head + md)
+    with open(os.path.join(out, "redis_cost.md"), "w") as f:
+        f.write(text)
+    return text
+
+
 def main():
+    if len(sys.argv) == 4 and sys.argv[1] == "--redis-cost":
+        raw, out = sys.argv[2], sys.argv[3]
+        print(write_redis_cost(raw, out, read_meta(raw)))
+        return
     raw, out = sys.argv[1], sys.argv[2]
     meta = read_meta(raw)
     inproc = read_benchmarks(sorted(glob.glob(os.path.join(raw, "inprocess_*.json"))))
@@ -235,6 +401,11 @@ def main():
         w("Not run (no redis_bench: include/ratelimit/redis.hpp or hiredis missing).")
     w("")
 
+    cost_md, cost = redis_cost_section(raw, meta)
+    md.extend(cost_md)
+    if cost is not None:  # a failed run leaves the last redis_cost.md in place
+        write_redis_cost(raw, out, meta)
+
     # --- goals --------------------------------------------------------------------------------
     goals = []
 
@@ -310,6 +481,7 @@ def main():
             "admitted", "error")} for k, v in redis.items()},
         "redis_benchmark": rb,
         "goals": [{"goal": g, "measured": m, "status": s} for g, m, s in goals],
+        "redis_cost": cost,
     }
     with open(os.path.join(out, "latest.json"), "w") as f:
         json.dump(summary, f, indent=1, sort_keys=True)
