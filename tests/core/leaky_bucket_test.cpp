@@ -28,7 +28,7 @@ auto make_queue(LeakyBucketConfig config, ManualClock clock) {
                                                                         clock);
 }
 
-constexpr LeakyBucketConfig ten_at_two_per_second{10, ratelimit::per_second(2)};
+constexpr LeakyBucketConfig queue_of_ten_at_two_per_second{10, ratelimit::per_second(2)};
 
 }  // namespace
 
@@ -36,7 +36,7 @@ TEMPLATE_LIST_TEST_CASE("An admitted leaky bucket request waits behind the queue
                         "[leaky_bucket][any_storage]", Backends) {
   INFO("storage: " << TestType::name);
   ManualClock clock;
-  auto lb = make_queue<TestType>(ten_at_two_per_second, clock);
+  auto lb = make_queue<TestType>(queue_of_ten_at_two_per_second, clock);
   // Cost 3 on an empty queue: delay 0, L = 3, remaining 7, reset 3 / 2 = 1.5 s.
   CHECK(lb.try_acquire("k", 3) == admitted(10, 7, 1500ms, 0ms));
   // Cost 2: delay 3 / 2 = 1.5 s, L = 5, remaining 5, reset 2.5 s.
@@ -54,7 +54,7 @@ TEMPLATE_LIST_TEST_CASE("Leaky bucket acquire waits out the delay, within max_wa
                         "[leaky_bucket][any_storage][acquire]", Backends) {
   INFO("storage: " << TestType::name);
   ManualClock clock;
-  auto lb = make_queue<TestType>(ten_at_two_per_second, clock);
+  auto lb = make_queue<TestType>(queue_of_ten_at_two_per_second, clock);
   // Empty queue: no delay, no wait.
   CHECK(lb.acquire("k", 1, 0ms) == admitted(10, 9, 500ms, 0ms));
   CHECK(clock.now() == 0ms);
@@ -77,7 +77,7 @@ TEMPLATE_LIST_TEST_CASE(
     "[leaky_bucket][any_storage][acquire]", Backends) {
   INFO("storage: " << TestType::name);
   ManualClock clock;
-  auto lb = make_queue<TestType>(ten_at_two_per_second, clock);
+  auto lb = make_queue<TestType>(queue_of_ten_at_two_per_second, clock);
   CHECK(lb.try_acquire("k", 10) == admitted(10, 0, 5s, 0ms));
   CHECK(lb.try_acquire("j", 10) == admitted(10, 0, 5s, 0ms));
   // L = 10: a unit fits after 500 ms and is then served behind L = 9, 4.5 s later: 5 s in all.

@@ -28,7 +28,7 @@ auto make_log(Rate rate, ManualClock clock) {
                                                                        clock);
 }
 
-constexpr Rate three_per_second{3, std::chrono::seconds{1}};
+constexpr Rate log_three_per_second{3, std::chrono::seconds{1}};
 
 }  // namespace
 
@@ -38,7 +38,7 @@ TEMPLATE_LIST_TEST_CASE(
     "[sliding_log][any_storage]", Backends) {
   INFO("storage: " << TestType::name);
   ManualClock clock;
-  auto sl = make_log<TestType>(three_per_second, clock);
+  auto sl = make_log<TestType>(log_three_per_second, clock);
   // Each admission is the newest entry: reset newest + W - t = 1 s.
   CHECK(sl.try_acquire("k") == admitted(3, 2, 1s));  // log {0}
   clock.set(200ms);
@@ -71,7 +71,7 @@ TEMPLATE_LIST_TEST_CASE(
     "[sliding_log][any_storage]", Backends) {
   INFO("storage: " << TestType::name);
   ManualClock clock;
-  auto sl = make_log<TestType>(three_per_second, clock);
+  auto sl = make_log<TestType>(log_three_per_second, clock);
   CHECK(sl.try_acquire("k", 2) == admitted(3, 1, 1s));  // log {0, 0}
   clock.set(300ms);
   CHECK(sl.try_acquire("k") == admitted(3, 0, 1s));  // log {0, 0, 300}
@@ -90,7 +90,7 @@ TEMPLATE_LIST_TEST_CASE("Sliding log acquire waits for entries to leave, within 
                         "[sliding_log][any_storage][acquire]", Backends) {
   INFO("storage: " << TestType::name);
   ManualClock clock;
-  auto sl = make_log<TestType>(three_per_second, clock);
+  auto sl = make_log<TestType>(log_three_per_second, clock);
   CHECK(sl.acquire("k", 1, 0ms) == admitted(3, 2, 1s));  // log {0}
   clock.set(200ms);
   CHECK(sl.acquire("k", 1, 0ms) == admitted(3, 1, 1s));  // log {0, 200}

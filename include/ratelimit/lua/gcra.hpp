@@ -1,0 +1,65 @@
+#pragma once
+/// @file gcra.hpp
+/// GENERATED from gcra.lua by cmake/embed_lua.cmake: edit the .lua file, then run
+///   cmake -DLUA_DIR=lua -DOUTPUT_DIR=include/ratelimit/lua -P cmake/embed_lua.cmake
+/// (a CTest test fails while this file is out of date). Thread safety: constant.
+
+#include <string_view>
+
+namespace ratelimit::lua {
+
+/// The text of gcra.lua.
+inline constexpr std::string_view gcra = R"lua(-- gcra.lua: one token bucket or leaky bucket decision (the twin of detail::gcra_apply, used by
+-- TokenBucketModel and LeakyBucketModel).
+--
+-- Both are GCRA (ITU-T I.371, virtual scheduling): one timestamp `at`, the instant the bucket is
+-- full again (token bucket) or the queue is empty (leaky bucket). A request of n units at t is
+-- admitted iff the backlog D = max(0, at - t) satisfies D + n x period/count <= limit x
+-- period/count, and (leaky bucket, when the caller bounds its wait) D <= max_wait; then
+-- at <- max(at, t) + n x period/count.
+-- Exact in doubles: durations are counted in 1/count ns, and every one of them (at, D, n's and
+-- the slack's worth) is held as a pair (us, rem): us x U + rem with U = 1000 x count <= 10^12
+-- and 0 <= rem < U. The us parts stay below 2^53: at <= t + a whole refill (<= 100 years).
+-- The client sends the request's worth and the slack (limit - n) x period/count as pairs, so
+-- the test D + n <= limit is D <= slack, a comparison of pairs.
+--
+-- KEY      string, struct '<ddd': at_us, at_rem, last (latest admitted time, us: a request
+--          stamped earlier is decided then)
+-- ARGV     now_us ('' = Redis TIME) | U | n_us | n_rem | slack_us | slack_rem (-1 when n > limit)
+--          | peek ('1' changes nothing) | TTL margin ms | wait_us | wait_rem (max_wait x count
+--          as a pair; wait_us '' for no bound, -1 when max_wait < 0)
+-- Returns  { admitted (0|1), decision time (us), at_us, at_rem } before the decision: the
+--          client derives remaining, retry_after, reset_after and delay with the C++ model.
+-- TTL      until the bucket is full again (the state then decides like a fresh key).
+
+-- (a_us, a_rem) <= (b_us, b_rem), remainders normalized.
+local function pair_le(a_us, a_rem, b_us, b_rem)
+  return a_us < b_us or (a_us == b_us and a_rem <= b_rem)
+end
+
+return function(key, A, o)
+  local at, rem, last = load_state(key, '<ddd', 24)
+  if not at then at, rem, last = 0, 0, 0 end
+  local t = now_us(A[o + 1])
+  if last > t then t = last end
+  local ahead = at > t or (at == t and rem > 0)
+  local d_us, d_rem = 0, 0
+  if ahead then d_us, d_rem = at - t, rem end
+  local admitted = pair_le(d_us, d_rem, tonumber(A[o + 5]), tonumber(A[o + 6]))
+  if admitted and A[o + 9] ~= '' then
+    admitted = pair_le(d_us, d_rem, tonumber(A[o + 9]), tonumber(A[o + 10]))
+  end
+  local reply = { admitted and 1 or 0, t, at, rem }
+  if not admitted or A[o + 7] == '1' then return reply end
+  return reply, function()
+    local unit = tonumber(A[o + 2])
+    local new_at, new_rem = t + tonumber(A[o + 3]), tonumber(A[o + 4])
+    if ahead then new_at, new_rem = at + tonumber(A[o + 3]), rem + new_rem end
+    if new_rem >= unit then new_at, new_rem = new_at + 1, new_rem - unit end
+    redis.call('SET', key, struct.pack('<ddd', new_at, new_rem, t), 'PX',
+               ttl_ms(new_at - t, tonumber(A[o + 8])))
+  end
+end
+)lua";
+
+}  // namespace ratelimit::lua

@@ -1,0 +1,23 @@
+#pragma once
+/// @file single.hpp
+/// GENERATED from single.lua by cmake/embed_lua.cmake: edit the .lua file, then run
+///   cmake -DLUA_DIR=lua -DOUTPUT_DIR=include/ratelimit/lua -P cmake/embed_lua.cmake
+/// (a CTest test fails while this file is out of date). Thread safety: constant.
+
+#include <string_view>
+
+namespace ratelimit::lua {
+
+/// The text of single.lua.
+inline constexpr std::string_view single = R"lua(-- single.lua: the driver of a one-key decision. redis/detail/script.hpp composes the body as
+-- lua/prelude.lua, then the algorithm's script as `local decide = (function() ... end)()`, then
+-- this. An algorithm's script returns its decide function: decide(key, ARGV, offset) reads the
+-- key, decides from ARGV[offset + 1], ... and returns its reply, plus, when the request is
+-- admitted and not a peek, the function that writes the new state.
+
+local reply, commit = decide(KEYS[1], ARGV, 0)
+if commit then commit() end
+return reply
+)lua";
+
+}  // namespace ratelimit::lua
