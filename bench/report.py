@@ -367,7 +367,7 @@ def main():
             w(f"| `-c {r['c']} -P {r['P']}` ({r['n']:,} calls) | {fmt(r['rps'])} | "
               f"{fmt(1e6 / r['rps'])} | {fmt(r['p50_us'])} | {fmt(r['p99_us'])} | {fmt(r['cpu_us'], 2)} |")
     else:
-        w("Not run (lua/token_bucket.lua missing).")
+        w("Not run (lua/gcra.lua or lua/single.lua missing).")
     w("")
     w("## The library on Redis")
     w("")

@@ -1,12 +1,14 @@
 // Issue 6: the cluster storage's routing. Slots as the specification computes them, validation,
 // keys spread over every primary with exact decisions, the batch split by node, and a slot with
 // live keys moved under traffic (ASK while it migrates, MOVED after) with decisions still exact.
+#include <array>
 #include <atomic>
 #include <chrono>
 #include <cstdint>
 #include <set>
 #include <stdexcept>
 #include <string>
+#include <string_view>
 #include <thread>
 #include <vector>
 
@@ -20,6 +22,7 @@
 #include "support/expect.hpp"
 
 using namespace std::chrono_literals;
+using ratelimit::Decision;
 using ratelimit::FixedWindow;
 using ratelimit::ManualClock;
 using ratelimit::RedisClusterStorage;
@@ -44,7 +47,7 @@ TEST_CASE("The client's slot of every kind of key equals the cluster's CLUSTER K
   for (const std::string& client_key : {std::string("alice"), std::string(), hostile_bytes,
                                         std::string(10000, '}'), std::string("user-42")}) {
     const std::string key = ratelimit::detail::redis_key(
-        "p:", client_key, ratelimit::detail::redis_key_tail("fixed_window", "n"));
+        "p:", client_key, ratelimit::detail::redis_key_tail("fw", "n"));
     auto r = admin.run({"CLUSTER", "KEYSLOT", key});
     CHECK(ratelimit::detail::redis_key_slot(key) == r->integer);
   }
@@ -155,7 +158,7 @@ TEST_CASE("Moving a slot with live keys under traffic keeps decisions exact (ASK
   const std::string key = "moving";
   const std::string redis_key = ratelimit::detail::redis_key(
       options.redis.key_prefix, key,
-      ratelimit::detail::redis_key_tail(ratelimit::FixedWindowModel::name, "reshard"));
+      ratelimit::detail::redis_key_tail(ratelimit::FixedWindowModel::Wire::key_tag, "reshard"));
   const int slot = ratelimit::detail::redis_key_slot(redis_key);
 
   const auto primaries = rltest::live_primaries();
@@ -229,7 +232,7 @@ TEST_CASE("Moving a slot with live keys under traffic keeps decisions exact (ASK
 }
 
 TEST_CASE(
-    "A sliding log whose two keys a migration split is retried (TRYAGAIN), then degraded, "
+    "A decision whose two keys a migration split is retried (TRYAGAIN), then degraded, "
     "never decided on half its state; exact again once both keys moved",
     "[cluster][resharding][sliding_log]") {
   auto options = rltest::test_cluster_options("split");
@@ -237,22 +240,34 @@ TEST_CASE(
   RedisClusterStorage storage(options);
   ManualClock clock;
   clock.set(100s);  // frozen
-  ratelimit::SlidingLog<ManualClock, RedisClusterStorage> sl(ratelimit::Rate{6, 1h}, storage, clock,
-                                                             "split");
+  // Two sliding logs of one client decided all or nothing (as a rule set does): two Redis keys
+  // under the client key's hash tag, so one slot.
+  const auto params = ratelimit::detail::make_window_params(ratelimit::Rate{6, 1h});
+  const auto first = storage.bind<ratelimit::SlidingLogModel>("split", params);
+  const auto second = storage.bind<ratelimit::SlidingLogModel>("split-b", params);
   const std::string key = "split-key";
-  const std::string tail =
-      ratelimit::detail::redis_key_tail(ratelimit::SlidingLogModel::name, "split");
-  const std::string log_key =
-      ratelimit::detail::redis_key(options.redis.key_prefix, key, tail, ":log");
-  const std::string meta_key =
-      ratelimit::detail::redis_key(options.redis.key_prefix, key, tail, ":meta");
+  const auto decide = [&] {
+    const std::array<ratelimit::RedisPart, 2> parts{first.part(key, {}), second.part(key, {})};
+    std::array<Decision, 2> out{};
+    storage.decide_all(parts, clock.now(), out);
+    return out;
+  };
+  const auto key_of = [&](std::string_view name) {
+    return ratelimit::detail::redis_key(
+        options.redis.key_prefix, key,
+        ratelimit::detail::redis_key_tail(ratelimit::SlidingLogModel::Wire::key_tag, name));
+  };
+  const std::string log_key = key_of("split"), other_key = key_of("split-b");
   const int slot = ratelimit::detail::redis_key_slot(log_key);
-  REQUIRE(slot == ratelimit::detail::redis_key_slot(meta_key));
+  REQUIRE(slot == ratelimit::detail::redis_key_slot(other_key));
+  const auto both_admitted = [](const std::array<Decision, 2>& d, std::int64_t remaining) {
+    return d[0] == admitted(6, remaining, 3600s) && d[1] == admitted(6, remaining, 3600s);
+  };
 
-  // 6 per hour (sliding): two admitted at t = 100 s, 5 then 4 left; nothing leaves the window
-  // before 100 s + 1 h, so reset_after is 3600 s.
-  CHECK(sl.try_acquire(key) == admitted(6, 5, 3600s));
-  CHECK(sl.try_acquire(key) == admitted(6, 4, 3600s));
+  // 6 per hour (sliding) each: two decisions at t = 100 s leave 5 then 4; nothing leaves the
+  // window before 100 s + 1 h, so reset_after is 3600 s.
+  CHECK(both_admitted(decide(), 5));
+  CHECK(both_admitted(decide(), 4));
 
   const rltest::RedisNode src = ratelimit::detail::parse_redis_node(
       storage.node_of<ratelimit::SlidingLogModel>("split", key), "src");
@@ -274,21 +289,22 @@ TEST_CASE(
     rltest::Admin(src).run({"MIGRATE", dst.host, std::to_string(dst.port), k, "0", "5000"});
   };
 
-  // Only the log moves: the source holds one key of the two and answers TRYAGAIN, every time.
+  // Only one key moves: the source holds one key of the two and answers TRYAGAIN, every time.
   migrate(log_key);
   const auto tries_before = storage.cluster_stats().tryagain;
-  const auto d = sl.try_acquire(key);
-  CHECK(d.degraded);
-  CHECK_FALSE(d.allowed);  // fail closed
+  const auto d = decide();
+  CHECK(d[0].degraded);
+  CHECK(d[1].degraded);
+  CHECK_FALSE(d[0].allowed);  // fail closed
   // The first attempt and max_redirects = 3 retries: 4 TRYAGAIN replies.
   CHECK(storage.cluster_stats().tryagain - tries_before == 4);
 
   // Both keys on the target: ASK, then the same count as before (4 left, then 3).
-  migrate(meta_key);
-  CHECK(sl.try_acquire(key) == admitted(6, 3, 3600s));
+  migrate(other_key);
+  CHECK(both_admitted(decide(), 3));
   // Whatever else the slot holds on the source (an earlier run's keys) moves before the slot.
   migrate_every_key(slot, src, dst);
   setslot_everywhere(slot, dst_info->id, dst, src);
-  CHECK(sl.try_acquire(key) == admitted(6, 2, 3600s));
+  CHECK(both_admitted(decide(), 2));
   CHECK(storage.node_of<ratelimit::SlidingLogModel>("split", key) == dst.address());
 }

@@ -107,10 +107,10 @@ TEST_CASE("On Redis a request denied by one rule spends nothing from the others"
   CHECK(set.storage().stats().degraded_decisions == 0);
 }
 
-TEST_CASE("On Redis a limit run before the one that denies is put back exactly, TTL included",
+TEST_CASE("On Redis a limit decided before the one that denies is left exactly, TTL included",
           "[rules][redis][atomic]") {
-  // Regression guard for the script's undo: tb (a token bucket) runs for real before fixed (a
-  // fixed window) is asked; when fixed denies, tb must be restored from its saved copy.
+  // The script decides every limit before it writes any: tb (a token bucket) admits before
+  // fixed (a fixed window) denies, and tb must then be left as it was.
   ManualClock clock;
   const auto options = rltest::test_redis_options("rules-undo");
   RedisSet set(Rules::from_string(all_algorithms), ratelimit::RedisStorage(options), clock);
@@ -118,7 +118,7 @@ TEST_CASE("On Redis a limit run before the one that denies is put back exactly, 
   // tb: 7 per second (bucket of 7); fixed: 5 per minute. Frozen clock.
   for (int i = 0; i < 5; ++i) REQUIRE(set.decide(search));  // tb 5/7, fixed 5/5
   for (int i = 0; i < 4; ++i) {
-    const auto d = set.decide(search);  // fixed denies; tb ran and was put back at 7 - 5 = 2
+    const auto d = set.decide(search);  // fixed denies; tb is left at 7 - 5 = 2
     REQUIRE_FALSE(d.allowed);
     CHECK(d.outcomes[0].decision.allowed);
     CHECK(d.outcomes[0].decision.remaining == 2);
@@ -126,7 +126,7 @@ TEST_CASE("On Redis a limit run before the one that denies is put back exactly, 
   }
   const auto keys = redis_keys(options.key_prefix);
   CHECK(keys.size() == 2);                            // tb and fixed
-  for (const auto& key : keys) CHECK(pttl(key) > 0);  // restored keys still expire
+  for (const auto& key : keys) CHECK(pttl(key) > 0);  // the keys still expire
   for (int i = 0; i < 2; ++i) REQUIRE(set.decide({{"api_key", "K"}}));
   CHECK_FALSE(set.decide({{"api_key", "K"}}).allowed);
 }
@@ -180,21 +180,18 @@ TEST_CASE("On Redis a request's per-client limits share the client's hash tag",
   const auto options = rltest::test_redis_options("rules-keys");
   RedisSet set(Rules::from_string(all_algorithms), ratelimit::RedisStorage(options), clock);
   const std::string awkward("K}{:\0x", 6);  // hash-tag braces, ':' and NUL in the client key
-  // Request 1 matches tb, log (two keys: :log and :meta) and counter, all per client.
+  // Request 1 matches tb, log and counter, all per client.
   REQUIRE(set.decide({{"api_key", awkward}, {"path", "/login"}, {"plan", "free"}}));
   // Request 2 matches tb for K2 and the shared /report limit (no client key on its path).
   REQUIRE(set.decide({{"api_key", "K2"}, {"path", "/report"}}));
   std::set<std::string> tags;
   const auto keys = redis_keys(options.key_prefix);
   for (const auto& key : keys) tags.insert(std::string(ratelimit::detail::redis_hash_tag(key)));
-  // Tags: "k" + hex(RuleMatch::tag) for per-client limits, the tag being the client's value as
-  // the counter key writes it, length-prefixed ("6:" + the 6-byte key, "2:K2"); a shared
-  // limit's tag is its own counter key, here "" (its descriptors all name values), so "k".
-  std::string k1 = "k", k2 = "k";
-  ratelimit::detail::append_hex(k1, "6:" + awkward);
-  ratelimit::detail::append_hex(k2, "2:K2");
-  CHECK(tags == std::set<std::string>{k1, k2, "k"});
-  CHECK(keys.size() == 6);  // 4 for request 1, 2 for request 2
+  // Tags: RuleMatch::tag for per-client limits, the client's value as the counter key writes it,
+  // length-prefixed ("6:" + the 6-byte key, "2:K2"), with '}' written %7D; a shared limit's tag
+  // is its own counter key, here "" (its descriptors all name values), written "%".
+  CHECK(tags == std::set<std::string>{"6:K%7D{:" + std::string(1, '\0') + "x", "2:K2", "%"});
+  CHECK(keys.size() == 5);  // 3 for request 1, 2 for request 2
 }
 
 TEST_CASE("On Redis a blocked request reports the other limits without spending them",

@@ -47,23 +47,30 @@ TEST_CASE("Key encoding never lets two different client keys, names or algorithm
           "[redis][keys]") {
   using ratelimit::detail::redis_key;
   using ratelimit::detail::redis_key_tail;
-  const auto tail = redis_key_tail("token_bucket", "api");
+  const auto tail = redis_key_tail("tb", "api");
   // Pairs that a naive "prefix:key:name" join would confuse.
   std::set<std::string> seen;
-  const std::vector<std::string> keys = {""s,    "a"s,    "a}"s, "{a"s,   "a:b"s, "a\0"s,
-                                         "\0a"s, "}"s,    "{"s,  "{}"s,   "::"s,  "k"s,
-                                         "6b"s,  "a}:x"s, "\0"s, "\0\0"s, "ab"s,  "a:"s};
+  const std::vector<std::string> keys = {""s,     "a"s,  "a}"s,   "{a"s, "a:b"s,  "a\0"s, "\0a"s,
+                                         "}"s,    "{"s,  "{}"s,   "::"s, "%"s,    "%25"s, "%7D"s,
+                                         "a%7D"s, "%%"s, "a}:x"s, "\0"s, "\0\0"s, "ab"s,  "a:"s};
   for (const auto& k : keys) CHECK(seen.insert(redis_key("p:", k, tail)).second);
   // Same bytes split differently between the key and the limiter name.
-  CHECK(redis_key("p:", "ab", redis_key_tail("token_bucket", "c")) !=
-        redis_key("p:", "a", redis_key_tail("token_bucket", "bc")));
-  CHECK(redis_key("p:", "k", redis_key_tail("token_bucket", "")) !=
-        redis_key("p:", "k", redis_key_tail("leaky_bucket", "")));
-  CHECK(redis_key("p:", "k", redis_key_tail("sliding_log", ""), ":log") !=
-        redis_key("p:", "k", redis_key_tail("sliding_log", ""), ":meta"));
-  // The hash tag is "k" + hex(key): never empty, never cut short by a '}' in the key.
-  CHECK(ratelimit::detail::redis_hash_tag(redis_key("p:", "", tail)) == "k");
-  CHECK(ratelimit::detail::redis_hash_tag(redis_key("p:", "a}b", tail)) == "k617d62");
+  CHECK(redis_key("p:", "ab", redis_key_tail("tb", "c")) !=
+        redis_key("p:", "a", redis_key_tail("tb", "bc")));
+  CHECK(redis_key("p:", "k", redis_key_tail("tb", "")) !=
+        redis_key("p:", "k", redis_key_tail("lb", "")));
+  // A name holding ':' cannot pass for a name followed by a rule set's client key.
+  CHECK(redis_key("p:", "k", redis_key_tail("tb", "n:x")) !=
+        redis_key("p:", "x", redis_key_tail("tb", "n"), "k"));
+  CHECK(redis_key("p:", "bob", redis_key_tail("tb", "")) !=
+        redis_key("p:", "", redis_key_tail("tb", "bob"), "k"));
+  // The hash tag is the key itself, '%' and '}' escaped: never empty, never cut short.
+  CHECK(redis_key("p:", "user:12345", tail) == "p:{user:12345}tb2:api");
+  CHECK(ratelimit::detail::redis_hash_tag(redis_key("p:", "", tail)) == "%");
+  CHECK(ratelimit::detail::redis_hash_tag(redis_key("p:", "a}b", tail)) == "a%7Db");
+  CHECK(ratelimit::detail::redis_hash_tag(redis_key("p:", "a%b", tail)) == "a%25b");
+  // A rule set's tag holds the slot; the client key follows the name.
+  CHECK(redis_key("p:", "k", tail, "t") == "p:{t}tb2:api:k");
 }
 
 TEST_CASE("Hostile client keys are distinct keys whose Redis keys all carry their own hash tag",
@@ -95,8 +102,8 @@ TEST_CASE("Hostile client keys are distinct keys whose Redis keys all carry thei
   }
   rltest::RedisAdmin admin(rltest::redis_endpoint());
   const auto redis_keys = admin.scan(pattern_of(storage));
-  // One token bucket key per client key, and two sliding log keys (log + meta).
-  CHECK(redis_keys.size() == keys.size() * 3);
+  // One token bucket key and one sliding log key per client key.
+  CHECK(redis_keys.size() == keys.size() * 2);
   std::set<std::string> tags;
   for (const auto& rk : redis_keys) tags.insert(std::string(ratelimit::detail::redis_hash_tag(rk)));
   CHECK(tags.size() == keys.size());
@@ -128,19 +135,17 @@ TEST_CASE("Every key the scripts write has a TTL, and no longer than its state m
   REQUIRE(sc.try_acquire("k"));
   REQUIRE(sl.try_acquire("k"));
   rltest::RedisAdmin admin(rltest::redis_endpoint());
-  std::map<std::string, std::int64_t> most = {{"token_bucket", 501},
-                                              {"leaky_bucket", 1501},
-                                              {"fixed_window", 3001},
-                                              {"sliding_counter", 7001},
-                                              {"sliding_log", 4001}};
+  std::map<std::string, std::int64_t> most = {
+      {"tb", 501}, {"lb", 1501}, {"fw", 3001}, {"sc", 7001}, {"sl", 4001}};
   const auto keys = admin.scan(pattern_of(storage));
-  CHECK(keys.size() == 6);
+  CHECK(keys.size() == 5);
   for (const auto& k : keys) {
     INFO(k);
     const auto ttl = admin.integer({"PTTL", k});
     CHECK(ttl > 0);
-    for (const auto& [algo, ms] : most)
-      if (k.find(":" + algo + ":") != std::string::npos) CHECK(ttl <= ms);
+    for (const auto& [tag, ms] : most)
+      if (k.find("}" + tag + ratelimit::detail::key_format.data()) != std::string::npos)
+        CHECK(ttl <= ms);
   }
 }
 
@@ -159,12 +164,13 @@ TEST_CASE("A key holding another data type degrades the decision by the policy a
   rltest::RedisAdmin admin(rltest::redis_endpoint());
   const auto prefix = options.key_prefix;
   const auto tb_key = ratelimit::detail::redis_key(
-      prefix, "k", ratelimit::detail::redis_key_tail("token_bucket", ""));
+      prefix, "k",
+      ratelimit::detail::redis_key_tail(ratelimit::TokenBucketModel::Wire::key_tag, ""));
   const auto log_key = ratelimit::detail::redis_key(
-      prefix, "k", ratelimit::detail::redis_key_tail("sliding_log", ""), ":log");
-  const auto meta_key = ratelimit::detail::redis_key(
-      prefix, "k", ratelimit::detail::redis_key_tail("sliding_log", ""), ":meta");
-  admin.run({"SET", tb_key, "not a hash", "PX", "600000"});
+      prefix, "k",
+      ratelimit::detail::redis_key_tail(ratelimit::SlidingLogModel::Wire::key_tag, ""));
+  admin.run({"HSET", tb_key, "at", "1"});
+  admin.run({"PEXPIRE", tb_key, "600000"});
   admin.run({"SET", log_key, "not a zset", "PX", "600000"});
 
   // fail_open: admitted, degraded, limit = 10, remaining = limit, durations 0.
@@ -175,15 +181,20 @@ TEST_CASE("A key holding another data type degrades the decision by the policy a
   REQUIRE(seen.size() == 2);
   CHECK(seen[0].kind == ratelimit::RedisFailureKind::reply);
   CHECK(seen[0].message.find("WRONGTYPE") != std::string::npos);
-  // Nothing was written: the strings are intact and the log's meta hash was never created.
-  CHECK(std::string(admin.run({"GET", tb_key})->str) == "not a hash");
+  // Nothing was written: both keys are intact.
+  CHECK(admin.integer({"HLEN", tb_key}) == 1);
   CHECK(std::string(admin.run({"GET", log_key})->str) == "not a zset");
-  CHECK(admin.integer({"EXISTS", meta_key}) == 0);
+  // A string of another shape (not 24 bytes) is refused by name, not misread as a bucket.
+  admin.run({"SET", tb_key, "not a bucket", "PX", "600000"});
+  CHECK(tb.apply("k", clock.now(), {}) == Decision{true, 10, 10, 0ns, 0ns, 0ns, true});
+  REQUIRE(seen.size() == 3);
+  CHECK(seen[2].message.find("does not hold ratelimit state") != std::string::npos);
+  CHECK(std::string(admin.run({"GET", tb_key})->str) == "not a bucket");
   // A per-key error says nothing about the node: other keys still go to Redis.
   CHECK(tb.apply("other", clock.now(), {}) == admitted(10, 9, 500ms));
   const auto stats = storage.stats();
-  CHECK(stats.degraded_decisions == 2);
-  CHECK(stats.failures == 2);
+  CHECK(stats.degraded_decisions == 3);
+  CHECK(stats.failures == 3);
   CHECK_FALSE(stats.circuit_open);
 }
 
@@ -206,24 +217,24 @@ TEST_CASE("After SCRIPT FLUSH the storage reloads its scripts and decides exactl
   CHECK(stats.script_loads >= 3);
 }
 
-TEST_CASE("Sliding log entries admitted in the same microsecond by two instances stay distinct",
+TEST_CASE("Sliding log units admitted in the same microsecond by two instances all count",
           "[redis][sliding_log]") {
   ManualClock clock;
   auto options = rltest::test_redis_options("samemicro");
   RedisStorage a(options), b(options);  // two pools: two "instances"
   auto la = redis_limiter<ratelimit::SlidingLog>(ratelimit::per_second(10), a, clock);
   auto lb = redis_limiter<ratelimit::SlidingLog>(ratelimit::per_second(10), b, clock);
-  // Time frozen: 5 + 5 unit requests fill N = 10; the 11th is denied. With duplicate members
-  // a ZSET would hold fewer entries and admit more.
+  // Time frozen: 5 + 5 unit requests fill N = 10; the 11th is denied. Requests in one
+  // microsecond share one entry, whose units are the sum: 10 units, one entry plus the header.
   for (int i = 0; i < 5; ++i) {
     CHECK(la.try_acquire("k"));
     CHECK(lb.try_acquire("k"));
   }
   CHECK(la.try_acquire("k") == denied(10, 0, 1s, 1s));
   rltest::RedisAdmin admin(rltest::redis_endpoint());
-  const auto keys = admin.scan(options.key_prefix + "*:log");
+  const auto keys = admin.scan(options.key_prefix + "*");
   REQUIRE(keys.size() == 1);
-  CHECK(admin.integer({"ZCARD", keys.front()}) == 10);
+  CHECK(admin.integer({"ZCARD", keys.front()}) == 2);
 }
 
 TEST_CASE("Different algorithms and limiter names on one storage never share a client key's state",
@@ -453,4 +464,56 @@ TEST_CASE("A decision's Redis wait is cut to what is left of one command timeout
   CHECK(time_left(deadline, t0 + 250ms, cap) == 0ms);  // past it
   // A longer budget is capped: never more than one command timeout per wait.
   CHECK(time_left(t0 + 1s, t0, cap) == 100ms);
+}
+
+TEST_CASE("State written by the previous key format is never read: the new format starts fresh",
+          "[redis][keys][format]") {
+  // Format 1 (before issue 10) kept a bucket as a hash {at, last} under
+  // <prefix>{k<hex(key)>}:token_bucket:<hex(name)>. During a rolling upgrade the two formats
+  // count separately (docs/redis.md, "Upgrades"): format 2 never reads, writes or deletes the
+  // old key, which expires by its own TTL.
+  ManualClock clock;
+  clock.set(10s);
+  const auto options = rltest::test_redis_options("format1");
+  RedisStorage storage(options);
+  auto tb = redis_limiter<ratelimit::TokenBucket>(
+      ratelimit::TokenBucketConfig{2, ratelimit::per_minute(2)}, storage, clock, "api");
+  rltest::RedisAdmin admin(rltest::redis_endpoint());
+  // hex("k") = 6b, hex("api") = 617069. A spent bucket: full again at 70 s (in ns x count 1).
+  const std::string old_key = options.key_prefix + "{k6b}:token_bucket:617069";
+  admin.run({"HSET", old_key, "at", "70000000000", "last", "10000000"});
+  admin.run({"PEXPIRE", old_key, "600000"});
+  // Format 2 decides "k" as a fresh bucket of 2: 1 left, then 0, then denied (a token every
+  // 30 s: retry after 30 s).
+  CHECK(tb.try_acquire("k") == admitted(2, 1, 30s));
+  CHECK(tb.try_acquire("k") == admitted(2, 0, 60s));
+  CHECK(tb.try_acquire("k") == denied(2, 0, 30s, 60s));
+  CHECK(admin.integer({"HLEN", old_key}) == 2);
+  CHECK(std::string(admin.run({"HGET", old_key, "at"})->str) == "70000000000");
+  CHECK(storage.stats().degraded_decisions == 0);
+}
+
+TEST_CASE("Every algorithm keeps one Redis key per client key, so no half of a state can be lost",
+          "[redis][keys]") {
+  ManualClock clock;
+  const auto options = rltest::test_redis_options("onekey");
+  RedisStorage storage(options);
+  rltest::RedisAdmin admin(rltest::redis_endpoint());
+  rltest::for_each_algorithm([&]<class Algo>() {
+    INFO("algorithm: " << Algo::name);
+    auto limiter =
+        Algo::make(rltest::Shape{100, ratelimit::per_second(100)}, storage, clock, Algo::name);
+    // Admissions at three times, so logs hold several entries.
+    for (int i = 0; i < 3; ++i) {
+      REQUIRE(limiter.try_acquire("k"));
+      clock.advance(1ms);
+    }
+    const auto keys = admin.scan(options.key_prefix + "*" + std::string(Algo::name));
+    CHECK(keys.size() == 1);
+    // Deleting that key (eviction, FLUSHDB) leaves a fresh client key, never an error: the full
+    // limit of 100 is back.
+    for (const auto& k : keys) admin.run({"DEL", k});
+    CHECK(limiter.try_acquire("k").remaining == 99);
+  });
+  CHECK(storage.stats().degraded_decisions == 0);
 }

@@ -5,6 +5,7 @@
 /// cmake/embed_lua.cmake into the build tree as <rltest_lua/anchored_window.hpp>) and one
 /// registry line (`TestAlgorithms` below). No dispatch site of the library is edited for it.
 
+#include <algorithm>
 #include <array>
 #include <chrono>
 #include <cstdint>
@@ -82,8 +83,7 @@ struct AnchoredWindowModel {
   /// Its Redis twin: support/lua/anchored_window.lua.
   struct Wire {
     static constexpr std::string_view lua = rltest::lua::anchored_window;
-    static constexpr std::array<std::string_view, 1> key_suffixes{""};
-    static constexpr bool cheap_to_save = true;
+    static constexpr std::string_view key_tag = "aw";
     struct BoundArgs {
       std::string window_us;
       std::string limit;
@@ -92,12 +92,12 @@ struct AnchoredWindowModel {
       ratelimit::detail::check_count("params.limit", p.limit);
       return {std::to_string(p.window_us), std::to_string(p.limit)};
     }
-    static void args(const BoundArgs& b, const Params&, std::string now_us,
+    static void args(const BoundArgs& b, const Params& p, std::string now_us,
                      const ratelimit::Operation& op, const std::string& margin_ms,
                      std::vector<std::string>& out) {
       out.push_back(std::move(now_us));
       out.push_back(b.window_us);
-      out.push_back(std::to_string(op.cost));
+      out.push_back(std::to_string(std::min(op.cost, p.limit + 1)));
       out.push_back(b.limit);
       out.push_back(op.peek ? "1" : "0");
       out.push_back(margin_ms);

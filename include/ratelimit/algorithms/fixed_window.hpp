@@ -17,7 +17,6 @@
 #include "../core/rate.hpp"
 #include "../core/storage.hpp"
 #include "../core/wire.hpp"
-#include "../lua/fixed_window.hpp"
 #include "detail/window.hpp"
 #include "detail/window_wire.hpp"
 
@@ -38,21 +37,8 @@ struct FixedWindowModel {
 
   /// This algorithm's id inside a composed Redis script (see core/wire.hpp).
   static constexpr int wire_id = 3;
-  /// Its Redis twin: lua/fixed_window.lua.
-  struct Wire : detail::WindowWireBase {
-    static constexpr std::string_view lua = lua::fixed_window;
-    /// Reply: {admitted, t_us, c}.
-    static std::optional<Decision> decode(const Params& p, std::span<const detail::i128> r,
-                                          const Operation& op) {
-      const auto admitted = detail::wire_reply_admitted(r, 0);
-      const auto t = detail::wire_reply_time_ns(r, 1);
-      if (!admitted || !t || r.size() < 3 || r[2] < 0 || r[2] > p.limit) return std::nullopt;
-      State s{*t, static_cast<std::int64_t>(r[2])};
-      const Decision d = FixedWindowModel::apply(p, s, std::chrono::nanoseconds{*t}, op);
-      if (d.allowed != *admitted) return std::nullopt;
-      return d;
-    }
-  };
+  /// Its Redis twin: lua/window.lua, shared with the sliding counter.
+  using Wire = detail::WindowWire<FixedWindowModel, false>;
 
   /// The parameters of a rules-file limit of `r`: r.count per window of r.period.
   static Params from_rate(const Rate& r) { return detail::make_window_params(r); }

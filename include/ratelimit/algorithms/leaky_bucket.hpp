@@ -17,7 +17,6 @@
 #include "../core/limiter.hpp"
 #include "../core/rate.hpp"
 #include "../core/storage.hpp"
-#include "../lua/leaky_bucket.hpp"
 #include "detail/gcra.hpp"
 #include "detail/gcra_wire.hpp"
 
@@ -42,10 +41,8 @@ struct LeakyBucketModel {
   using State = detail::GcraState;
   /// This algorithm's id inside a composed Redis script (see core/wire.hpp).
   static constexpr int wire_id = 2;
-  /// Its Redis twin: lua/leaky_bucket.lua.
-  struct Wire : detail::GcraWire<LeakyBucketModel, true> {
-    static constexpr std::string_view lua = lua::leaky_bucket;
-  };
+  /// Its Redis twin: lua/gcra.lua, shared with the token bucket.
+  using Wire = detail::GcraWire<LeakyBucketModel, true>;
 
   /// The parameters of a rules-file limit of `r`: queue size r.count, drained at r.
   static Params from_rate(const Rate& r) { return make_params({r.count, r}); }

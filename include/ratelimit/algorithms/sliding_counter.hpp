@@ -18,7 +18,6 @@
 #include "../core/rate.hpp"
 #include "../core/storage.hpp"
 #include "../core/wire.hpp"
-#include "../lua/sliding_counter.hpp"
 #include "detail/window.hpp"
 #include "detail/window_wire.hpp"
 
@@ -41,23 +40,8 @@ struct SlidingCounterModel {
 
   /// This algorithm's id inside a composed Redis script (see core/wire.hpp).
   static constexpr int wire_id = 5;
-  /// Its Redis twin: lua/sliding_counter.lua.
-  struct Wire : detail::WindowWireBase {
-    static constexpr std::string_view lua = lua::sliding_counter;
-    /// Reply: {admitted, t_us, c, p} as seen from the decision's window.
-    static std::optional<Decision> decode(const Params& p, std::span<const detail::i128> r,
-                                          const Operation& op) {
-      const auto admitted = detail::wire_reply_admitted(r, 0);
-      const auto t = detail::wire_reply_time_ns(r, 1);
-      if (!admitted || !t || r.size() < 4 || r[2] < 0 || r[2] > p.limit || r[3] < 0 ||
-          r[3] > p.limit)
-        return std::nullopt;
-      State s{*t, static_cast<std::int64_t>(r[2]), static_cast<std::int64_t>(r[3])};
-      const Decision d = SlidingCounterModel::apply(p, s, std::chrono::nanoseconds{*t}, op);
-      if (d.allowed != *admitted) return std::nullopt;
-      return d;
-    }
-  };
+  /// Its Redis twin: lua/window.lua, shared with the fixed window.
+  using Wire = detail::WindowWire<SlidingCounterModel, true>;
 
   /// The parameters of a rules-file limit of `r`: r.count per window of r.period.
   static Params from_rate(const Rate& r) { return detail::make_window_params(r); }

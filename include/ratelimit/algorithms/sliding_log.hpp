@@ -2,6 +2,7 @@
 /// @file algorithms/sliding_log.hpp
 /// Sliding log: the exact count of admitted requests in the last window.
 
+#include <algorithm>
 #include <array>
 #include <chrono>
 #include <cstddef>
@@ -106,31 +107,30 @@ struct SlidingLogModel {
 
   /// This algorithm's id inside a composed Redis script (see core/wire.hpp).
   static constexpr int wire_id = 4;
-  /// Its Redis twin: lua/sliding_log.lua, a sorted set of entries and a hash of totals.
+  /// Its Redis twin: lua/sliding_log.lua, one sorted set per client key (entries and header).
   struct Wire : detail::WindowWireBase {
     static constexpr std::string_view lua = lua::sliding_log;
-    static constexpr std::array<std::string_view, 2> key_suffixes{":log", ":meta"};
-    /// A log holds up to N entries: saving it (DUMP) costs more than a dry run.
-    static constexpr bool cheap_to_save = false;
+    static constexpr std::string_view key_tag = "sl";
     struct BoundArgs {
       std::string reach_us;  ///< floor((W - 1) / 1000)
       std::string limit;
-      std::string window;
+      std::string ttl_ms;  ///< ceil(W / 1 ms) + 1: a new entry's TTL
     };
     static BoundArgs bound_args(const Params& p) {
       detail::check_window_params(p);
       return {std::to_string((p.window - 1) / 1000), std::to_string(p.limit),
-              std::to_string(p.window)};
+              std::to_string((p.window + 999'999) / 1'000'000 + 1)};
     }
-    static void args(const BoundArgs& f, const Params&, std::string now_us, const Operation& op,
+    static void args(const BoundArgs& f, const Params& p, std::string now_us, const Operation& op,
                      const std::string& margin_ms, std::vector<std::string>& out) {
       out.push_back(std::move(now_us));
       out.push_back(f.reach_us);
-      out.push_back(std::to_string(op.cost));
+      // Any cost above N is denied alike; N + 1 keeps the script's numbers small.
+      out.push_back(std::to_string(std::min(op.cost, p.limit + 1)));
       out.push_back(f.limit);
       out.push_back(op.peek ? "1" : "0");
       out.push_back(margin_ms);
-      out.push_back(f.window);
+      out.push_back(f.ttl_ms);
     }
     /// Reply: {admitted, t_us, live, newest_us, target_us}. The model is evaluated on the
     /// smallest log that decides alike: the unit a denial waits for, then the newest entry.

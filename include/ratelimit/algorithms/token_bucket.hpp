@@ -17,7 +17,6 @@
 #include "../core/limiter.hpp"
 #include "../core/rate.hpp"
 #include "../core/storage.hpp"
-#include "../lua/token_bucket.hpp"
 #include "detail/gcra.hpp"
 #include "detail/gcra_wire.hpp"
 
@@ -42,10 +41,8 @@ struct TokenBucketModel {
   using State = detail::GcraState;
   /// This algorithm's id inside a composed Redis script (see core/wire.hpp).
   static constexpr int wire_id = 1;
-  /// Its Redis twin: lua/token_bucket.lua.
-  struct Wire : detail::GcraWire<TokenBucketModel, false> {
-    static constexpr std::string_view lua = lua::token_bucket;
-  };
+  /// Its Redis twin: lua/gcra.lua, shared with the leaky bucket.
+  using Wire = detail::GcraWire<TokenBucketModel, false>;
 
   /// The parameters of a rules-file limit of `r`: capacity r.count, refilled at r.
   static Params from_rate(const Rate& r) { return make_params({r.count, r}); }

@@ -8,7 +8,6 @@
 /// and adding an algorithm touches its own files and one line of the registry
 /// (algorithms/registry.hpp).
 
-#include <array>
 #include <chrono>
 #include <concepts>
 #include <cstddef>
@@ -28,14 +27,18 @@ namespace ratelimit {
 /// A model that a script-running storage can hold.
 ///
 /// Requirements on `M::Wire` (all static, pure, thread-safe):
-/// - `lua`: the script body (lua/<algorithm>.lua embedded in lua/<algorithm>.hpp), run after
-///   lua/prelude.lua; its header comment gives its KEYS, ARGV and reply.
-/// - `key_suffixes`: one string per Redis key of a client key (`""`, or `":log"`, ...).
-/// - `cheap_to_save`: false when its keys can be large (a log): an all-or-nothing decision then
-///   dry-runs it first and commits it last instead of saving and restoring its keys.
+/// - `lua`: the algorithm's script (lua/<script>.lua embedded in lua/<script>.hpp), run after
+///   lua/prelude.lua. It returns its decide function: `decide(key, ARGV, offset)` reads the one
+///   Redis key of a client key, decides from ARGV[offset + 1] on, and returns its reply and,
+///   when the request is admitted and not a peek, the function that writes the new state (the
+///   header comment of each script gives its key, ARGV and reply). Models that share the
+///   arithmetic share the script.
+/// - `key_tag`: a short name for the algorithm in Redis key names ("tb", "sl", ...), unique
+///   per registry, without ':', '{', '}' or '%'.
 /// - `BoundArgs bound_args(params)`: validates the parameters for the script's exact range (throws
 ///   `std::invalid_argument` naming the field) and formats what every call repeats.
-/// - `args(bound, params, now_us, op, margin_ms, out)`: appends one call's ARGV.
+/// - `args(bound, params, now_us, op, margin_ms, out)`: appends one call's ARGV; its count is
+///   the same for every call of a model.
 /// - `decode(params, reply, op)`: the Decision from the script's reply (its integers, exact), or
 ///   nullopt if the reply cannot come from the script (a protocol error).
 /// - `fallback(params, divisor)`: a per-instance share of the limit for `local_fallback`.
@@ -47,8 +50,7 @@ concept WireModel = Model<M> &&
              std::span<const detail::i128> reply) {
   { M::wire_id } -> std::convertible_to<int>;
   { M::Wire::lua } -> std::convertible_to<std::string_view>;
-  { M::Wire::cheap_to_save } -> std::convertible_to<bool>;
-  { M::Wire::key_suffixes.size() } -> std::convertible_to<std::size_t>;
+  { M::Wire::key_tag } -> std::convertible_to<std::string_view>;
   typename M::Wire::BoundArgs;
   { M::Wire::bound_args(p) } -> std::same_as<typename M::Wire::BoundArgs>;
   M::Wire::args(std::declval<const typename M::Wire::BoundArgs&>(), p, now_us, op, margin, out);

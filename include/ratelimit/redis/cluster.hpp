@@ -75,8 +75,8 @@ class RedisClusterStorage : public RedisStorage {
   template <Model M>
   std::string node_of(std::string_view name, std::string_view client_key) const {
     if (cluster_->counters().refreshes == 0) cluster_->refresh();
-    return cluster_->node_address(
-        detail::redis_key(options().key_prefix, client_key, detail::redis_key_tail(M::name, name)));
+    return cluster_->node_address(detail::redis_key(
+        options().key_prefix, client_key, detail::redis_key_tail(M::Wire::key_tag, name)));
   }
 
   /// Re-learns the slot map now. True if some node told it.

@@ -17,6 +17,7 @@
 /// the state the script saw. A failure (down, slow, error reply) goes to the failure policy.
 /// `decide_all` sends every part in one composed script (lua/multi.lua) instead.
 
+#include <algorithm>
 #include <chrono>
 #include <cstdint>
 #include <memory>
@@ -51,10 +52,8 @@ namespace detail {
 /// How `RedisStorage::decide_all` reaches a part's binding without knowing its model.
 struct RedisPartOps {
   ScriptPart script;
-  bool cheap_to_save;
   RedisClient* (*client)(const void* binding);
-  void (*keys)(const void* binding, std::string_view key, std::string_view tag,
-               std::vector<std::string>& out);
+  std::string (*key)(const void* binding, std::string_view key, std::string_view tag);
   void (*args)(const void* binding, std::chrono::nanoseconds now, const Operation& op,
                std::vector<std::string>& out);
   std::optional<Decision> (*decode)(const void* binding, const redisReply& reply,
@@ -100,7 +99,7 @@ class RedisBinding {
     if (fallback_) fallback_->reset(key);
     detail::RedisCall del;
     del.argv.emplace_back("DEL");
-    keys_of(key, {}, del.argv);
+    del.argv.push_back(redis_key_of(key, {}));
     del.keys.push_back(del.argv[1]);
     std::vector<detail::RedisCall> calls{std::move(del)};
     (void)client_->execute(calls);
@@ -134,16 +133,15 @@ class RedisBinding {
       : client_(std::move(client)),
         params_(params),
         bound_args_(M::Wire::bound_args(params)),
-        tail_(detail::redis_key_tail(M::name, name)) {
+        tail_(detail::redis_key_tail(M::Wire::key_tag, name)) {
     if (client_->options().failure_policy == FailurePolicy::local_fallback)
       fallback_.emplace(fallback_storage.template bind<M>(
           name, local ? *local : M::Wire::fallback(params, client_->options().fallback_divisor)));
   }
 
-  /// Appends the Redis keys of `key` (one per `Wire::key_suffixes`) under hash tag `tag`.
-  void keys_of(std::string_view key, std::string_view tag, std::vector<std::string>& out) const {
-    for (const auto suffix : M::Wire::key_suffixes)
-      out.push_back(detail::redis_key(client_->options().key_prefix, key, tail_, suffix, tag));
+  /// The Redis key of `key` under hash tag `tag` (one per client key, every algorithm).
+  std::string redis_key_of(std::string_view key, std::string_view tag) const {
+    return detail::redis_key(client_->options().key_prefix, key, tail_, tag);
   }
 
   void args_of(std::chrono::nanoseconds now, const Operation& op,
@@ -158,7 +156,7 @@ class RedisBinding {
                          const Operation& op) const {
     detail::RedisCall c;
     c.script = &detail::script_of<M>();
-    keys_of(key, {}, c.keys);
+    c.keys.push_back(redis_key_of(key, {}));
     args_of(now, op, c.argv);
     return c;
   }
@@ -201,9 +199,7 @@ class RedisBinding {
       d.remaining = limit;
       return d;
     }
-    std::vector<std::string> keys;
-    keys_of(key, {}, keys);
-    const auto wait = client_->retry_in(keys.front());
+    const auto wait = client_->retry_in(redis_key_of(key, {}));
     d.retry_after = wait < std::chrono::milliseconds{1} ? std::chrono::milliseconds{1} : wait;
     return d;
   }
@@ -211,10 +207,9 @@ class RedisBinding {
   static const RedisBinding& self(const void* b) { return *static_cast<const RedisBinding*>(b); }
   static constexpr detail::RedisPartOps ops_{
       detail::ScriptPart{M::wire_id, M::name, M::Wire::lua},
-      M::Wire::cheap_to_save,
       [](const void* b) { return self(b).client_.get(); },
-      [](const void* b, std::string_view key, std::string_view tag, std::vector<std::string>& out) {
-        self(b).keys_of(key, tag, out);
+      [](const void* b, std::string_view key, std::string_view tag) {
+        return self(b).redis_key_of(key, tag);
       },
       [](const void* b, std::chrono::nanoseconds now, const Operation& op,
          std::vector<std::string>& out) { self(b).args_of(now, op, out); },
@@ -236,9 +231,10 @@ class RedisBinding {
 /// key_prefix: one Lua script per decision (EVALSHA; reloaded by itself after NOSCRIPT), run
 /// atomically by Redis, so instances never spend the same capacity twice.
 ///
-/// Keys: `<key_prefix>{k<hex(key)>}:<algorithm>:<hex(name)>[:log|:meta]`, one hash tag per
-/// client key (Redis Cluster-safe), unambiguous for any bytes; every write sets a TTL of the
-/// time the state still matters plus `ttl_margin`.
+/// Keys: one per client key and limiter, `<key_prefix>{<key>}<algorithm tag><format>:<name>`
+/// (redis/detail/keys.hpp: '%' and '}' escaped in the key, ':' and '%' in the name), one hash
+/// tag per client key (Redis Cluster-safe), unambiguous for any bytes; every write sets a TTL
+/// of the time the state still matters plus `ttl_margin`.
 /// Time: see the file comment (whole microseconds; exact Decisions; the core range).
 /// Failures (down, slower than command_timeout, error replies): `failure_policy` decides,
 /// with `degraded = true`; a circuit breaker skips Redis for a short back-off after a failure,
@@ -281,9 +277,9 @@ class RedisStorage {
   }
 
   /// Decides every part at `now` in one script (lua/multi.lua), all or nothing (see
-  /// `MultiKeyStorage`): every part admits and spends, or nothing changes. Parts whose keys
-  /// are costly to save (sliding logs) dry-run first and commit last; the others run for real,
-  /// their keys saved first (DUMP) and restored if a later part denies. When Redis cannot
+  /// `MultiKeyStorage`): every part admits and spends, or nothing changes. The script decides
+  /// every part first and writes only when all admit, so a part costs Redis what its own
+  /// decision costs. When Redis cannot
   /// decide, each part gets its binding's failure policy (`degraded = true`); local_fallback
   /// then decides part by part on the per-instance limits. On Redis Cluster all keys must share
   /// one slot (give the parts one `tag`); otherwise the call is refused (CROSSSLOT) and degraded.
@@ -310,26 +306,17 @@ class RedisStorage {
     call.argv.push_back(std::to_string(parts.size()));
     call.argv.push_back(dry_only ? "1" : "0");
     for (const Part& p : parts) {
-      const std::size_t keys_before = call.keys.size();
-      p.ops->keys(p.binding, p.key, p.tag, call.keys);
-      for (std::size_t k = keys_before; k < call.keys.size(); ++k)
-        for (std::size_t j = 0; j < keys_before; ++j)
-          if (call.keys[k] == call.keys[j])
-            throw std::invalid_argument("decide_all: two parts name the Redis key " + call.keys[k]);
-      Operation dry = p.op;
-      dry.peek = true;
-      std::vector<std::string> d, r;
-      p.ops->args(p.binding, now, dry, d);
-      p.ops->args(p.binding, now, p.op, r);
+      std::string key = p.ops->key(p.binding, p.key, p.tag);
+      // Parts are decided before any writes, so two parts on one key would both see the state
+      // before either: refused, as the in-memory storage refuses them.
+      if (std::find(call.keys.begin(), call.keys.end(), key) != call.keys.end())
+        throw std::invalid_argument("decide_all: two parts name the Redis key " + key);
+      call.keys.push_back(std::move(key));
       call.argv.push_back(std::to_string(p.ops->script.wire_id));
-      call.argv.push_back(std::to_string(call.keys.size() - keys_before));
-      call.argv.push_back(p.ops->cheap_to_save ? "1" : "0");
-      call.argv.push_back(std::to_string(d.size()));
-      call.argv.push_back(std::to_string(r.size()));
-      call.argv.insert(call.argv.end(), std::make_move_iterator(d.begin()),
-                       std::make_move_iterator(d.end()));
-      call.argv.insert(call.argv.end(), std::make_move_iterator(r.begin()),
-                       std::make_move_iterator(r.end()));
+      const std::size_t count_at = call.argv.size();
+      call.argv.emplace_back();
+      p.ops->args(p.binding, now, p.op, call.argv);
+      call.argv[count_at] = std::to_string(call.argv.size() - count_at - 1);
     }
     auto results = client_->execute(calls);
     return read_all(parts, now, results.front(), out);
@@ -348,7 +335,7 @@ class RedisStorage {
  private:
   friend class RedisBatch;
 
-  /// Reads lua/multi.lua's reply {admitted, phase, reply_1, ..., reply_m} into `out`.
+  /// Reads lua/multi.lua's reply {admitted, written, reply_1, ..., reply_m} into `out`.
   bool read_all(std::span<const Part> parts, std::chrono::nanoseconds now, detail::RedisResult& res,
                 std::span<Decision> out) const {
     const auto degrade_all = [&] {
@@ -369,7 +356,7 @@ class RedisStorage {
     bool all = true;
     for (std::size_t i = 0; i < parts.size(); ++i) {
       Operation op = parts[i].op;
-      if (*phase != 1) op.peek = true;  // denied: every reply reads as a dry run's
+      if (*phase != 1) op.peek = true;  // nothing written: every reply reads as a peek's
       if (auto d = parts[i].ops->decode(parts[i].binding, *reply.element[i + 2], op)) {
         out[i] = *d;
       } else {

@@ -1,9 +1,8 @@
 #pragma once
 /// @file algorithms/detail/gcra_wire.hpp
-/// The token and leaky buckets on the wire (see core/wire.hpp): one Redis hash {at, last}.
+/// The token and leaky buckets on the wire (see core/wire.hpp): lua/gcra.lua.
 
 #include <algorithm>
-#include <array>
 #include <chrono>
 #include <cstdint>
 #include <optional>
@@ -18,21 +17,22 @@
 #include "../../core/detail/validate.hpp"
 #include "../../core/storage.hpp"
 #include "../../core/wire.hpp"
+#include "../../lua/gcra.hpp"
 #include "gcra.hpp"
 
 namespace ratelimit::detail {
 
 /// `M` is the model (its `apply` rebuilds the Decision); `Shaping` selects the leaky bucket's
-/// max_wait bound (ARGV[7]) and script.
+/// max_wait bound. Both run lua/gcra.lua: one Redis string per client key, its timestamp kept
+/// as whole us plus a remainder in 1/count ns (see the script's header).
 template <class M, bool Shaping>
 struct GcraWire {
-  static constexpr std::array<std::string_view, 1> key_suffixes{""};
-  static constexpr bool cheap_to_save = true;
+  static constexpr std::string_view lua = lua::gcra;
+  static constexpr std::string_view key_tag = Shaping ? "lb" : "tb";
 
   /// The per-binding arguments, formatted once.
   struct BoundArgs {
-    std::string count;
-    std::string full;  ///< limit x period
+    std::string unit;  ///< U = 1000 x count: one us in 1/count ns
   };
 
   /// Checks what the exact arithmetic relies on (the core range: limit and count in
@@ -46,36 +46,52 @@ struct GcraWire {
     if (ceil_div(i128{p.limit} * p.period, p.count) > max_refill_time.count())
       invalid("params.limit", p.limit,
               "a whole refill (limit x period / count) would take more than 100 years");
-    return {to_decimal(p.count), to_decimal(i128{p.limit} * p.period)};
+    return {std::to_string(1000 * p.count)};
+  }
+
+  /// Appends `v` (in 1/count ns, 0 <= v <= a whole refill) as the pair (us, remainder).
+  static void push_pair(i128 v, const GcraParams& p, std::vector<std::string>& out) {
+    const auto [us, rem] = divmod(v, i128{1000} * p.count);
+    out.push_back(to_decimal(us));
+    out.push_back(to_decimal(rem));
   }
 
   static void args(const BoundArgs& f, const GcraParams& p, std::string now_us, const Operation& op,
                    const std::string& margin_ms, std::vector<std::string>& out) {
     out.push_back(std::move(now_us));
-    out.push_back(f.count);
-    out.push_back(to_decimal(i128{op.cost} * p.period));
-    out.push_back(f.full);
+    out.push_back(f.unit);
+    if (op.cost > p.limit) {  // never fits: a negative slack denies whatever the backlog
+      out.insert(out.end(), {"0", "0", "-1", "0"});
+    } else {
+      push_pair(i128{op.cost} * p.period, p, out);
+      push_pair(i128{p.limit - op.cost} * p.period, p, out);
+    }
     out.push_back(op.peek ? "1" : "0");
     out.push_back(margin_ms);
-    if constexpr (Shaping) {
-      if (op.max_wait == Decision::never)
-        out.emplace_back();
-      else if (op.max_wait.count() < 0)
-        out.emplace_back("-");
-      else
-        out.push_back(to_decimal(i128{op.max_wait.count()} * p.count));
+    if (!Shaping || op.max_wait == Decision::never) {
+      out.insert(out.end(), {"", ""});
+    } else if (op.max_wait.count() < 0) {
+      out.insert(out.end(), {"-1", "0"});
+    } else {
+      // delay = ceil(D / count) ns <= max_wait  <=>  D <= max_wait x count (in 1/count ns). A
+      // backlog never exceeds a whole refill, so longer waits are capped there (and stay
+      // below 2^53 us in the script).
+      const i128 cap = i128{max_refill_time.count() + 1} * p.count;
+      push_pair(std::min<i128>(i128{op.max_wait.count()} * p.count, cap), p, out);
     }
   }
 
-  /// Reply: {admitted, t_us, at}; the model is evaluated on the state the script saw.
+  /// Reply: {admitted, t_us, at_us, at_rem}; the model is evaluated on the state the script saw.
   static std::optional<Decision> decode(const GcraParams& p, std::span<const i128> r,
                                         const Operation& op) {
     const auto admitted = wire_reply_admitted(r, 0);
     const auto t = wire_reply_time_ns(r, 1);
-    if (!admitted || !t || r.size() < 3 || r[2] < 0 || r[2] / p.count > i128{INT64_MAX})
+    constexpr i128 max_at_us = (max_wire_time_ns + max_refill_time.count()) / 1000 + 1;
+    if (!admitted || !t || r.size() < 4 || r[2] < 0 || r[2] > max_at_us || r[3] < 0 ||
+        r[3] >= i128{1000} * p.count)
       return std::nullopt;
-    GcraState s{static_cast<std::int64_t>(r[2] / p.count),
-                static_cast<std::int64_t>(r[2] % p.count), *t};
+    GcraState s{static_cast<std::int64_t>(r[2] * 1000 + r[3] / p.count),
+                static_cast<std::int64_t>(r[3] % p.count), *t};
     const Decision d = M::apply(p, s, std::chrono::nanoseconds{*t}, op);
     if (d.allowed != *admitted) return std::nullopt;
     return d;

@@ -1,17 +1,23 @@
 #pragma once
 /// @file algorithms/detail/window_wire.hpp
-/// What the window algorithms share on the wire (see core/wire.hpp): their parameters'
-/// checks, their fallback share, and (fixed window, sliding counter) their arguments.
+/// The window algorithms on the wire (see core/wire.hpp): their parameters' checks and fallback
+/// share, and the fixed window's and sliding counter's one script (lua/window.lua) and decoder.
 
 #include <algorithm>
-#include <array>
+#include <chrono>
 #include <cstdint>
+#include <optional>
+#include <span>
 #include <string>
 #include <string_view>
 #include <vector>
 
+#include "../../core/decision.hpp"
+#include "../../core/detail/arith.hpp"
 #include "../../core/detail/validate.hpp"
 #include "../../core/storage.hpp"
+#include "../../core/wire.hpp"
+#include "../../lua/window.hpp"
 #include "window.hpp"
 
 namespace ratelimit::detail {
@@ -23,31 +29,66 @@ inline void check_window_params(const WindowParams& p) {
             "must be in [1 ms, 366 days] = [1000000, 31622400000000000] ns");
 }
 
-/// The fixed window's and the sliding counter's parameters, arguments and fallback: one hash
-/// per client key; only the script and the reply they decide from differ.
+/// What every window algorithm shares on the wire: one Redis key per client key, and the
+/// fallback share.
 struct WindowWireBase {
-  static constexpr std::array<std::string_view, 1> key_suffixes{""};
-  static constexpr bool cheap_to_save = true;
-  struct BoundArgs {
-    std::string window;
-    std::string limit;
-  };
-  static BoundArgs bound_args(const WindowParams& p) {
-    check_window_params(p);
-    return {std::to_string(p.window), std::to_string(p.limit)};
-  }
-  static void args(const BoundArgs& f, const WindowParams&, std::string now_us, const Operation& op,
-                   const std::string& margin_ms, std::vector<std::string>& out) {
-    out.push_back(std::move(now_us));
-    out.push_back(f.window);
-    out.push_back(std::to_string(op.cost));
-    out.push_back(f.limit);
-    out.push_back(op.peek ? "1" : "0");
-    out.push_back(margin_ms);
-  }
   /// limit / divisor (at least 1) per window.
   static WindowParams fallback(const WindowParams& p, std::int64_t divisor) noexcept {
     return {std::max<std::int64_t>(1, p.limit / divisor), p.window};
+  }
+};
+
+/// The fixed window (`Sliding` false) and the sliding counter (true), model `M`: one Redis
+/// string {last, cur, prev} per client key, decided by lua/window.lua in whole microseconds.
+template <class M, bool Sliding>
+struct WindowWire : WindowWireBase {
+  static constexpr std::string_view lua = lua::window;
+  static constexpr std::string_view key_tag = Sliding ? "sc" : "fw";
+
+  struct BoundArgs {
+    std::string window_us;
+    std::string limit;
+  };
+  /// The core range, and a whole number of microseconds: the script's time unit, in which every
+  /// window boundary is then exact (a rules file's units, and any Rate written in ms, s, min,
+  /// h or days, are).
+  static BoundArgs bound_args(const WindowParams& p) {
+    check_window_params(p);
+    if (p.window % 1000 != 0)
+      invalid("params.window (ns)", p.window,
+              "must be a whole number of microseconds on Redis (the scripts' time unit)");
+    return {std::to_string(p.window / 1000), std::to_string(p.limit)};
+  }
+  static void args(const BoundArgs& f, const WindowParams& p, std::string now_us,
+                   const Operation& op, const std::string& margin_ms,
+                   std::vector<std::string>& out) {
+    out.push_back(std::move(now_us));
+    out.push_back(f.window_us);
+    // Any cost above N is denied alike; N + 1 keeps the script's numbers small.
+    out.push_back(std::to_string(std::min(op.cost, p.limit + 1)));
+    out.push_back(f.limit);
+    out.push_back(op.peek ? "1" : "0");
+    out.push_back(margin_ms);
+    out.emplace_back(Sliding ? "s" : "f");
+  }
+
+  /// Reply: {admitted, t_us, c, p} as seen from t's window; the model is evaluated on the
+  /// state that gives those counts at t.
+  static std::optional<Decision> decode(const WindowParams& p, std::span<const i128> r,
+                                        const Operation& op) {
+    const auto admitted = wire_reply_admitted(r, 0);
+    const auto t = wire_reply_time_ns(r, 1);
+    if (!admitted || !t || r.size() < 4 || r[2] < 0 || r[2] > p.limit || r[3] < 0 ||
+        r[3] > (Sliding ? p.limit : 0))
+      return std::nullopt;
+    typename M::State s;
+    if constexpr (Sliding)
+      s = {*t, static_cast<std::int64_t>(r[2]), static_cast<std::int64_t>(r[3])};
+    else
+      s = {*t, static_cast<std::int64_t>(r[2])};
+    const Decision d = M::apply(p, s, std::chrono::nanoseconds{*t}, op);
+    if (d.allowed != *admitted) return std::nullopt;
+    return d;
   }
 };
 

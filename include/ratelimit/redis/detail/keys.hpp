@@ -1,65 +1,78 @@
 #pragma once
 /// @file redis/detail/keys.hpp
-/// Redis key names: unambiguous for arbitrary client keys, one hash tag per client key.
+/// Redis key names: unambiguous for arbitrary client keys, one hash tag per client key, and no
+/// longer than they must be (a client key such as "user:12345" appears as itself).
 ///
-/// Layout: <prefix>{k<hex(client key)>}:<algorithm>:<hex(limiter name)>[<suffix>], or with a
-/// separate hash tag <prefix>{k<hex(tag)>}:<algorithm>:<hex(limiter name)>:<hex(key)>[<suffix>]
+/// Layout: <prefix>{<tag(client key)>}<algorithm tag><format>:<name(limiter name)>, or with a
+/// separate hash tag (a rule set's per-client tag)
+/// <prefix>{<tag(tag)>}<algorithm tag><format>:<name(limiter name)>:<client key>
 ///  - the prefix may not contain '{' or '}', so the first '{' always opens the hash tag;
-///  - inside the tag the client key is hex-encoded, so no byte of it ('}', NUL, ...) can end the
-///    tag early, and the 'k' keeps the tag non-empty for the empty key (Redis Cluster hashes
-///    the whole name when the tag is empty, which would split a decision's keys over slots);
-///  - the algorithm is a fixed identifier and the name is hex, neither contains ':', and a
-///    suffix starts with ':', so every part can be read back: two different (prefix, key,
-///    algorithm, name, suffix) never give the same Redis key.
-/// All keys of one decision share the tag, so they live on one Redis Cluster slot.
+///  - tag(): the bytes as they are, except '%' -> "%25" and '}' -> "%7D", so nothing ends the
+///    hash tag early; the empty key is "%" (which no other key gives), so the tag is never empty
+///    (Redis Cluster hashes the whole name when it is, which would split a decision's keys);
+///  - the algorithm tag is a short fixed identifier (`Wire::key_tag`, "tb", "sl", ...) and the
+///    format is `key_format`: state written by another format version lives under other names;
+///  - name(): '%' -> "%25" and ':' -> "%3A", so the name holds no ':'. A key has one ':' after
+///    the hash tag's algorithm tag, or two when a client key follows (kept as it is: it is last).
+/// So two different (prefix, key, tag, algorithm, format, name) never give the same Redis key,
+/// and every key of one client key (one decision) hashes to one Redis Cluster slot.
 
 #include <string>
 #include <string_view>
 
 namespace ratelimit::detail {
 
-inline void append_hex(std::string& out, std::string_view bytes) {
-  static constexpr char digits[] = "0123456789abcdef";
-  out.reserve(out.size() + bytes.size() * 2);
+/// The state format version in every key name. Bumped when a script's state or key layout
+/// changes: instances of different versions then count separately (docs/redis.md, "Upgrades").
+inline constexpr std::string_view key_format = "2";
+
+/// Appends `bytes` with `special` and '%' written as %XX (upper-case hex).
+inline void append_escaped(std::string& out, std::string_view bytes, char special) {
+  static constexpr char digits[] = "0123456789ABCDEF";
   for (const char ch : bytes) {
-    const auto b = static_cast<unsigned char>(ch);
-    out.push_back(digits[b >> 4]);
-    out.push_back(digits[b & 0xF]);
+    if (ch == '%' || ch == special) {
+      const auto b = static_cast<unsigned char>(ch);
+      out.push_back('%');
+      out.push_back(digits[b >> 4]);
+      out.push_back(digits[b & 0xF]);
+    } else {
+      out.push_back(ch);
+    }
   }
 }
 
-/// ":<algorithm>:<hex(name)>", computed once per binding.
-inline std::string redis_key_tail(std::string_view algorithm, std::string_view name) {
-  std::string tail = ":";
-  tail += algorithm;
+/// "<algorithm tag><format>:<name(limiter name)>", computed once per binding.
+inline std::string redis_key_tail(std::string_view algorithm_tag, std::string_view name) {
+  std::string tail(algorithm_tag);
+  tail += key_format;
   tail += ':';
-  append_hex(tail, name);
+  append_escaped(tail, name, ':');
   return tail;
 }
 
-/// The full Redis key of `client_key` for a binding's `tail`, with an optional `suffix`
-/// (":log", ":meta": empty or starting with ':'). With a `tag` other than the client key (a
-/// rule set's per-client tag), the tag goes in braces and the client key follows the tail as
-/// ":<hex(key)>", so keys with different tags or keys never meet; an empty tag, or one equal to
-/// the key, gives exactly the limiter's key.
+/// The Redis key of `client_key` for a binding's `tail`. With a `tag` other than the client key
+/// (a rule set's per-client tag), the tag goes in braces and the client key follows the tail,
+/// so keys with different tags or keys never meet; an empty tag, or one equal to the key, gives
+/// exactly the limiter's key.
 inline std::string redis_key(std::string_view prefix, std::string_view client_key,
-                             std::string_view tail, std::string_view suffix = {},
-                             std::string_view tag = {}) {
+                             std::string_view tail, std::string_view tag = {}) {
   const bool tagged = !tag.empty() && tag != client_key;
   const std::string_view braced = tagged ? tag : client_key;
   std::string key;
-  key.reserve(prefix.size() + braced.size() * 2 + tail.size() + suffix.size() + 4 +
-              (tagged ? client_key.size() * 2 + 1 : 0));
+  key.reserve(prefix.size() + braced.size() + tail.size() + 4 +
+              (tagged ? client_key.size() + 1 : 0));
   key += prefix;
-  key += "{k";
-  append_hex(key, braced);
+  key += '{';
+  if (braced.empty())
+    key += '%';
+  else
+    append_escaped(key, braced, '}');
   key += '}';
   key += tail;
   if (tagged) {
     key += ':';
-    append_hex(key, client_key);
+    key += client_key;
   }
-  key += suffix;
   return key;
 }
 
