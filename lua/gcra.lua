@@ -26,26 +26,28 @@ local function pair_le(a_us, a_rem, b_us, b_rem)
   return a_us < b_us or (a_us == b_us and a_rem <= b_rem)
 end
 
-return function(key, A, o)
+local function decide(key, A, o)
   local at, rem, last = load_state(key, '<ddd', 24)
   if not at then at, rem, last = 0, 0, 0 end
   local t = now_us(A[o + 1])
   if last > t then t = last end
-  local ahead = at > t or (at == t and rem > 0)
   local d_us, d_rem = 0, 0
-  if ahead then d_us, d_rem = at - t, rem end
+  if at > t or (at == t and rem > 0) then d_us, d_rem = at - t, rem end
   local admitted = pair_le(d_us, d_rem, tonumber(A[o + 5]), tonumber(A[o + 6]))
   if admitted and A[o + 9] ~= '' then
     admitted = pair_le(d_us, d_rem, tonumber(A[o + 9]), tonumber(A[o + 10]))
   end
-  local reply = { admitted and 1 or 0, t, at, rem }
-  if not admitted or A[o + 7] == '1' then return reply end
-  return reply, function()
-    local unit = tonumber(A[o + 2])
-    local new_at, new_rem = t + tonumber(A[o + 3]), tonumber(A[o + 4])
-    if ahead then new_at, new_rem = at + tonumber(A[o + 3]), rem + new_rem end
-    if new_rem >= unit then new_at, new_rem = new_at + 1, new_rem - unit end
-    redis.call('SET', key, struct.pack('<ddd', new_at, new_rem, t), 'PX',
-               ttl_ms(new_at - t, tonumber(A[o + 8])))
-  end
+  return { admitted and 1 or 0, t, at, rem }, admitted and A[o + 7] ~= '1'
 end
+
+-- The admitted request's write, from decide's reply r: at <- max(at, t) + n.
+local function write(key, A, o, r)
+  local t, at, rem = r[2], r[3], r[4]
+  if at < t or (at == t and rem == 0) then at, rem = t, 0 end
+  at, rem = at + tonumber(A[o + 3]), rem + tonumber(A[o + 4])
+  local unit = tonumber(A[o + 2])
+  if rem >= unit then at, rem = at + 1, rem - unit end
+  redis.call('SET', key, struct.pack('<ddd', at, rem, t), 'PX', ttl_ms(at - t, tonumber(A[o + 8])))
+end
+
+return decide, write

@@ -37,7 +37,7 @@ local function mul(a, w)
   return a * w_hi + carry, low - carry * LIMB
 end
 
-return function(key, A, o)
+local function decide(key, A, o)
   local last, cur, prev = load_state(key, '<ddd', 24)
   local t = now_us(A[o + 1])
   if last and last > t then t = last end
@@ -53,19 +53,24 @@ return function(key, A, o)
       p = cur
     end
   end
-  local n, limit = tonumber(A[o + 3]), tonumber(A[o + 4])
-  local s = limit - c - n
+  local s = tonumber(A[o + 4]) - c - tonumber(A[o + 3])
   local admitted = s >= 0
   if admitted and sliding and p > s then
     local l_hi, l_lo = mul(p, w - (t - k * w))
     local r_hi, r_lo = mul(s, w)
     admitted = l_hi < r_hi or (l_hi == r_hi and l_lo <= r_lo)
   end
-  local reply = { admitted and 1 or 0, t, c, p }
-  if not admitted or A[o + 5] == '1' then return reply end
-  return reply, function()
-    local matters = (k + (sliding and 2 or 1)) * w - t
-    redis.call('SET', key, struct.pack('<ddd', t, c + n, p), 'PX',
-               ttl_ms(matters, tonumber(A[o + 6])))
-  end
+  local r = { admitted and 1 or 0, t, c, p }
+  r.k = k  -- for write; not part of the reply (only the array part is returned)
+  return r, admitted and A[o + 5] ~= '1'
 end
+
+-- The admitted request's write, from decide's reply r: c <- c + n.
+local function write(key, A, o, r)
+  local t, w = r[2], tonumber(A[o + 2])
+  local matters = (r.k + (A[o + 7] == 's' and 2 or 1)) * w - t
+  redis.call('SET', key, struct.pack('<ddd', t, r[3] + tonumber(A[o + 3]), r[4]), 'PX',
+             ttl_ms(matters, tonumber(A[o + 6])))
+end
+
+return decide, write

@@ -28,11 +28,11 @@ namespace ratelimit {
 ///
 /// Requirements on `M::Wire` (all static, pure, thread-safe):
 /// - `lua`: the algorithm's script (lua/<script>.lua embedded in lua/<script>.hpp), run after
-///   lua/prelude.lua. It returns its decide function: `decide(key, ARGV, offset)` reads the one
-///   Redis key of a client key, decides from ARGV[offset + 1] on, and returns its reply and,
-///   when the request is admitted and not a peek, the function that writes the new state (the
-///   header comment of each script gives its key, ARGV and reply). Models that share the
-///   arithmetic share the script.
+///   lua/prelude.lua. It returns two functions (lua/single.lua): `decide(key, ARGV, offset)`
+///   reads the one Redis key of a client key, decides from ARGV[offset + 1] on, and returns its
+///   reply and whether to write (admitted and not a peek); `write(key, ARGV, offset, reply)`
+///   writes the new state. The header comment of each script gives its key, ARGV and reply.
+///   Models that share the arithmetic share the script.
 /// - `key_tag`: a short name for the algorithm in Redis key names ("tb", "sl", ...), unique
 ///   per registry, without ':', '{', '}' or '%'.
 /// - `BoundArgs bound_args(params)`: validates the parameters for the script's exact range (throws

@@ -14,10 +14,10 @@
 /// it).
 ///
 /// Keys: the Redis storage's encoding (redis/detail/keys.hpp),
-/// `<key_prefix>{k<hex(tag)>}:<algorithm>:<hex(rule id)>[:<hex(counter key)>][suffix]`, where
-/// the tag is the client's value for a per-client rule and the counter key for a shared one; a
-/// counter key equal to its tag is not repeated, so such a counter is exactly what a limiter
-/// named `Rule::id` decides for that key.
+/// `<key_prefix>{<tag>}<algorithm tag>2:<rule id>[:<counter key>]`, where the tag is the
+/// client's value for a per-client rule and the counter key for a shared one; a counter key
+/// equal to its tag is not repeated, so such a counter is exactly what a limiter named
+/// `Rule::id` decides for that key.
 
 #include "../redis/batch.hpp"
 #include "../redis/cluster.hpp"

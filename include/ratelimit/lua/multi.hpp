@@ -14,8 +14,9 @@ inline constexpr std::string_view multi = R"lua(-- multi.lua: the driver of one 
 -- spends anything.
 --
 -- Composed by redis/detail/script.hpp as lua/prelude.lua, then each algorithm of the call's
--- parts as `algorithms[<wire id>] = (function() <its script> end)()`, then this. Every part is
--- decided first (reads only); only when all admit are their writes run. Redis runs the whole
+-- parts as `algorithms[<wire id>] = { (function() <its script> end)() }` (its decide and write
+-- functions, lua/single.lua), then this. Every part is decided first (reads only); only when all
+-- admit are their writes run. Redis runs the whole
 -- body atomically, and parts never share a key (the client refuses duplicates), so a part's
 -- decision cannot change another's: each part costs what its own decision costs.
 --
@@ -28,19 +29,21 @@ inline constexpr std::string_view multi = R"lua(-- multi.lua: the driver of one 
 --          describing its state before the decision.
 
 local m, dry = tonumber(ARGV[1]), ARGV[2] == '1'
-local out, commits, admitted = { 0, 0 }, {}, true
+local out, writes, admitted = { 0, 0 }, {}, true
 local a = 3
 for i = 1, m do
-  local reply, commit = algorithms[tonumber(ARGV[a])](KEYS[i], ARGV, a + 1)
+  local algorithm = algorithms[tonumber(ARGV[a])]
+  local reply, to_write = algorithm[1](KEYS[i], ARGV, a + 1)
   if reply[1] ~= 1 then admitted = false end
-  out[i + 2], commits[i] = reply, commit
+  out[i + 2] = reply
+  if to_write then writes[i] = { algorithm[2], a + 1 } end
   a = a + 2 + tonumber(ARGV[a + 1])
 end
 if admitted then
   out[1] = 1
   if not dry then
     for i = 1, m do
-      if commits[i] then commits[i]() end
+      if writes[i] then writes[i][1](KEYS[i], ARGV, writes[i][2], out[i + 2]) end
     end
     out[2] = 1
   end

@@ -18,9 +18,11 @@ inline constexpr std::string_view sliding_log = R"lua(-- sliding_log.lua: one sl
 -- One sorted set holds everything, so the state cannot be half lost:
 --  - an entry per admitted microsecond: score = its time (us, >= 0), member = "<time>:<units>"
 --    (requests admitted in the same us by any instance add to one entry);
---  - the header, member "" with score -1 - total, total = the units of every entry (expired ones
---    included until pruned): negative, so it always ranks first and no time range reaches it.
--- The latest admitted time (a request stamped earlier is decided then) is the newest entry's.
+--  - the header, member "<oldest>:<newest>:<newest's units>" (entry times, us) with score
+--    -1 - total, total = the units of every entry (expired ones included until pruned):
+--    negative, so it always ranks first and no time range reaches it. One read gives what a
+--    decision needs: nothing expired before the oldest entry, and the latest admitted time (a
+--    request stamped earlier is decided then) is the newest's.
 -- In whole us, an entry at e is live iff e * 1000 > t * 1000 - W, i.e. e >= t - reach with
 -- reach = floor((W - 1) / 1000). Expired entries leave on an admission only: `last` then
 -- becomes t, and no later decision can look back before it; a peek or a denial leaves them,
@@ -38,25 +40,25 @@ local function units(member)
   return tonumber(string.match(member, ':(%d+)$'))
 end
 
-return function(key, A, o)
+local function decide(key, A, o)
   local head = redis.call('ZRANGE', key, 0, 0, 'WITHSCORES')
-  local total, newest, newest_member = 0, -1, nil
+  local total, oldest, newest, newest_units = 0, -1, -1, 0
   if head[1] then
-    if head[1] ~= '' then error('ratelimit: ' .. key .. ' does not hold a ratelimit log') end
-    total = -1 - tonumber(head[2])
-    local tail = redis.call('ZRANGE', key, -1, -1, 'WITHSCORES')
-    if tail[1] ~= '' then newest, newest_member = tonumber(tail[2]), tail[1] end
+    local a, b, c = string.match(head[1], '^(%d+):(%d+):(%d+)$')
+    if not a or tonumber(head[2]) >= 0 then
+      error('ratelimit: ' .. key .. ' does not hold a ratelimit log')
+    end
+    total, oldest, newest, newest_units = -1 - tonumber(head[2]), tonumber(a), tonumber(b), tonumber(c)
   end
   local t = now_us(A[o + 1])
   if newest > t then t = newest end
 
-  -- Units that have left the window at t: the entries scored 0 .. cut.
+  -- Units that have left the window at t: the entries scored 0 .. cut (none before the oldest).
   local cut = t - tonumber(A[o + 2]) - 1
   local expired = {}
-  if total > 0 and cut >= 0 then expired = redis.call('ZRANGEBYSCORE', key, 0, cut) end
+  if total > 0 and oldest <= cut then expired = redis.call('ZRANGEBYSCORE', key, 0, cut) end
   local live = total
   for i = 1, #expired do live = live - units(expired[i]) end
-  if live == 0 then newest = -1 end
 
   local n, limit = tonumber(A[o + 3]), tonumber(A[o + 4])
   local to_drop = live + n - limit
@@ -78,19 +80,35 @@ return function(key, A, o)
       start = start + 128
     end
   end
-  local reply = { admitted and 1 or 0, t, live, newest, target }
-  if not admitted or A[o + 5] == '1' then return reply end
-  return reply, function()
-    if #expired > 0 then redis.call('ZREMRANGEBYSCORE', key, 0, cut) end
-    local units_at_t = n
-    if newest == t then
-      units_at_t = n + units(newest_member)
-      redis.call('ZREM', key, newest_member)
-    end
-    redis.call('ZADD', key, -1 - (live + n), '', t, string.format('%.0f:%.0f', t, units_at_t))
-    redis.call('PEXPIRE', key, tonumber(A[o + 7]) + tonumber(A[o + 6]))
-  end
+  local r = { admitted and 1 or 0, t, live, live > 0 and newest or -1, target }
+  -- For write; not part of the reply (only the array part is returned).
+  r.header, r.cut, r.expired, r.oldest, r.newest, r.newest_units =
+    head[1], cut, #expired, oldest, newest, newest_units
+  return r, admitted and A[o + 5] ~= '1'
 end
+
+-- The admitted request's write, from decide's reply r: expired entries leave, n units at t,
+-- the header follows.
+local function write(key, A, o, r)
+  local t, live, n, oldest = r[2], r[3], tonumber(A[o + 3]), r.oldest
+  if r.expired > 0 then
+    redis.call('ZREMRANGEBYSCORE', key, 0, r.cut)
+    oldest = tonumber(redis.call('ZRANGE', key, 1, 1, 'WITHSCORES')[2] or t)
+  end
+  if oldest < 0 then oldest = t end
+  local units_at_t = n
+  if r.newest == t then  -- the newest entry is at t: n joins it
+    units_at_t = n + r.newest_units
+    redis.call('ZREM', key, r.header, string.format('%.0f:%.0f', t, r.newest_units))
+  elseif r.header then
+    redis.call('ZREM', key, r.header)
+  end
+  redis.call('ZADD', key, -1 - (live + n), string.format('%.0f:%.0f:%.0f', oldest, t, units_at_t),
+             t, string.format('%.0f:%.0f', t, units_at_t))
+  redis.call('PEXPIRE', key, tonumber(A[o + 7]) + tonumber(A[o + 6]))
+end
+
+return decide, write
 )lua";
 
 }  // namespace ratelimit::lua

@@ -7,8 +7,9 @@
 /// microsecond (the scripts' time unit, exact below 2^53 in Lua), and every duration in a
 /// Decision is exact to the nanosecond from there. With whole-microsecond times (ManualClock
 /// in whole ms, say) the decisions equal `InMemoryStorage`'s in every field. Range: the core
-/// range of every algorithm, unchanged (the scripts compute in exact big integers); clock
-/// readings are clamped to [0, 2^62] ns.
+/// range of every algorithm, unchanged (every number the scripts hold stays below 2^53: see
+/// lua/prelude.lua), except that a window (fixed window, sliding counter) must be whole
+/// microseconds; clock readings are clamped to [0, 2^62] ns.
 ///
 /// How a decision flows: a limiter's `try_acquire` reads its clock and calls its binding's
 /// `apply`; the binding formats its model's arguments (`Model::Wire::args`), the client sends

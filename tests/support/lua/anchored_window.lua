@@ -1,7 +1,7 @@
 -- anchored_window.lua: the test-only sixth algorithm (tests/support/anchored_window.hpp), the
 -- twin of AnchoredWindowModel. It exists to show that an algorithm is added by its own files
 -- and one registry line: it is embedded by cmake/embed_lua.cmake like the library's scripts,
--- and follows their convention (core/wire.hpp): it returns its decide function.
+-- and follows their convention (core/wire.hpp): it returns its decide and write functions.
 --
 -- Rule: at most N units per window of W that starts at the key's first admitted request after
 -- the previous window ended (a window anchored at the client, not at the clock's epoch).
@@ -14,7 +14,7 @@
 --          decision (c = 0 once the window has ended).
 -- TTL      until the window ends.
 
-return function(key, A, o)
+local function decide(key, A, o)
   local start, c, last = load_state(key, '<ddd', 24)
   if not start then start, c, last = 0, 0, 0 end
   local t = now_us(A[o + 1])
@@ -22,11 +22,14 @@ return function(key, A, o)
   local w, n, limit = tonumber(A[o + 2]), tonumber(A[o + 3]), tonumber(A[o + 4])
   if c > 0 and t >= start + w then c = 0 end
   local admitted = n <= limit and c + n <= limit
-  local reply = { admitted and 1 or 0, t, start, c }
-  if not admitted or A[o + 5] == '1' then return reply end
-  return reply, function()
-    local new_start = c == 0 and t or start
-    redis.call('SET', key, struct.pack('<ddd', new_start, c + n, t), 'PX',
-               ttl_ms(new_start + w - t, tonumber(A[o + 6])))
-  end
+  return { admitted and 1 or 0, t, start, c }, admitted and A[o + 5] ~= '1'
 end
+
+local function write(key, A, o, r)
+  local t, start, c = r[2], r[3], r[4]
+  if c == 0 then start = t end
+  redis.call('SET', key, struct.pack('<ddd', start, c + tonumber(A[o + 3]), t), 'PX',
+             ttl_ms(start + tonumber(A[o + 2]) - t, tonumber(A[o + 6])))
+end
+
+return decide, write

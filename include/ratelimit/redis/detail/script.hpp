@@ -1,9 +1,9 @@
 #pragma once
 /// @file redis/detail/script.hpp
 /// The scripts the Redis storage sends: one per algorithm (lua/prelude.lua, its model's
-/// `Wire::lua` as the decide function, then lua/single.lua), and one per set of algorithms that
-/// an all-or-nothing decision spans (the prelude, each algorithm's decide function, then
-/// lua/multi.lua). Each is composed once per process and named by its SHA1 (OpenSSL), which is
+/// `Wire::lua` as its decide and write functions, then lua/single.lua), and one per set of
+/// algorithms that an all-or-nothing decision spans (the prelude, each algorithm's two functions,
+/// then lua/multi.lua). Each is composed once per process and named by its SHA1 (OpenSSL), which is
 /// what EVALSHA sends.
 
 #include <openssl/evp.h>
@@ -54,7 +54,8 @@ inline RedisScript make_script(std::string name, std::string body) {
   return RedisScript{std::move(name), std::move(body), std::move(sha)};
 }
 
-/// `lua` (an algorithm's script, which returns its decide function) as a Lua expression.
+/// `lua` (an algorithm's script, which returns its decide and write functions) as a Lua
+/// expression list.
 inline std::string decide_function(std::string_view lua) {
   return "(function()\n" + std::string(lua) + "\nend)()\n";
 }
@@ -62,10 +63,9 @@ inline std::string decide_function(std::string_view lua) {
 /// Model `M`'s own script, composed on first use.
 template <WireModel M>
 const RedisScript& script_of() {
-  static const RedisScript script =
-      make_script(std::string(M::name), std::string(lua::prelude) +
-                                            "\nlocal decide = " + decide_function(M::Wire::lua) +
-                                            std::string(lua::single));
+  static const RedisScript script = make_script(
+      std::string(M::name), std::string(lua::prelude) + "\nlocal decide, write = " +
+                                decide_function(M::Wire::lua) + std::string(lua::single));
   return script;
 }
 
@@ -81,8 +81,9 @@ inline std::string compose_multi(const std::vector<ScriptPart>& entries) {
   std::string body(lua::prelude);
   body += "\nlocal algorithms = {}\n";
   for (const ScriptPart& e : entries) {
-    body += "-- " + std::string(e.name) + "\nalgorithms[" + std::to_string(e.wire_id) + "] = ";
+    body += "-- " + std::string(e.name) + "\nalgorithms[" + std::to_string(e.wire_id) + "] = { ";
     body += decide_function(e.lua);
+    body += "}\n";
   }
   body += lua::multi;
   return body;
