@@ -86,14 +86,17 @@ local function write(key, A, o, r)
   end
   if oldest < 0 then oldest = t end
   local units_at_t = n
-  if r.newest == t then  -- the newest entry is at t: n joins it
-    units_at_t = n + r.newest_units
+  if r.newest == t then units_at_t = n + r.newest_units end  -- the newest entry is at t: n joins it
+  -- Add before removing: removing every member first would delete the key, and on a Redis
+  -- Cluster slot being migrated a script may not touch a key its node does not hold (the write
+  -- would fail half done, the state lost).
+  local header = string.format('%.0f:%.0f:%.0f', oldest, t, units_at_t)
+  redis.call('ZADD', key, -1 - (live + n), header, t, string.format('%.0f:%.0f', t, units_at_t))
+  if r.newest == t then
     redis.call('ZREM', key, r.header, string.format('%.0f:%.0f', t, r.newest_units))
-  elseif r.header then
+  elseif r.header and r.header ~= header then
     redis.call('ZREM', key, r.header)
   end
-  redis.call('ZADD', key, -1 - (live + n), string.format('%.0f:%.0f:%.0f', oldest, t, units_at_t),
-             t, string.format('%.0f:%.0f', t, units_at_t))
   redis.call('PEXPIRE', key, tonumber(A[o + 7]) + tonumber(A[o + 6]))
 end
 
