@@ -84,7 +84,7 @@ class RedisBatch {
   /// Sends every call in one pipelined round trip (per node) and returns the decisions in the
   /// order added; the batch is then empty and may be reused. Never throws for Redis failures.
   std::vector<Decision> run() {
-    auto results = client_->execute(calls_);
+    auto results = client_->execute(calls_, client_->deadline_from_now());
     std::vector<Decision> decisions;
     decisions.reserve(results.size());
     for (std::size_t i = 0; i < results.size(); ++i) decisions.push_back(finishers_[i](results[i]));

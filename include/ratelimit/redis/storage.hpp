@@ -88,9 +88,10 @@ class RedisBinding {
   /// Decides `key` at `now` (rounded down to a whole us; with TimeSource::redis, Redis's clock).
   Decision apply(std::string_view key, std::chrono::nanoseconds now, const Operation& op) const {
     detail::check_cost(op.cost);
+    const auto deadline = client_->deadline_from_now();
     std::vector<detail::RedisCall> calls;
     calls.push_back(call(key, now, op));
-    auto results = client_->execute(calls);
+    auto results = client_->execute(calls, deadline);
     return finish(results.front(), key, now, op);
   }
 
@@ -103,7 +104,7 @@ class RedisBinding {
     del.argv.push_back(redis_key_of(key, {}));
     del.keys.push_back(del.argv[1]);
     std::vector<detail::RedisCall> calls{std::move(del)};
-    (void)client_->execute(calls);
+    (void)client_->execute(calls, client_->deadline_from_now());
   }
 
   /// The part of an all-or-nothing decision (`RedisStorage::decide_all`). `tag`: the Redis hash
@@ -292,6 +293,7 @@ class RedisStorage {
       throw std::invalid_argument("decide_all: out has " + std::to_string(out.size()) +
                                   " decisions for " + std::to_string(parts.size()) + " parts");
     if (parts.empty()) return true;
+    const auto deadline = client_->deadline_from_now();
     std::vector<detail::RedisCall> calls(1);
     detail::RedisCall& call = calls.front();
     bool dry_only = true;
@@ -319,7 +321,7 @@ class RedisStorage {
       p.ops->args(p.binding, now, p.op, call.argv);
       call.argv[count_at] = std::to_string(call.argv.size() - count_at - 1);
     }
-    auto results = client_->execute(calls);
+    auto results = client_->execute(calls, deadline);
     return read_all(parts, now, results.front(), out);
   }
 

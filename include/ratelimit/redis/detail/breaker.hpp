@@ -14,23 +14,31 @@ namespace ratelimit::detail {
 /// the steady clock: this is about the node, not about the limiter's clock); then exactly one
 /// call probes the node (the one that wins the compare-exchange, which also pushes the next
 /// probe one back-off further, so a probe that never reports cannot wedge it open). A success
-/// closes it; each failure while open doubles the back-off up to `max_backoff`.
+/// closes it and resets the back-off.
+/// The back-off doubles (up to `max_backoff`) only when a probe fails. Calls that were let
+/// through while it was closed and fail afterwards (the requests in flight when the node
+/// stalled) keep it open one back-off past their failure but do not grow it: a stall of s costs
+/// about s plus one back-off, however many threads were waiting on the node.
 /// Thread safety: lock-free, safe from many threads.
 class CircuitBreaker {
  public:
+  /// What `allow` let through: nothing, an ordinary call (the breaker was closed), or the probe.
+  enum class Pass : std::uint8_t { refused, closed, probe };
+
   CircuitBreaker(std::chrono::milliseconds backoff, std::chrono::milliseconds max_backoff)
       : initial_(std::chrono::nanoseconds(backoff).count()),
         max_(std::chrono::nanoseconds(max_backoff).count()),
         backoff_(initial_) {}
 
-  /// True: try the node. False: degrade without trying.
-  bool allow() noexcept {
+  /// Whether to try the node now (`now_ns`: steady clock, ns), and as what.
+  Pass allow(std::int64_t now_ns = steady_ns()) noexcept {
     std::int64_t until = open_until_.load(std::memory_order_acquire);
-    if (until == 0) return true;
-    const std::int64_t now = steady_ns();
-    if (now < until) return false;
+    if (until == 0) return Pass::closed;
+    if (now_ns < until) return Pass::refused;
     return open_until_.compare_exchange_strong(
-        until, now + backoff_.load(std::memory_order_relaxed), std::memory_order_acq_rel);
+               until, now_ns + backoff_.load(std::memory_order_relaxed), std::memory_order_acq_rel)
+               ? Pass::probe
+               : Pass::refused;
   }
 
   void record_success() noexcept {
@@ -39,32 +47,44 @@ class CircuitBreaker {
     open_until_.store(0, std::memory_order_release);
   }
 
-  void record_failure() noexcept {
-    const std::int64_t now = steady_ns();
-    std::int64_t b = backoff_.load(std::memory_order_relaxed);
-    if (open_until_.load(std::memory_order_acquire) != 0) {
-      b = std::min(b * 2, max_);
+  /// A call let through as `pass` failed at `now_ns`.
+  void record_failure(Pass pass, std::int64_t now_ns = steady_ns()) noexcept {
+    if (pass == Pass::probe) {
+      const std::int64_t b = std::min(backoff_.load(std::memory_order_relaxed) * 2, max_);
       backoff_.store(b, std::memory_order_relaxed);
+      open_until_.store(now_ns + b, std::memory_order_release);
+      return;
     }
-    open_until_.store(now + b, std::memory_order_release);
+    // Open (or keep open) until one back-off after this failure, never shortening it.
+    const std::int64_t until = now_ns + backoff_.load(std::memory_order_relaxed);
+    std::int64_t seen = open_until_.load(std::memory_order_acquire);
+    while (seen < until &&
+           !open_until_.compare_exchange_weak(seen, until, std::memory_order_acq_rel)) {
+    }
   }
 
   bool is_open() const noexcept { return open_until_.load(std::memory_order_acquire) != 0; }
 
-  /// Time until the next probe (0 when closed or due).
-  std::chrono::nanoseconds retry_in() const noexcept {
+  /// Time until the next probe at `now_ns` (0 when closed or due).
+  std::chrono::nanoseconds retry_in(std::int64_t now_ns = steady_ns()) const noexcept {
     const std::int64_t until = open_until_.load(std::memory_order_acquire);
     if (until == 0) return std::chrono::nanoseconds{0};
-    return std::chrono::nanoseconds{std::max<std::int64_t>(0, until - steady_ns())};
+    return std::chrono::nanoseconds{std::max<std::int64_t>(0, until - now_ns)};
   }
 
- private:
+  /// The current back-off (what the next opening lasts).
+  std::chrono::nanoseconds backoff() const noexcept {
+    return std::chrono::nanoseconds{backoff_.load(std::memory_order_relaxed)};
+  }
+
+  /// The steady clock's reading, ns.
   static std::int64_t steady_ns() noexcept {
     return std::chrono::duration_cast<std::chrono::nanoseconds>(
                std::chrono::steady_clock::now().time_since_epoch())
         .count();
   }
 
+ private:
   std::int64_t initial_;
   std::int64_t max_;
   std::atomic<std::int64_t> backoff_;

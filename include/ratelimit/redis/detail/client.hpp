@@ -99,9 +99,18 @@ class RedisClient {
   /// The node that owns a Redis key. One node here; the seam where a cluster routes by slot.
   RedisNodeClient& node_for(std::string_view /*redis_key*/) noexcept { return *nodes_.front(); }
 
+  /// A decision's deadline, taken when it starts: one command_timeout from now. Everything it
+  /// does after (building its keys and arguments, the pool, connect, every partial write and
+  /// read, a script reload, redirections) counts against it.
+  std::chrono::steady_clock::time_point deadline_from_now() const noexcept {
+    return std::chrono::steady_clock::now() + options_.command_timeout;
+  }
+
   /// Runs `calls` (each routed by its first key) in one pipelined round trip per node and
-  /// returns one result per call, in order. Never throws RedisError: failures are results.
-  virtual std::vector<RedisResult> execute(const std::vector<RedisCall>& calls) {
+  /// returns one result per call, in order, all before `deadline` (the decision's or batch's:
+  /// see `deadline_from_now`). Never throws RedisError: failures are results.
+  virtual std::vector<RedisResult> execute(const std::vector<RedisCall>& calls,
+                                           std::chrono::steady_clock::time_point deadline) {
     std::vector<RedisResult> results(calls.size());
     std::vector<std::pair<RedisNodeClient*, std::vector<std::size_t>>> groups;
     for (std::size_t i = 0; i < calls.size(); ++i) {
@@ -111,7 +120,7 @@ class RedisClient {
       if (it == groups.end()) it = groups.insert(groups.end(), {node, {}});
       it->second.push_back(i);
     }
-    for (auto& [node, indexes] : groups) run_on(*node, calls, indexes, results);
+    for (auto& [node, indexes] : groups) run_on(*node, calls, indexes, results, deadline);
     return results;
   }
 
@@ -173,12 +182,17 @@ class RedisClient {
     return false;
   }
 
+  /// Runs `calls[indexes]` on `node` in one round trip, all of it (pool, connect, replies, a
+  /// script reload) before `deadline`, so a degraded decision never takes longer than its
+  /// budget.
   void run_on(RedisNodeClient& node, const std::vector<RedisCall>& calls,
-              const std::vector<std::size_t>& indexes, std::vector<RedisResult>& results) {
+              const std::vector<std::size_t>& indexes, std::vector<RedisResult>& results,
+              std::chrono::steady_clock::time_point deadline) {
     const auto fail_all = [&](const RedisFailure& f) {
       for (const std::size_t i : indexes) results[i].failure = f;
     };
-    if (!node.breaker.allow()) {
+    const CircuitBreaker::Pass pass = node.breaker.allow();
+    if (pass == CircuitBreaker::Pass::refused) {
       short_circuits_.fetch_add(indexes.size(), std::memory_order_relaxed);
       fail_all({RedisFailureKind::circuit_open,
                 node.pool.node().address() + ": not tried, it failed recently"});
@@ -187,9 +201,6 @@ class RedisClient {
     std::vector<RedisCommand> commands;
     commands.reserve(indexes.size());
     for (const std::size_t i : indexes) commands.push_back(command_of(calls[i], false));
-    // One budget for everything this decision waits on (pool, connect, replies, a script
-    // reload), so a degraded decision never takes longer than the command timeout.
-    const auto deadline = std::chrono::steady_clock::now() + options_.command_timeout;
     try {
       std::vector<RedisReplyPtr> replies = round_trip(node, commands, deadline);
       // NOSCRIPT: the script cache was flushed (SCRIPT FLUSH, restart, failover). The call did
@@ -222,9 +233,9 @@ class RedisClient {
       if (node_ok)
         node.breaker.record_success();
       else
-        node.breaker.record_failure();
+        node.breaker.record_failure(pass);
     } catch (const RedisError& e) {
-      if (e.kind() != RedisFailureKind::pool_exhausted) node.breaker.record_failure();
+      if (e.kind() != RedisFailureKind::pool_exhausted) node.breaker.record_failure(pass);
       const RedisFailure f{e.kind(), e.what()};
       report(f);
       fail_all(f);
@@ -240,15 +251,13 @@ class RedisClient {
       std::optional<std::chrono::steady_clock::time_point> deadline = std::nullopt) {
     for (int attempt = 0;; ++attempt) {
       auto lease = node.pool.acquire(deadline);
-      std::chrono::milliseconds timeout{0};  // 0: the connection's usual command timeout
-      if (deadline) {
-        timeout = time_left(*deadline, std::chrono::steady_clock::now(), options_.command_timeout);
-        if (timeout.count() == 0)  // the connection is fine: it goes back to the pool
-          throw RedisError(RedisFailureKind::timeout,
-                           node.pool.node().address() + ": timed out before sending");
-      }
+      const auto by =
+          deadline ? *deadline : std::chrono::steady_clock::now() + options_.command_timeout;
+      if (std::chrono::steady_clock::now() >= by)  // the connection is fine: back to the pool
+        throw RedisError(RedisFailureKind::timeout,
+                         node.pool.node().address() + ": timed out before sending");
       try {
-        return lease->pipeline(commands, timeout);
+        return lease->pipeline(commands, by);
       } catch (const RedisError& e) {
         lease.discard();
         node.pool.drop_idle();

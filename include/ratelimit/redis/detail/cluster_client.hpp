@@ -73,7 +73,10 @@ class RedisClusterClient final : public RedisClient {
     for (auto& owner : owners_) owner.store(nullptr, std::memory_order_relaxed);
   }
 
-  std::vector<RedisResult> execute(const std::vector<RedisCall>& calls) override {
+  /// One budget for the whole call: every node, every redirection (slot-map refreshes still
+  /// have their own, see learn_from).
+  std::vector<RedisResult> execute(const std::vector<RedisCall>& calls,
+                                   std::chrono::steady_clock::time_point deadline) override {
     if (!mapped_.load(std::memory_order_acquire)) refresh_if_due(std::chrono::nanoseconds{0});
     std::vector<RedisResult> results(calls.size());
     struct Target {
@@ -99,7 +102,7 @@ class RedisClusterClient final : public RedisClient {
         }
         break;
       }
-      run_round(calls, pending, targets, results);
+      run_round(calls, pending, targets, results, deadline);
       std::vector<std::size_t> again;
       bool tryagain = false;
       for (const std::size_t i : pending) {
@@ -274,7 +277,8 @@ class RedisClusterClient final : public RedisClient {
   /// go without ASKING and be redirected back).
   template <class Target>
   void run_round(const std::vector<RedisCall>& calls, const std::vector<std::size_t>& pending,
-                 const std::vector<Target>& targets, std::vector<RedisResult>& results) {
+                 const std::vector<Target>& targets, std::vector<RedisResult>& results,
+                 std::chrono::steady_clock::time_point deadline) {
     std::vector<std::pair<RedisNodeClient*, std::vector<std::size_t>>> plain;
     std::vector<std::pair<RedisNodeClient*, std::vector<std::size_t>>> asking;
     for (const std::size_t i : pending) {
@@ -284,7 +288,7 @@ class RedisClusterClient final : public RedisClient {
       if (it == groups.end()) it = groups.insert(groups.end(), {targets[i].node, {}});
       it->second.push_back(i);
     }
-    for (auto& [n, indexes] : plain) run_on(*n, calls, indexes, results);
+    for (auto& [n, indexes] : plain) run_on(*n, calls, indexes, results, deadline);
     for (auto& [n, indexes] : asking) {
       std::vector<RedisCall> sub;
       std::vector<std::size_t> all;
@@ -300,7 +304,7 @@ class RedisClusterClient final : public RedisClient {
       }
       for (std::size_t j = 0; j < sub.size(); ++j) all.push_back(j);
       std::vector<RedisResult> sub_results(sub.size());
-      run_on(*n, sub, all, sub_results);
+      run_on(*n, sub, all, sub_results, deadline);
       for (std::size_t k = 0; k < indexes.size(); ++k) {
         RedisResult& asked = sub_results[2 * k];
         results[indexes[k]] = asked.failure ? std::move(asked) : std::move(sub_results[2 * k + 1]);
@@ -312,9 +316,13 @@ class RedisClusterClient final : public RedisClient {
   bool learn_from(RedisNodeClient& n) {
     RedisReplyPtr reply;
     try {
-      auto lease = n.pool.acquire();
+      // Its own budget: one connect and one command timeout (a refresh runs apart from any
+      // decision's deadline only when no decision waits on it).
+      const auto deadline =
+          std::chrono::steady_clock::now() + options().connect_timeout + options().command_timeout;
+      auto lease = n.pool.acquire(deadline);
       try {
-        auto replies = lease->pipeline({{"CLUSTER", "SLOTS"}});
+        auto replies = lease->pipeline({{"CLUSTER", "SLOTS"}}, deadline);
         reply = std::move(replies.front());
       } catch (const RedisError&) {
         lease.discard();

@@ -1,15 +1,28 @@
 #pragma once
 /// @file redis/detail/connection.hpp
-/// One hiredis connection with RAII ownership, timeouts, and pipelined round trips.
+/// One hiredis connection with RAII ownership, a deadline per round trip, and pipelined
+/// round trips.
+///
+/// The socket is non-blocking and the library waits on it itself (poll), so a deadline bounds
+/// the whole round trip: connect, every partial write and every partial read. hiredis's own
+/// socket timeouts would bound each read(2) alone, so a server that trickles its reply one
+/// byte at a time, or a large request to a server that stopped reading, could hold a decision
+/// for seconds. hiredis still formats the commands and parses the replies (its public
+/// redisBufferWrite, redisBufferRead and redisGetReplyFromReader).
 
 #include <hiredis/hiredis.h>
+#include <poll.h>
 #include <pthread.h>
 #include <signal.h>
+#include <sys/socket.h>
 #include <sys/time.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <chrono>
 #include <cstddef>
+#include <cstdint>
+#include <cstring>
 #include <memory>
 #include <stdexcept>
 #include <string>
@@ -113,40 +126,51 @@ inline std::chrono::milliseconds time_left(std::chrono::steady_clock::time_point
   return left < cap ? left : cap;
 }
 
-inline timeval to_timeval(std::chrono::milliseconds d) noexcept {
-  timeval tv{};
-  tv.tv_sec = static_cast<decltype(tv.tv_sec)>(d.count() / 1000);
-  tv.tv_usec = static_cast<decltype(tv.tv_usec)>((d.count() % 1000) * 1000);
-  return tv;
+/// Waits until `fd` is ready for `events` (POLLIN, POLLOUT) or `deadline` passes. False on
+/// timeout. poll's timeout is whole ms, rounded up, so a wait ends at most about 1 ms (plus the
+/// kernel's timer slack) after the deadline.
+inline bool wait_ready(int fd, short events, std::chrono::steady_clock::time_point deadline) {
+  for (;;) {
+    const auto left = time_left(deadline, std::chrono::steady_clock::now(),
+                                std::chrono::milliseconds{std::int64_t{1} << 30});
+    if (left.count() == 0) return false;
+    pollfd p{fd, events, 0};
+    const int n = ::poll(&p, 1, static_cast<int>(left.count()));
+    if (n > 0) return true;  // ready, or an error/hang-up the next read or write reports
+    if (n < 0 && errno != EINTR) return true;
+  }
 }
 
 /// One open connection. Not thread-safe: the pool hands it to one thread at a time.
 class RedisConnection {
  public:
-  /// Connects within settings.connect_timeout, sets the command timeout, AUTH and SELECT; with
-  /// `budget` (what is left of a decision's command timeout), within that too.
-  /// Throws RedisError(connect) on any failure.
+  /// Connects within settings.connect_timeout (and before `deadline`), then AUTH and SELECT
+  /// before `deadline`. Throws RedisError(connect) on any failure.
   static RedisConnection open(const RedisNode& node, const RedisConnectionSettings& settings,
-                              std::chrono::milliseconds budget = std::chrono::milliseconds::max()) {
+                              std::chrono::steady_clock::time_point deadline) {
     SigpipeGuard guard;
     RedisConnection c;
-    const auto connect_timeout =
-        budget < settings.connect_timeout ? budget : settings.connect_timeout;
-    c.ctx_.reset(
-        redisConnectWithTimeout(node.host.c_str(), node.port, to_timeval(connect_timeout)));
+    const auto connect_by =
+        std::min(deadline, std::chrono::steady_clock::now() +
+                               std::chrono::milliseconds(settings.connect_timeout));
+    c.ctx_.reset(redisConnectNonBlock(node.host.c_str(), node.port));
     if (!c.ctx_) throw RedisError(RedisFailureKind::connect, node.address() + ": out of memory");
     if (c.ctx_->err != 0)
       throw RedisError(RedisFailureKind::connect,
                        node.address() + ": cannot connect: " + std::string(c.ctx_->errstr));
-    c.timeout_ = budget < settings.command_timeout ? budget : settings.command_timeout;
-    if (redisSetTimeout(c.ctx_.get(), to_timeval(c.timeout_)) != REDIS_OK)
-      throw RedisError(RedisFailureKind::connect, node.address() + ": cannot set the timeout");
+    if (!wait_ready(c.ctx_->fd, POLLOUT, connect_by))
+      throw RedisError(RedisFailureKind::connect, node.address() + ": cannot connect: timed out");
+    int error = 0;
+    socklen_t size = sizeof error;
+    if (::getsockopt(c.ctx_->fd, SOL_SOCKET, SO_ERROR, &error, &size) != 0 || error != 0)
+      throw RedisError(RedisFailureKind::connect,
+                       node.address() + ": cannot connect: " + std::string(std::strerror(error)));
     std::vector<RedisCommand> setup;
     if (!settings.password.empty()) setup.push_back({"AUTH", settings.password});
     if (settings.db != 0) setup.push_back({"SELECT", std::to_string(settings.db)});
     if (!setup.empty()) {
       try {
-        for (const auto& reply : c.pipeline(setup))
+        for (const auto& reply : c.pipeline(setup, deadline))
           if (reply->type == REDIS_REPLY_ERROR)
             throw RedisError(RedisFailureKind::connect,
                              node.address() + ": " + std::string(reply->str, reply->len));
@@ -154,19 +178,28 @@ class RedisConnection {
         throw RedisError(RedisFailureKind::connect, e.what());
       }
     }
+    c.command_timeout_ = settings.command_timeout;
     return c;
   }
 
-  /// Sends every command in one write and reads one reply per command, in order, each socket
-  /// wait bounded by `timeout` (unchanged if 0). Throws RedisError(timeout or io) when the
-  /// connection fails; it is then unusable.
+  /// As above, before connect_timeout + command_timeout from now.
+  static RedisConnection open(const RedisNode& node, const RedisConnectionSettings& settings) {
+    return open(
+        node, settings,
+        std::chrono::steady_clock::now() + settings.connect_timeout + settings.command_timeout);
+  }
+
+  /// As below, before the settings' command_timeout from now.
+  std::vector<RedisReplyPtr> pipeline(const std::vector<RedisCommand>& commands) {
+    return pipeline(commands, std::chrono::steady_clock::now() + command_timeout_);
+  }
+
+  /// Sends every command in one pipeline and reads one reply per command, in order, all of it
+  /// before `deadline`. Throws RedisError(timeout or io) when the connection fails; it is then
+  /// unusable.
   std::vector<RedisReplyPtr> pipeline(const std::vector<RedisCommand>& commands,
-                                      std::chrono::milliseconds timeout = {}) {
+                                      std::chrono::steady_clock::time_point deadline) {
     SigpipeGuard guard;
-    if (timeout.count() > 0 && timeout != timeout_) {
-      if (redisSetTimeout(ctx_.get(), to_timeval(timeout)) != REDIS_OK) fail(0);
-      timeout_ = timeout;
-    }
     std::vector<const char*> argv;
     std::vector<std::size_t> lens;
     for (const auto& cmd : commands) {
@@ -180,12 +213,21 @@ class RedisConnection {
                                  lens.data()) != REDIS_OK)
         fail(0);
     }
+    for (int done = 0; !done;) {
+      if (redisBufferWrite(ctx_.get(), &done) != REDIS_OK) fail(0);
+      if (!done && !wait_ready(ctx_->fd, POLLOUT, deadline)) timed_out(0);
+    }
     std::vector<RedisReplyPtr> replies;
     replies.reserve(commands.size());
-    for (std::size_t i = 0; i < commands.size(); ++i) {
+    while (replies.size() < commands.size()) {
       void* raw = nullptr;
-      if (redisGetReply(ctx_.get(), &raw) != REDIS_OK || raw == nullptr) fail(replies.size());
-      replies.emplace_back(static_cast<redisReply*>(raw));
+      if (redisGetReplyFromReader(ctx_.get(), &raw) != REDIS_OK) fail(replies.size());
+      if (raw != nullptr) {
+        replies.emplace_back(static_cast<redisReply*>(raw));
+        continue;
+      }
+      if (!wait_ready(ctx_->fd, POLLIN, deadline)) timed_out(replies.size());
+      if (redisBufferRead(ctx_.get()) != REDIS_OK) fail(replies.size());
     }
     return replies;
   }
@@ -194,20 +236,16 @@ class RedisConnection {
   RedisConnection() = default;
 
   [[noreturn]] void fail(std::size_t replies_read) {
-    broken_errno_ = errno;
-    // hiredis reports a read past the socket timeout as an I/O error with EAGAIN.
-    const std::string what = ctx_->errstr;
-    const bool timed_out =
-        ctx_->err == REDIS_ERR_IO && (broken_errno_ == EAGAIN || broken_errno_ == EWOULDBLOCK ||
-                                      what.find("temporarily unavailable") != std::string::npos);
-    throw RedisError(timed_out ? RedisFailureKind::timeout : RedisFailureKind::io,
-                     std::string(timed_out ? "timed out: " : "connection failed: ") + what,
+    throw RedisError(RedisFailureKind::io, "connection failed: " + std::string(ctx_->errstr),
                      replies_read);
   }
 
+  [[noreturn]] static void timed_out(std::size_t replies_read) {
+    throw RedisError(RedisFailureKind::timeout, "timed out", replies_read);
+  }
+
   std::unique_ptr<redisContext, RedisContextDeleter> ctx_;
-  std::chrono::milliseconds timeout_{0};  ///< the socket timeout currently set
-  int broken_errno_ = 0;
+  std::chrono::milliseconds command_timeout_{0};
 };
 
 }  // namespace ratelimit::detail

@@ -17,6 +17,7 @@
 /// So two different (prefix, key, tag, algorithm, format, name) never give the same Redis key,
 /// and every key of one client key (one decision) hashes to one Redis Cluster slot.
 
+#include <algorithm>
 #include <string>
 #include <string_view>
 
@@ -26,18 +27,21 @@ namespace ratelimit::detail {
 /// changes: instances of different versions then count separately (docs/redis.md, "Upgrades").
 inline constexpr std::string_view key_format = "2";
 
-/// Appends `bytes` with `special` and '%' written as %XX (upper-case hex).
+/// Appends `bytes` with `special` and '%' written as %XX (upper-case hex). Runs of plain bytes
+/// are copied whole: a client key can be megabytes.
 inline void append_escaped(std::string& out, std::string_view bytes, char special) {
   static constexpr char digits[] = "0123456789ABCDEF";
-  for (const char ch : bytes) {
-    if (ch == '%' || ch == special) {
-      const auto b = static_cast<unsigned char>(ch);
-      out.push_back('%');
-      out.push_back(digits[b >> 4]);
-      out.push_back(digits[b & 0xF]);
-    } else {
-      out.push_back(ch);
-    }
+  const auto plain = [special](char c) { return c != '%' && c != special; };
+  auto it = bytes.begin();
+  for (;;) {
+    const auto stop = std::find_if_not(it, bytes.end(), plain);
+    out.append(it, stop);
+    if (stop == bytes.end()) return;
+    const auto b = static_cast<unsigned char>(*stop);
+    out.push_back('%');
+    out.push_back(digits[b >> 4]);
+    out.push_back(digits[b & 0xF]);
+    it = stop + 1;
   }
 }
 

@@ -85,12 +85,10 @@ class RedisPool {
     const std::uint64_t generation = generation_;
     lock.unlock();
     try {
-      const auto budget =
-          time_left(deadline, std::chrono::steady_clock::now(), std::chrono::milliseconds::max());
-      if (budget.count() == 0)
+      if (std::chrono::steady_clock::now() >= deadline)
         throw RedisError(RedisFailureKind::timeout,
                          node_.address() + ": no time left to open a connection");
-      return Lease(this, RedisConnection::open(node_, settings_, budget), generation, false);
+      return Lease(this, RedisConnection::open(node_, settings_, deadline), generation, false);
     } catch (...) {
       lock.lock();
       --open_;
