@@ -178,9 +178,10 @@ TEST_CASE("A Redis that trickles its replies one byte per 30 ms is cut off at th
   proxy.stop();
 }
 
-TEST_CASE("A server that accepts and never answers, even a 4 MiB request, is cut off at the "
-          "deadline",
-          "[redis][deadline]") {
+TEST_CASE(
+    "A server that accepts and never answers, even a 4 MiB request, is cut off at the "
+    "deadline",
+    "[redis][deadline]") {
   Listener hole([](int, const std::atomic<bool>& stopping) {
     while (!stopping) std::this_thread::sleep_for(10ms);  // never reads, never writes
   });
