@@ -201,3 +201,24 @@ TEST_CASE(
   WARN("black hole: longest decision " << worst_ms << " ms for a 100 ms deadline");
   hole.stop();
 }
+
+TEST_CASE("A decision that spends its own budget before reaching Redis does not open the breaker",
+          "[redis][deadline][breaker]") {
+  // One client's 8 MiB key of '}' (each byte escaped to 3) takes far more than a 1 ms budget to
+  // build: that decision is degraded, but the node did nothing wrong, so other clients' keys
+  // must still go to Redis (the breaker covers the whole node).
+  auto o = rltest::test_redis_options("budget");
+  o.command_timeout = 1ms;
+  o.failure_policy = ratelimit::FailurePolicy::fail_open;
+  std::vector<ratelimit::RedisFailure> seen;
+  o.on_failure = [&seen](const ratelimit::RedisFailure& f) { seen.push_back(f); };
+  ratelimit::RedisStorage storage(o);
+  ratelimit::ManualClock clock;
+  ratelimit::TokenBucket<ratelimit::ManualClock, ratelimit::RedisStorage> tb(
+      {5, ratelimit::per_minute(5)}, storage, clock);
+  const auto d = tb.try_acquire(std::string(8 << 20, '}'));
+  CHECK(d.degraded);
+  REQUIRE(seen.size() == 1);
+  CHECK(seen[0].kind == ratelimit::RedisFailureKind::timeout);
+  CHECK_FALSE(storage.stats().circuit_open);
+}

@@ -235,7 +235,8 @@ class RedisClient {
       else
         node.breaker.record_failure(pass);
     } catch (const RedisError& e) {
-      if (e.kind() != RedisFailureKind::pool_exhausted) node.breaker.record_failure(pass);
+      if (e.kind() != RedisFailureKind::pool_exhausted && e.node_fault())
+        node.breaker.record_failure(pass);
       const RedisFailure f{e.kind(), e.what()};
       report(f);
       fail_all(f);
@@ -254,8 +255,7 @@ class RedisClient {
       const auto by =
           deadline ? *deadline : std::chrono::steady_clock::now() + options_.command_timeout;
       if (std::chrono::steady_clock::now() >= by)  // the connection is fine: back to the pool
-        throw RedisError(RedisFailureKind::timeout,
-                         node.pool.node().address() + ": timed out before sending");
+        throw RedisError::budget_spent(node.pool.node().address() + ": timed out before sending");
       try {
         return lease->pipeline(commands, by);
       } catch (const RedisError& e) {

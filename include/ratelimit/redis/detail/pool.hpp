@@ -86,8 +86,7 @@ class RedisPool {
     lock.unlock();
     try {
       if (std::chrono::steady_clock::now() >= deadline)
-        throw RedisError(RedisFailureKind::timeout,
-                         node_.address() + ": no time left to open a connection");
+        throw RedisError::budget_spent(node_.address() + ": no time left to open a connection");
       return Lease(this, RedisConnection::open(node_, settings_, deadline), generation, false);
     } catch (...) {
       lock.lock();
