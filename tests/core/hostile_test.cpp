@@ -478,3 +478,17 @@ TEST_CASE("A leaky bucket's acquire with max_wait = max survives a step back too
   CHECK(d.delay == 0ns);
   CHECK(clock.now() == 101s);
 }
+
+TEST_CASE("try_acquire at an explicit time outside the clock range is decided at its end",
+          "[hostile][clock]") {
+  // Found by a hostile test: now = INT64_MAX overflowed the model's arithmetic (UBSan), and a
+  // later now = 0 then admitted again, capacity from nothing. The range is [0, 2^62] ns.
+  ratelimit::TokenBucket<ratelimit::ManualClock> tb({1, ratelimit::per_minute(1)});
+  constexpr auto end = ratelimit::max_clock_time;
+  // A bucket of 1: spent at INT64_MAX, read as 2^62; full again a minute later.
+  CHECK(tb.try_acquire("k", 1, std::chrono::nanoseconds::max()) == rltest::admitted(1, 0, 60s));
+  // A time before the key's latest is decided at the latest: still empty, a minute to go.
+  CHECK(tb.try_acquire("k", 1, 0ns) == rltest::denied(1, 0, 60s, 60s));
+  CHECK(tb.try_acquire("k", 1, -5s) == rltest::denied(1, 0, 60s, 60s));
+  CHECK(tb.try_acquire("k", 1, end + 60s) == rltest::denied(1, 0, 60s, 60s));
+}

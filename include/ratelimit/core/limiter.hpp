@@ -3,6 +3,7 @@
 /// What every limiter does around its model: read the clock, validate the cost, and block in
 /// `acquire`. The algorithms' public classes derive from this.
 
+#include <algorithm>
 #include <chrono>
 #include <cstdint>
 #include <stdexcept>
@@ -71,10 +72,12 @@ class Limiter {
   /// The same decision at `now`, a reading of this limiter's clock taken by the caller (the
   /// clock is not read): a service that reads the clock once per batch or event-loop turn pays
   /// for it once (as folly's `consume(n, now)`). A `now` earlier than the key's latest time is
-  /// decided at that time, as always. Throws `std::invalid_argument` if cost < 1.
-  /// Thread safety: safe from many threads.
+  /// decided at that time, as always. A `now` outside the clock range [0, 2^62] ns is clamped
+  /// to it, as a clock reading would be (the models' arithmetic relies on the range).
+  /// Throws `std::invalid_argument` if cost < 1. Thread safety: safe from many threads.
   Decision try_acquire(std::string_view key, std::int64_t cost, std::chrono::nanoseconds now) {
     check_cost(cost);
+    now = std::clamp(now, std::chrono::nanoseconds{0}, max_clock_time);
     return binding_.apply(key, now, Operation{cost, false, Decision::never});
   }
 
