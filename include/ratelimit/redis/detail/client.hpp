@@ -235,8 +235,7 @@ class RedisClient {
       else
         node.breaker.record_failure(pass);
     } catch (const RedisError& e) {
-      if (e.kind() != RedisFailureKind::pool_exhausted && e.node_fault())
-        node.breaker.record_failure(pass);
+      if (e.node_fault()) node.breaker.record_failure(pass);
       const RedisFailure f{e.kind(), e.what()};
       report(f);
       fail_all(f);
@@ -246,18 +245,17 @@ class RedisClient {
   /// One pipelined round trip. A connection that failed is closed with every idle one (after
   /// a restart they are all stale). If a reused connection broke before any reply, the commands
   /// are sent once more on a fresh one: most likely the server closed it while it sat idle.
-  /// Everything waits at most until `deadline` (none: the pool's own default bounds).
-  std::vector<RedisReplyPtr> round_trip(
-      RedisNodeClient& node, const std::vector<RedisCommand>& commands,
-      std::optional<std::chrono::steady_clock::time_point> deadline = std::nullopt) {
+  /// Everything waits at most until `deadline`.
+  std::vector<RedisReplyPtr> round_trip(RedisNodeClient& node,
+                                        const std::vector<RedisCommand>& commands,
+                                        std::chrono::steady_clock::time_point deadline) {
     for (int attempt = 0;; ++attempt) {
       auto lease = node.pool.acquire(deadline);
-      const auto by =
-          deadline ? *deadline : std::chrono::steady_clock::now() + options_.command_timeout;
-      if (std::chrono::steady_clock::now() >= by)  // the connection is fine: back to the pool
-        throw RedisError::budget_spent(node.pool.node().address() + ": timed out before sending");
+      if (std::chrono::steady_clock::now() >= deadline)  // the connection goes back to the pool
+        throw RedisError::not_the_node(RedisFailureKind::timeout,
+                                       node.pool.node().address() + ": timed out before sending");
       try {
-        return lease->pipeline(commands, by);
+        return lease->pipeline(commands, deadline);
       } catch (const RedisError& e) {
         lease.discard();
         node.pool.drop_idle();

@@ -55,15 +55,16 @@ class RedisError : public std::runtime_error {
  public:
   RedisError(RedisFailureKind kind, const std::string& message, std::size_t replies_read = 0)
       : std::runtime_error(message), kind_(kind), replies_read_(replies_read) {}
-  /// A decision whose own budget ran out before it reached the node (building a huge key, say):
-  /// says nothing about the node, so the breaker must not count it.
-  static RedisError budget_spent(const std::string& message) {
-    RedisError e(RedisFailureKind::timeout, message);
+  /// A failure that says nothing about the node: the decision's own budget ran out before it
+  /// reached the node (building a huge key, say), or every pooled connection was busy. The
+  /// breaker must not count it.
+  static RedisError not_the_node(RedisFailureKind kind, const std::string& message) {
+    RedisError e(kind, message);
     e.node_fault_ = false;
     return e;
   }
   RedisFailureKind kind() const noexcept { return kind_; }
-  /// False when the failure is the decision's own (see budget_spent), not the node's.
+  /// False for a failure made by not_the_node.
   bool node_fault() const noexcept { return node_fault_; }
   /// How many replies of a pipeline arrived before it failed (0: none of it is known to have
   /// run, unless the server died after running it).

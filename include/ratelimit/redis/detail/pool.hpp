@@ -59,15 +59,12 @@ class RedisPool {
   };
 
   /// An idle connection, or a new one if fewer than max_size are open, or the first one given
-  /// back before `deadline` (by default, connect + command timeout from now); a new connection
-  /// must also connect before it. Throws RedisError(connect) if a new connection fails,
-  /// RedisError(pool_exhausted) if none frees up in time, RedisError(timeout) if the deadline
-  /// passed before a connection could be opened.
-  Lease acquire(std::optional<std::chrono::steady_clock::time_point> until = std::nullopt) {
+  /// back before `deadline`; a new connection must also connect before it. Throws
+  /// RedisError(connect) if a new connection fails, RedisError(pool_exhausted) if none frees
+  /// up in time, RedisError(timeout) if the deadline passed before a connection could be
+  /// opened (those two are not the node's fault: RedisError::node_fault() is false).
+  Lease acquire(std::chrono::steady_clock::time_point deadline) {
     std::unique_lock lock(mutex_);
-    const auto deadline = until ? *until
-                                : std::chrono::steady_clock::now() + settings_.connect_timeout +
-                                      settings_.command_timeout;
     for (;;) {
       if (!idle_.empty()) {
         RedisConnection c = std::move(idle_.back());
@@ -77,16 +74,17 @@ class RedisPool {
       if (open_ < max_size_) break;
       if (available_.wait_until(lock, deadline) == std::cv_status::timeout && idle_.empty() &&
           open_ >= max_size_)
-        throw RedisError(RedisFailureKind::pool_exhausted, node_.address() + ": all " +
-                                                               std::to_string(max_size_) +
-                                                               " pooled connections stayed busy");
+        throw RedisError::not_the_node(RedisFailureKind::pool_exhausted,
+                                       node_.address() + ": all " + std::to_string(max_size_) +
+                                           " pooled connections stayed busy");
     }
     ++open_;
     const std::uint64_t generation = generation_;
     lock.unlock();
     try {
       if (std::chrono::steady_clock::now() >= deadline)
-        throw RedisError::budget_spent(node_.address() + ": no time left to open a connection");
+        throw RedisError::not_the_node(RedisFailureKind::timeout,
+                                       node_.address() + ": no time left to open a connection");
       return Lease(this, RedisConnection::open(node_, settings_, deadline), generation, false);
     } catch (...) {
       lock.lock();
