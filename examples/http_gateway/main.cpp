@@ -447,7 +447,7 @@ int main(int argc, char** argv) {
     ro.host = opt.redis.substr(0, colon);
     ro.port = to_int(opt.redis.substr(colon + 1), "--redis port", 1, 65535);
     ro.key_prefix = opt.key_prefix;
-    ro.pool_size = static_cast<std::size_t>(opt.threads);
+    // The default two connections: every server thread's decisions share them, pipelined.
     auto set = std::make_shared<ratelimit::RuleSet<ratelimit::RedisStorage>>(
         rules, ratelimit::RedisStorage(ro));
     return serve(

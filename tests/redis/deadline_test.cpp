@@ -1,12 +1,15 @@
-// Issue 11: one deadline bounds a whole Redis round trip, not each socket call. A server that
-// trickles its replies one byte per 30 ms, one that accepts and never answers, and a large
-// request that the server never reads: every decision is degraded by its deadline (the command
-// timeout) plus a stated margin, where hiredis's per-read timeouts let them run for seconds.
-// Real sockets on loopback: a trickling proxy in front of the test Redis, and a black hole.
-#include <netinet/in.h>
+// Issue 11: one deadline bounds a whole decision, not each socket call. Against a server that
+// trickles its replies one byte per 30 ms, one that accepts and never answers, a stopped
+// (SIGSTOP) Redis sent 4 MiB keys, a 20,000-entry batch, and a Redis killed and restarted,
+// 8 threads deciding for a while each get every decision back by its deadline plus a stated
+// margin. Real sockets on loopback throughout.
+//
+// The margin: the I/O thread wakes at a deadline through ppoll's timer, which the kernel lets
+// run late by its timer slack (50 us by default), and the deciding thread must then be woken
+// and scheduled; on this 2-core machine, with sanitizer builds and 8 threads, that is the bulk
+// of it. The first test case measures the timer's overshoot and prints it.
 #include <poll.h>
-#include <sys/socket.h>
-#include <unistd.h>
+#include <time.h>
 
 #include <algorithm>
 #include <atomic>
@@ -20,91 +23,25 @@
 #include <catch2/catch.hpp>
 #include <ratelimit/manual_clock.hpp>
 #include <ratelimit/redis.hpp>
+#include <ratelimit/redis_batch.hpp>
 #include <ratelimit/token_bucket.hpp>
 
+#include "listener.hpp"
+#include "redis_admin.hpp"
 #include "support/redis_backend.hpp"
 
 using namespace std::chrono_literals;
 
 namespace {
 
-/// A loopback listener on an ephemeral port. Each accepted connection is handed to `serve` on
-/// its own thread; stop() shuts every socket down and joins the threads.
-class Listener {
- public:
-  template <class Serve>
-  explicit Listener(Serve serve) {
-    fd_ = ::socket(AF_INET, SOCK_STREAM, 0);
-    REQUIRE(fd_ >= 0);
-    sockaddr_in a{};
-    a.sin_family = AF_INET;
-    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    REQUIRE(::bind(fd_, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0);
-    REQUIRE(::listen(fd_, 16) == 0);
-    socklen_t len = sizeof a;
-    REQUIRE(::getsockname(fd_, reinterpret_cast<sockaddr*>(&a), &len) == 0);
-    port_ = ntohs(a.sin_port);
-    acceptor_ = std::thread([this, serve] {
-      for (;;) {
-        pollfd p{fd_, POLLIN, 0};
-        if (::poll(&p, 1, 20) <= 0) {
-          if (stopping_) return;
-          continue;
-        }
-        const int c = ::accept(fd_, nullptr, nullptr);
-        if (c < 0) return;
-        const std::lock_guard lock(mutex_);
-        sockets_.push_back(c);
-        workers_.emplace_back([this, serve, c] { serve(c, stopping_); });
-      }
-    });
-  }
-  ~Listener() { stop(); }
-  int port() const { return port_; }
-  /// Sockets the workers opened themselves (the proxy's upstream), closed by stop() too.
-  void adopt(int fd) {
-    const std::lock_guard lock(mutex_);
-    sockets_.push_back(fd);
-  }
-  void stop() {
-    if (stopping_.exchange(true)) return;
-    acceptor_.join();
-    std::vector<std::thread> workers;
-    {
-      const std::lock_guard lock(mutex_);
-      for (const int s : sockets_) ::shutdown(s, SHUT_RDWR);
-      workers.swap(workers_);
-    }
-    for (auto& w : workers) w.join();
-    for (const int s : sockets_) ::close(s);
-    ::close(fd_);
-  }
+using Bucket = ratelimit::TokenBucket<ratelimit::ManualClock, ratelimit::RedisStorage>;
 
- private:
-  int fd_ = -1;
-  int port_ = 0;
-  std::atomic<bool> stopping_{false};
-  std::thread acceptor_;
-  std::mutex mutex_;
-  std::vector<int> sockets_;
-  std::vector<std::thread> workers_;
-};
-
-int connect_to(const rltest::RedisEndpoint& e) {
-  const int s = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_port = htons(static_cast<std::uint16_t>(e.port));
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  if (::connect(s, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0) {
-    ::close(s);
-    return -1;
-  }
-  return s;
-}
+/// How late a decision may come back after its deadline (see the file comment).
+constexpr auto margin = 50ms;
 
 /// Options for a server at `port` that will not answer in time: a 100 ms deadline, fail
-/// closed, and the shortest breaker back-off (1 ms, waited out between decisions).
+/// closed, and the shortest breaker back-off (1 ms), so that nearly every decision really
+/// waits on the server instead of being short-circuited.
 ratelimit::RedisOptions stalled_options(int port) {
   auto o = rltest::test_redis_options("deadline");
   o.port = port;
@@ -116,90 +53,278 @@ ratelimit::RedisOptions stalled_options(int port) {
   return o;
 }
 
-/// The margin a decision may run past its deadline here: poll's whole-ms rounding (1 ms), the
-/// retry's second wait being cut to what is left, and scheduling on a loaded 2-core machine
-/// running sanitizer builds. The overshoot measured is printed; it was a few ms when quiet.
-constexpr auto margin = 150ms;
-
-/// Runs `decide` `n` times; returns the longest call. Between calls it waits out the breaker's
-/// 1 ms back-off, so that every decision really waits on the server.
-template <class F>
-std::chrono::nanoseconds longest_of(int n, F decide) {
+struct Tally {
   std::chrono::nanoseconds worst{0};
-  for (int i = 0; i < n; ++i) {
-    std::this_thread::sleep_for(2ms);
-    const auto t0 = std::chrono::steady_clock::now();
-    decide(i);
-    worst = std::max<std::chrono::nanoseconds>(worst, std::chrono::steady_clock::now() - t0);
+  std::int64_t decisions = 0;
+  std::int64_t degraded = 0;
+};
+
+/// `threads` threads call `decide(thread, i)` (which returns true if degraded), 1 ms apart,
+/// for `duration`; the longest single call and the counts.
+template <class F>
+Tally hammer(int threads, std::chrono::milliseconds duration, F decide) {
+  std::atomic<bool> stop{false};
+  std::vector<Tally> per(static_cast<std::size_t>(threads));
+  std::vector<std::thread> pool;
+  for (int t = 0; t < threads; ++t)
+    pool.emplace_back([&, t] {
+      Tally& mine = per[static_cast<std::size_t>(t)];
+      for (int i = 0; !stop.load(); ++i) {
+        const auto t0 = std::chrono::steady_clock::now();
+        const bool degraded = decide(t, i);
+        mine.worst =
+            std::max<std::chrono::nanoseconds>(mine.worst, std::chrono::steady_clock::now() - t0);
+        ++mine.decisions;
+        mine.degraded += degraded ? 1 : 0;
+        // A service's requests arrive; they do not spin. Short-circuited decisions take
+        // microseconds, and 8 threads spinning on them would starve the machine's 2 cores (and
+        // the I/O thread), which is the test's load, not the library's lateness.
+        std::this_thread::sleep_for(1ms);
+      }
+    });
+  std::this_thread::sleep_for(duration);  // how long the traffic runs, not a wait for a result
+  stop = true;
+  for (auto& th : pool) th.join();
+  Tally all;
+  for (const auto& m : per) {
+    all.worst = std::max(all.worst, m.worst);
+    all.decisions += m.decisions;
+    all.degraded += m.degraded;
   }
-  return worst;
+  return all;
+}
+
+double ms(std::chrono::nanoseconds d) {
+  return std::chrono::duration<double, std::milli>(d).count();
 }
 
 }  // namespace
 
-TEST_CASE("A Redis that trickles its replies one byte per 30 ms is cut off at the deadline",
+TEST_CASE("The kernel timer's overshoot, the part of the margin the library cannot remove",
           "[redis][deadline]") {
-  const rltest::RedisEndpoint upstream = rltest::redis_endpoint();
-  Listener* self = nullptr;
-  Listener proxy([&self, upstream](int client, const std::atomic<bool>& stopping) {
-    const int server = connect_to(upstream);
-    if (server < 0) return;
-    self->adopt(server);
-    char buf[4096];
-    pollfd p[2] = {{client, POLLIN, 0}, {server, POLLIN, 0}};
-    while (!stopping) {
-      if (::poll(p, 2, 20) <= 0) continue;
-      if (p[0].revents & (POLLIN | POLLHUP | POLLERR)) {  // requests pass at once
-        const auto n = ::read(client, buf, sizeof buf);
-        if (n <= 0 || ::write(server, buf, static_cast<std::size_t>(n)) != n) return;
-      }
-      if (p[1].revents & (POLLIN | POLLHUP | POLLERR)) {  // replies: one byte, then 30 ms
-        if (::read(server, buf, 1) != 1 || ::write(client, buf, 1) != 1) return;
-        std::this_thread::sleep_for(30ms);
-      }
-    }
-  });
-  self = &proxy;
+  // 200 ppoll waits of 1 ms on nothing: how late each wakes up.
+  std::chrono::nanoseconds worst{0}, total{0};
+  for (int i = 0; i < 200; ++i) {
+    const timespec ts{0, 1'000'000};
+    const auto t0 = std::chrono::steady_clock::now();
+    ::ppoll(nullptr, 0, &ts, nullptr);
+    const auto late = std::chrono::steady_clock::now() - t0 - 1ms;
+    worst = std::max<std::chrono::nanoseconds>(worst, late);
+    total += late;
+  }
+  WARN("ppoll(1 ms) overshoot: mean " << ms(total / 200) << " ms, worst " << ms(worst) << " ms");
+  CHECK(worst >= 0ns);  // a measurement, reported above; the margin is stated at its use
+}
+
+TEST_CASE("8 threads against a Redis that trickles its replies one byte per 30 ms",
+          "[redis][deadline]") {
+  rltest::TrickleProxy proxy(rltest::redis_endpoint(), 30ms);
   ratelimit::RedisStorage storage(stalled_options(proxy.port()));
   ratelimit::ManualClock clock;
-  ratelimit::TokenBucket<ratelimit::ManualClock, ratelimit::RedisStorage> tb(
-      {10, ratelimit::per_second(1)}, storage, clock);
-  std::int64_t degraded = 0;
-  const auto worst = longest_of(10, [&](int i) {
-    const auto d = tb.try_acquire("k" + std::to_string(i));
-    degraded += d.degraded ? 1 : 0;
+  Bucket tb({10, ratelimit::per_second(1)}, storage, clock);
+  const auto t = hammer(8, 1500ms, [&](int th, int i) {
+    return tb.try_acquire("k" + std::to_string(th) + "." + std::to_string(i)).degraded;
   });
-  // A reply of some 20 bytes takes about 600 ms to trickle through: each decision gives up at
+  // A reply of some 20 bytes takes about 600 ms to trickle through: every decision gives up at
   // its 100 ms deadline instead, fail closed.
-  CHECK(degraded == 10);
-  CHECK(worst < 100ms + margin);
-  const double worst_ms = std::chrono::duration<double, std::milli>(worst).count();
-  WARN("trickle: longest decision " << worst_ms << " ms for a 100 ms deadline");
+  CHECK(t.degraded == t.decisions);
+  CHECK(t.worst < 100ms + margin);
+  WARN("trickle: " << t.decisions << " decisions, longest " << ms(t.worst) << " ms (deadline 100)");
   proxy.stop();
 }
 
-TEST_CASE(
-    "A server that accepts and never answers, even a 4 MiB request, is cut off at the "
-    "deadline",
-    "[redis][deadline]") {
-  Listener hole([](int, const std::atomic<bool>& stopping) {
-    while (!stopping) std::this_thread::sleep_for(10ms);  // never reads, never writes
-  });
+TEST_CASE("8 threads against a server that accepts and never answers, 4 MiB keys among them",
+          "[redis][deadline]") {
+  rltest::BlackHole hole;
   ratelimit::RedisStorage storage(stalled_options(hole.port()));
   ratelimit::ManualClock clock;
-  ratelimit::TokenBucket<ratelimit::ManualClock, ratelimit::RedisStorage> tb(
-      {10, ratelimit::per_second(1)}, storage, clock);
+  Bucket tb({10, ratelimit::per_second(1)}, storage, clock);
   const std::string huge(4 << 20, 'x');  // fills the socket buffers: the write itself waits
-  std::int64_t degraded = 0;
-  const auto worst = longest_of(6, [&](int i) {
-    const auto d = tb.try_acquire(i % 2 == 0 ? "small" + std::to_string(i) : huge);
-    degraded += d.degraded ? 1 : 0;
+  const auto t = hammer(8, 1500ms, [&](int th, int i) {
+    return tb.try_acquire(th == 0 ? huge : "small" + std::to_string(i)).degraded;
   });
-  CHECK(degraded == 6);
-  CHECK(worst < 100ms + margin);
-  const double worst_ms = std::chrono::duration<double, std::milli>(worst).count();
-  WARN("black hole: longest decision " << worst_ms << " ms for a 100 ms deadline");
+  CHECK(t.degraded == t.decisions);
+  CHECK(t.worst < 100ms + margin);
+  WARN("black hole: " << t.decisions << " decisions, longest " << ms(t.worst) << " ms");
   hole.stop();
+}
+
+TEST_CASE("8 threads against a stopped (SIGSTOP) Redis, 4 MiB keys among them",
+          "[redis][deadline]") {
+  rltest::ThrowawayRedis server;
+  auto o = stalled_options(server.endpoint().port);
+  ratelimit::RedisStorage storage(o);
+  ratelimit::ManualClock clock;
+  Bucket tb({10, ratelimit::per_second(1)}, storage, clock);
+  CHECK_FALSE(tb.try_acquire("warm").degraded);  // connected while it ran
+  server.pause();
+  // Distinct 4 MiB keys, built before the clock starts: the limiter is measured, not the test.
+  std::vector<std::string> huge(16, std::string(4 << 20, 'x'));
+  for (std::size_t i = 0; i < huge.size(); ++i) huge[i] += std::to_string(i);
+  const auto t = hammer(8, 1500ms, [&](int th, int i) {
+    return tb
+        .try_acquire(th % 2 == 0 ? huge[static_cast<std::size_t>(i) % huge.size()]
+                                 : std::to_string(i))
+        .degraded;
+  });
+  server.resume();
+  CHECK(t.degraded == t.decisions);
+  CHECK(t.worst < 100ms + margin);
+  WARN("stopped Redis: " << t.decisions << " decisions, longest " << ms(t.worst) << " ms");
+}
+
+TEST_CASE("A 20,000-entry batch returns by its deadline on a healthy and on a stopped Redis",
+          "[redis][deadline][batch]") {
+  rltest::ThrowawayRedis server;
+  auto o = stalled_options(server.endpoint().port);
+  std::mutex failure_mutex;
+  std::string first_failure;  // why a batch was degraded, for the report
+  o.on_failure = [&](const ratelimit::RedisFailure& f) {
+    const std::lock_guard lock(failure_mutex);
+    if (first_failure.empty()) first_failure = f.message;
+  };
+  ratelimit::RedisStorage storage(o);
+  ratelimit::ManualClock clock;
+  Bucket tb({10, ratelimit::per_second(1)}, storage, clock);
+  const auto run_batch = [&](const char* tag) {
+    ratelimit::RedisBatch batch(storage);
+    for (int i = 0; i < 20'000; ++i) batch.add(tb, std::string(tag) + std::to_string(i));
+    const auto t0 = std::chrono::steady_clock::now();
+    const auto d = batch.run();
+    const auto took = std::chrono::steady_clock::now() - t0;
+    CHECK(d.size() == 20'000u);
+    CHECK(took < 100ms + margin);
+    std::int64_t degraded = 0;
+    for (const auto& x : d) degraded += x.degraded ? 1 : 0;
+    std::string why;
+    {
+      const std::lock_guard lock(failure_mutex);
+      why.swap(first_failure);
+    }
+    WARN(tag << " batch of 20,000: " << ms(took) << " ms, " << degraded << " degraded (" << why
+             << ")");
+    return degraded;
+  };
+  // Healthy: all decided, or (if Redis is slower than 100 ms for 20,000 scripts) all degraded
+  // together; either way on time.
+  const auto healthy = run_batch("healthy");
+  CHECK((healthy == 0 || healthy == 20'000));
+  std::this_thread::sleep_for(5ms);  // past the 1 ms back-off, if the batch opened the breaker
+  server.pause();
+  CHECK(run_batch("stopped") == 20'000);
+  server.resume();
+}
+
+TEST_CASE(
+    "A 20,000-entry batch with time to spare is decided in full, replies overlapping the write",
+    "[redis][batch]") {
+  // Redis answers the first commands of a 6 MB pipeline while the rest is still being written
+  // (and, on a fresh server, answers NOSCRIPT to all of them first): every reply must still
+  // reach its own decision.
+  rltest::ThrowawayRedis server;
+  auto o = rltest::test_redis_options("bigbatch");
+  o.port = server.endpoint().port;
+  o.command_timeout = 20s;
+  ratelimit::RedisStorage storage(o);
+  ratelimit::ManualClock clock;
+  Bucket tb({10, ratelimit::per_second(1)}, storage, clock);
+  ratelimit::RedisBatch batch(storage);
+  for (int i = 0; i < 20'000; ++i) batch.add(tb, "big" + std::to_string(i));
+  const auto d = batch.run();
+  REQUIRE(d.size() == 20'000u);
+  // Distinct keys, capacity 10: each first request is admitted with 10 - 1 = 9 left.
+  CHECK(std::all_of(d.begin(), d.end(),
+                    [](const ratelimit::Decision& x) { return !x.degraded && x.remaining == 9; }));
+  CHECK(storage.stats().script_loads == 1u);  // one EVAL, then EVALSHA for the other 19,999
+}
+
+TEST_CASE("8 threads while Redis is killed and restarted: on time throughout, exact after",
+          "[redis][deadline][restart]") {
+  rltest::ThrowawayRedis server;
+  ratelimit::RedisStorage storage(stalled_options(server.endpoint().port));
+  ratelimit::ManualClock clock;
+  Bucket tb({1'000'000, ratelimit::per_second(1)}, storage, clock);
+  std::thread chaos([&] {
+    std::this_thread::sleep_for(300ms);
+    server.kill();
+    std::this_thread::sleep_for(300ms);
+    server.start();
+  });
+  const auto t = hammer(8, 1500ms, [&](int th, int) {
+    return tb.try_acquire("restart" + std::to_string(th)).degraded;
+  });
+  chaos.join();
+  CHECK(t.worst < 100ms + margin);
+  CHECK(t.degraded > 0);
+  // Back on Redis once it answers: a new key's first decision is exact (capacity - 1 left).
+  const auto deadline = std::chrono::steady_clock::now() + 10s;
+  ratelimit::Decision d = tb.try_acquire("after");
+  while (d.degraded && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(10ms);
+    d = tb.try_acquire("after");
+  }
+  CHECK_FALSE(d.degraded);
+  CHECK(d.remaining == 1'000'000 - 1);
+  WARN("kill/restart: " << t.decisions << " decisions, " << t.degraded << " degraded, longest "
+                        << ms(t.worst) << " ms");
+}
+
+TEST_CASE("One 200 ms stall with 8 threads in flight degrades for the stall plus one back-off",
+          "[redis][deadline][stall]") {
+  rltest::ThrowawayRedis server({"--enable-debug-command", "local"});
+  auto o = rltest::test_redis_options("stall");
+  o.port = server.endpoint().port;
+  o.command_timeout = 50ms;
+  o.breaker_backoff = 50ms;
+  o.breaker_max_backoff = 2000ms;
+  o.failure_policy = ratelimit::FailurePolicy::fail_open;
+  const auto origin = std::chrono::steady_clock::now();
+  std::mutex log_mutex;
+  std::vector<std::string> log;  // every failure, for the report if the bound is missed
+  o.on_failure = [&](const ratelimit::RedisFailure& f) {
+    const std::lock_guard lock(log_mutex);
+    log.push_back(std::to_string(ms(std::chrono::steady_clock::now() - origin)) +
+                  " ms: " + f.message);
+  };
+  ratelimit::RedisStorage storage(o);
+  ratelimit::ManualClock clock;
+  Bucket tb({1'000'000'000, ratelimit::per_second(1)}, storage, clock);
+  CHECK_FALSE(tb.try_acquire("warm").degraded);
+  std::atomic<std::int64_t> first_degraded{INT64_MAX}, last_degraded{0};
+  std::atomic<std::int64_t> stall_at{0};
+  std::thread staller([&] {
+    std::this_thread::sleep_for(300ms);
+    rltest::RedisAdmin admin(server.endpoint());
+    stall_at = (std::chrono::steady_clock::now() - origin).count();
+    admin.run({"DEBUG", "SLEEP", "0.2"});  // Redis answers nobody for 200 ms
+  });
+  const auto t = hammer(8, 1500ms, [&](int th, int) {
+    const bool degraded = tb.try_acquire("stall" + std::to_string(th)).degraded;
+    if (degraded) {
+      const std::int64_t at = (std::chrono::steady_clock::now() - origin).count();
+      std::int64_t seen = first_degraded.load();
+      while (at < seen && !first_degraded.compare_exchange_weak(seen, at)) {
+      }
+      seen = last_degraded.load();
+      while (at > seen && !last_degraded.compare_exchange_weak(seen, at)) {
+      }
+    }
+    return degraded;
+  });
+  staller.join();
+  REQUIRE(t.degraded > 0);
+  // Degraded from the stall's start to the last degraded decision: at most the stall (200 ms)
+  // plus one base back-off (50 ms) plus the margin. Before issue 11 the breaker doubled per
+  // failure in flight and this lasted 2.1 s.
+  const auto span = std::chrono::nanoseconds(last_degraded.load() - stall_at.load());
+  std::string failures;
+  for (const auto& line : log) failures += line + "\n";
+  INFO("stall began at " << ms(std::chrono::nanoseconds(stall_at.load())) << " ms; failures:\n"
+                         << failures);
+  CHECK(span < 200ms + 50ms + margin);
+  CHECK(storage.stats().circuit_open == false);
+  WARN("200 ms stall: degraded for " << ms(span) << " ms after it began; " << t.degraded << " of "
+                                     << t.decisions << " decisions degraded");
 }
 
 TEST_CASE("A decision that spends its own budget before reaching Redis does not open the breaker",

@@ -75,7 +75,11 @@ class RedisAdmin {
 /// the object dies. `kill()` ends it abruptly (SIGKILL); `start()` brings it back on the same port.
 class ThrowawayRedis {
  public:
-  ThrowawayRedis() : port_(pick_port()) { start(); }
+  /// `extra`: more redis-server arguments (e.g. {"--enable-debug-command", "local"}).
+  explicit ThrowawayRedis(std::vector<std::string> extra = {})
+      : port_(pick_port()), extra_(std::move(extra)) {
+    start();
+  }
   ~ThrowawayRedis() { kill(); }
   ThrowawayRedis(const ThrowawayRedis&) = delete;
   ThrowawayRedis& operator=(const ThrowawayRedis&) = delete;
@@ -87,6 +91,14 @@ class ThrowawayRedis {
     const char* binary = std::getenv("RATELIMIT_REDIS_SERVER");
     const std::string server = binary != nullptr ? binary : "redis-server";
     const std::string port = std::to_string(port_);
+    // Built before fork: the child of a threaded process should not allocate.
+    std::vector<std::string> args{server,   "--port",     port,           "--bind", "127.0.0.1",
+                                  "--save", "",           "--appendonly", "no",     "--daemonize",
+                                  "no",     "--loglevel", "warning",      "--dir",  "/tmp"};
+    args.insert(args.end(), extra_.begin(), extra_.end());
+    std::vector<char*> argv;
+    for (auto& a : args) argv.push_back(a.data());
+    argv.push_back(nullptr);
     pid_ = ::fork();
     if (pid_ < 0) throw std::runtime_error("fork failed");
     if (pid_ == 0) {
@@ -96,9 +108,7 @@ class ThrowawayRedis {
         ::dup2(null, 1);
         ::dup2(null, 2);
       }
-      ::execlp(server.c_str(), server.c_str(), "--port", port.c_str(), "--bind", "127.0.0.1",
-               "--save", "", "--appendonly", "no", "--daemonize", "no", "--loglevel", "warning",
-               "--dir", "/tmp", static_cast<char*>(nullptr));
+      ::execvp(server.c_str(), argv.data());
       ::_exit(127);
     }
     // Wait (real time: this is the server starting) until it answers.
@@ -115,8 +125,18 @@ class ThrowawayRedis {
     no_redis(server + " did not answer on port " + port);
   }
 
+  /// Freezes the server (SIGSTOP): it keeps its sockets open and answers nothing.
+  void pause() {
+    if (pid_ > 0) ::kill(pid_, SIGSTOP);
+  }
+  /// Lets a paused server run again (SIGCONT).
+  void resume() {
+    if (pid_ > 0) ::kill(pid_, SIGCONT);
+  }
+
   void kill() {
     if (pid_ <= 0) return;
+    ::kill(pid_, SIGCONT);  // a paused server must be able to die
     ::kill(pid_, SIGKILL);
     int status = 0;
     ::waitpid(pid_, &status, 0);
@@ -145,6 +165,7 @@ class ThrowawayRedis {
   }
 
   int port_;
+  std::vector<std::string> extra_;
   pid_t pid_ = -1;
 };
 

@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdint>
+#include <future>
 #include <stdexcept>
 #include <string>
 #include <string_view>
@@ -13,6 +14,7 @@
 #include <utility>
 
 #include "clock.hpp"
+#include "completion.hpp"
 #include "decision.hpp"
 #include "detail/validate.hpp"
 #include "storage.hpp"
@@ -81,6 +83,28 @@ class Limiter {
     return binding_.apply(key, now, Operation{cost, false, Decision::never});
   }
 
+  /// The same decision without blocking: returns at once and hands the Decision to
+  /// `done(Decision)`, exactly once. On a Redis storage the request joins the storage's
+  /// pipeline and `done` runs on its I/O thread (or here, before this returns, when Redis is
+  /// not tried); in process it runs here. See core/completion.hpp for the thread rule.
+  /// Throws `std::invalid_argument` (and never calls `done`) if cost < 1.
+  /// Thread safety: safe from many threads.
+  template <class F>
+  requires std::invocable<F&, Decision>
+  void try_acquire_async(std::string_view key, std::int64_t cost, F&& done) {
+    check_cost(cost);
+    apply_async(key, clock_.now(), Operation{cost, false, Decision::never},
+                detail::make_completion<Decision>(std::forward<F>(done)));
+  }
+
+  /// As above, through a future (its `get` blocks: not on the storage's I/O thread).
+  std::future<Decision> try_acquire_async(std::string_view key = {}, std::int64_t cost = 1) {
+    auto promise = std::make_shared<std::promise<Decision>>();
+    auto future = promise->get_future();
+    try_acquire_async(key, cost, [promise](Decision d) { promise->set_value(d); });
+    return future;
+  }
+
   /// What a cost-1 request for `key` would get now; changes nothing.
   /// Thread safety: safe from many threads.
   Decision peek(std::string_view key = {}) {
@@ -132,6 +156,16 @@ class Limiter {
   const auto& binding() const noexcept { return binding_; }
 
  private:
+  void apply_async(std::string_view key, std::chrono::nanoseconds now, const Operation& op,
+                   Completion<Decision> done) {
+    if constexpr (requires { binding_.apply_async(key, now, op, std::move(done)); }) {
+      binding_.apply_async(key, now, op, std::move(done));
+    } else {  // a storage that decides in process: the decision is ready now
+      Decision d = binding_.apply(key, now, op);
+      detail::complete_safely(done, std::move(d));
+    }
+  }
+
   S storage_;
   C clock_;
   std::string name_;

@@ -7,6 +7,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <string>
 #include <string_view>
 #include <type_traits>
@@ -14,6 +15,7 @@
 #include <vector>
 
 #include "../core/clock.hpp"
+#include "../core/completion.hpp"
 #include "../core/decision.hpp"
 #include "../core/detail/validate.hpp"
 #include "../core/storage.hpp"
@@ -84,19 +86,46 @@ class RedisBatch {
   /// Sends every call in one pipelined round trip (per node) and returns the decisions in the
   /// order added; the batch is then empty and may be reused. Never throws for Redis failures.
   std::vector<Decision> run() {
-    auto results = client_->execute(calls_, client_->deadline_from_now());
-    std::vector<Decision> decisions;
-    decisions.reserve(results.size());
-    for (std::size_t i = 0; i < results.size(); ++i) decisions.push_back(finishers_[i](results[i]));
+    auto results = client_->execute(std::move(calls_), client_->deadline_from_now());
+    auto finishers = std::move(finishers_);
     calls_.clear();
     finishers_.clear();
-    return decisions;
+    return finish(finishers, results);
+  }
+
+  /// `run` without blocking: sends the batch and returns at once; `done(std::vector<Decision>)`
+  /// gets the decisions in the order added, exactly once, on the storage's I/O thread (or here,
+  /// before this returns, when Redis is not tried: see core/completion.hpp). The batch is empty
+  /// again when this returns. One deadline (command_timeout) covers the whole batch.
+  template <class F>
+  requires std::invocable<F&, std::vector<Decision>>
+  void run_async(F&& done) {
+    auto finishers = std::make_shared<std::vector<Finisher>>(std::move(finishers_));
+    auto calls = std::move(calls_);
+    calls_.clear();
+    finishers_.clear();
+    client_->execute_async(
+        std::move(calls), client_->deadline_from_now(),
+        [finishers, done = detail::make_completion<std::vector<Decision>>(std::forward<F>(done))](
+            std::vector<detail::RedisResult>&& results) {
+          detail::complete_safely(done, finish(*finishers, results));
+        });
   }
 
  private:
+  using Finisher = std::function<Decision(detail::RedisResult&)>;
+
+  static std::vector<Decision> finish(std::vector<Finisher>& finishers,
+                                      std::vector<detail::RedisResult>& results) {
+    std::vector<Decision> decisions;
+    decisions.reserve(results.size());
+    for (std::size_t i = 0; i < results.size(); ++i) decisions.push_back(finishers[i](results[i]));
+    return decisions;
+  }
+
   std::shared_ptr<detail::RedisClient> client_;
   std::vector<detail::RedisCall> calls_;
-  std::vector<std::function<Decision(detail::RedisResult&)>> finishers_;
+  std::vector<Finisher> finishers_;
 };
 
 }  // namespace ratelimit

@@ -37,7 +37,7 @@ struct RedisClusterOptions {
 struct RedisClusterStats {
   std::uint64_t moved = 0;             ///< MOVED replies followed (a slot changed owner)
   std::uint64_t ask = 0;               ///< ASK replies followed (a slot being migrated)
-  std::uint64_t tryagain = 0;          ///< TRYAGAIN replies retried (keys split mid-migration)
+  std::uint64_t tryagain = 0;          ///< TRYAGAIN replies (keys split mid-migration)
   std::uint64_t refreshes = 0;         ///< slot maps learned (CLUSTER SLOTS)
   std::uint64_t failed_refreshes = 0;  ///< attempts where no node could tell the map
 };

@@ -42,8 +42,10 @@ enum class RedisFailureKind {
   io,              ///< the connection broke (reset, closed, protocol error)
   reply,           ///< Redis answered an error (e.g. WRONGTYPE: the key holds another type)
   protocol,        ///< the script's reply had an unexpected shape (a bug or a foreign script)
-  pool_exhausted,  ///< every pooled connection stayed busy past the timeouts
+  pool_exhausted,  ///< not used since decisions share pipelined connections (kept for code that
+                   ///< names it)
   circuit_open,    ///< not tried: Redis failed recently and the back-off has not elapsed
+  overloaded,      ///< not tried: `max_in_flight` decisions were already waiting on Redis
 };
 
 /// One failure, as passed to `RedisOptions::on_failure`.
@@ -61,6 +63,8 @@ struct RedisStats {
   std::uint64_t failures = 0;            ///< failed attempts to reach Redis (not short circuits)
   std::uint64_t short_circuits = 0;      ///< decisions degraded without trying (circuit open)
   std::uint64_t script_loads = 0;        ///< scripts sent in full after NOSCRIPT
+  std::uint64_t overloaded = 0;          ///< decisions degraded at once by `max_in_flight`
+  std::uint64_t in_flight = 0;           ///< decisions waiting on Redis right now
   bool circuit_open = false;             ///< Redis is currently being avoided
 };
 
@@ -80,7 +84,14 @@ struct RedisOptions {
   /// The most one decision waits on Redis, >= 1 ms: pool, connect, replies and a script reload
   /// together (plus under 1 ms of rounding). A degraded decision takes no longer.
   std::chrono::milliseconds command_timeout{100};
-  std::size_t pool_size = 8;  ///< most connections open at once, >= 1
+  /// Connections per node, 1..64. Decisions from every thread share them: the storage's I/O
+  /// thread writes whatever is queued as one pipeline, so one or two carry any load; more only
+  /// keep a slow reply (a huge batch) from delaying the decisions queued behind it.
+  std::size_t pool_size = 2;
+  /// Backpressure: the most decisions (a batch, a rule set's request: one each) waiting on
+  /// Redis at once, 1..10^7. Beyond it a decision is decided at once by `failure_policy`
+  /// (`RedisFailureKind::overloaded`), so a stalled Redis never queues work without bound.
+  std::size_t max_in_flight = 10'000;
   FailurePolicy failure_policy = FailurePolicy::fail_open;
   /// local_fallback: the per-instance limit is the shared one divided by this, at least 1
   /// (limits, capacities and rates; counts round down to at least 1). 1..10^6.
@@ -93,8 +104,9 @@ struct RedisOptions {
   /// decision probes it; each failed probe doubles the back-off up to `breaker_max_backoff`.
   std::chrono::milliseconds breaker_backoff{100};
   std::chrono::milliseconds breaker_max_backoff{2000};  ///< >= breaker_backoff
-  /// Called on every failure to reach Redis (not on short circuits), from the deciding thread.
-  /// Must be thread-safe and quick; exceptions it throws are swallowed.
+  /// Called on every failure to reach Redis (not on short circuits), from the deciding thread
+  /// or the storage's I/O thread. Must be thread-safe and quick (it delays every decision on
+  /// the I/O thread); exceptions it throws are swallowed.
   std::function<void(const RedisFailure&)> on_failure;
 };
 

@@ -31,6 +31,7 @@
 #include <vector>
 
 #include "../algorithms/registry.hpp"
+#include "../core/completion.hpp"
 #include "../core/decision.hpp"
 #include "../core/detail/validate.hpp"
 #include "../core/storage.hpp"
@@ -91,8 +92,25 @@ class RedisBinding {
     const auto deadline = client_->deadline_from_now();
     std::vector<detail::RedisCall> calls;
     calls.push_back(call(key, now, op));
-    auto results = client_->execute(calls, deadline);
+    auto results = client_->execute(std::move(calls), deadline);
     return finish(results.front(), key, now, op);
+  }
+
+  /// `apply` without blocking: `done(Decision)` is called exactly once, on the storage's I/O
+  /// thread, or before this returns when Redis is not tried (see core/completion.hpp).
+  /// The key is copied. Throws `std::invalid_argument` for cost < 1 (and never calls `done`).
+  void apply_async(std::string_view key, std::chrono::nanoseconds now, const Operation& op,
+                   Completion<Decision> done) const {
+    detail::check_cost(op.cost);
+    const auto deadline = client_->deadline_from_now();
+    std::vector<detail::RedisCall> calls;
+    calls.push_back(call(key, now, op));
+    client_->execute_async(std::move(calls), deadline,
+                           [self = *this, k = std::string(key), now, op,
+                            done = std::move(done)](std::vector<detail::RedisResult>&& r) {
+                             Decision d = self.finish(r.front(), k, now, op);
+                             detail::complete_safely(done, std::move(d));
+                           });
   }
 
   /// Deletes `key`'s state (DEL of all its Redis keys) and its local fallback state. A failure
@@ -104,7 +122,7 @@ class RedisBinding {
     del.argv.push_back(redis_key_of(key, {}));
     del.keys.push_back(del.argv[1]);
     std::vector<detail::RedisCall> calls{std::move(del)};
-    (void)client_->execute(calls, client_->deadline_from_now());
+    (void)client_->execute(std::move(calls), client_->deadline_from_now());
   }
 
   /// The part of an all-or-nothing decision (`RedisStorage::decide_all`). `tag`: the Redis hash
@@ -201,7 +219,7 @@ class RedisBinding {
       d.remaining = limit;
       return d;
     }
-    const auto wait = client_->retry_in(redis_key_of(key, {}));
+    const auto wait = client_->retry_in([&] { return redis_key_of(key, {}); });
     d.retry_after = wait < std::chrono::milliseconds{1} ? std::chrono::milliseconds{1} : wait;
     return d;
   }
@@ -294,8 +312,71 @@ class RedisStorage {
                                   " decisions for " + std::to_string(parts.size()) + " parts");
     if (parts.empty()) return true;
     const auto deadline = client_->deadline_from_now();
-    std::vector<detail::RedisCall> calls(1);
-    detail::RedisCall& call = calls.front();
+    std::vector<detail::RedisCall> calls;
+    calls.push_back(multi_call(parts, now));
+    auto results = client_->execute(std::move(calls), deadline);
+    return read_all(parts, now, results.front(), out);
+  }
+
+  /// `decide_all` without blocking: `done(decisions, all_admitted)` is called exactly once,
+  /// on the storage's I/O thread, or before this returns when Redis is not tried (see
+  /// core/completion.hpp). The parts' keys and tags are copied; their bindings must stay alive
+  /// until `done` runs (RuleSet::decide_async keeps them). Throws as `decide_all` (and then
+  /// never calls `done`).
+  void decide_all_async(std::span<const Part> parts, std::chrono::nanoseconds now,
+                        std::function<void(std::vector<Decision>&&, bool)> done) const {
+    struct Held {
+      std::vector<std::string> keys, tags;  // the parts' keys and tags, owned
+      std::vector<Part> parts;              // pointing into them
+    };
+    auto held = std::make_shared<Held>();
+    held->keys.reserve(parts.size());
+    held->tags.reserve(parts.size());
+    for (const Part& p : parts) {
+      held->keys.emplace_back(p.key);
+      held->tags.emplace_back(p.tag);
+      held->parts.push_back(p);
+      held->parts.back().key = held->keys.back();
+      held->parts.back().tag = held->tags.back();
+    }
+    if (parts.empty()) {
+      try {
+        done({}, true);
+      } catch (...) {  // see core/completion.hpp
+      }
+      return;
+    }
+    const auto deadline = client_->deadline_from_now();
+    std::vector<detail::RedisCall> calls;
+    calls.push_back(multi_call(parts, now));
+    client_->execute_async(std::move(calls), deadline,
+                           [self = *this, held, now,
+                            done = std::move(done)](std::vector<detail::RedisResult>&& results) {
+                             std::vector<Decision> out(held->parts.size());
+                             const bool all = self.read_all(held->parts, now, results.front(), out);
+                             try {
+                               done(std::move(out), all);
+                             } catch (...) {  // see core/completion.hpp
+                             }
+                           });
+  }
+
+  /// Counters since construction (shared by every copy).
+  RedisStats stats() const noexcept { return client_->stats(); }
+
+  /// The options it was built with.
+  const RedisOptions& options() const noexcept { return client_->options(); }
+
+ protected:
+  /// The cluster hook: RedisClusterStorage is a RedisStorage whose client routes by slot.
+  explicit RedisStorage(std::shared_ptr<detail::RedisClient> client) : client_(std::move(client)) {}
+
+ private:
+  friend class RedisBatch;
+
+  /// The one script call that decides every part (lua/multi.lua). Throws as `decide_all`.
+  detail::RedisCall multi_call(std::span<const Part> parts, std::chrono::nanoseconds now) const {
+    detail::RedisCall call;
     bool dry_only = true;
     std::vector<detail::ScriptPart> scripts;
     for (const Part& p : parts) {
@@ -321,22 +402,8 @@ class RedisStorage {
       p.ops->args(p.binding, now, p.op, call.argv);
       call.argv[count_at] = std::to_string(call.argv.size() - count_at - 1);
     }
-    auto results = client_->execute(calls, deadline);
-    return read_all(parts, now, results.front(), out);
+    return call;
   }
-
-  /// Counters since construction (shared by every copy).
-  RedisStats stats() const noexcept { return client_->stats(); }
-
-  /// The options it was built with.
-  const RedisOptions& options() const noexcept { return client_->options(); }
-
- protected:
-  /// The cluster hook: RedisClusterStorage is a RedisStorage whose client routes by slot.
-  explicit RedisStorage(std::shared_ptr<detail::RedisClient> client) : client_(std::move(client)) {}
-
- private:
-  friend class RedisBatch;
 
   /// Reads lua/multi.lua's reply {admitted, written, reply_1, ..., reply_m} into `out`.
   bool read_all(std::span<const Part> parts, std::chrono::nanoseconds now, detail::RedisResult& res,

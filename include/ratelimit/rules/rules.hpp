@@ -69,6 +69,7 @@
 #include <filesystem>
 #include <fstream>
 #include <functional>
+#include <future>
 #include <memory>
 #include <span>
 #include <sstream>
@@ -87,6 +88,7 @@
 #include "../algorithms/sliding_log.hpp"
 #include "../algorithms/token_bucket.hpp"
 #include "../core/clock.hpp"
+#include "../core/completion.hpp"
 #include "../core/decision.hpp"
 #include "../core/rate.hpp"
 #include "../core/storage.hpp"
@@ -443,7 +445,9 @@ class RuleSet {
       : rules_(std::make_shared<const Rules>(std::move(rules))),
         storage_(std::move(storage)),
         clock_(std::move(clock)) {
-    for (const Rule& r : rules_->rules()) bindings_.push_back(bind(r));
+    auto bindings = std::make_shared<std::vector<std::unique_ptr<AnyBinding>>>();
+    for (const Rule& r : rules_->rules()) bindings->push_back(bind(r));
+    bindings_ = std::move(bindings);
   }
 
   /// Decides a request of `cost` units (>= 1) with these descriptor entries: admitted iff every
@@ -451,36 +455,50 @@ class RuleSet {
   /// limit spends anything. Throws `std::invalid_argument` if cost < 1; a storage may throw per
   /// its failure policy.
   RuleSetDecision decide(std::span<const DescriptorEntry> request, std::int64_t cost = 1) {
-    detail::check_cost(cost);
-    RuleSetDecision result;
-    std::vector<RuleMatch> matches = rules_->match(request);
-    if (matches.empty()) return result;
-    // A `requests_per_unit: 0` limit denies every request: nothing is spent anywhere, and the
-    // other limits report their state as it is (a dry run).
-    const bool blocked = std::any_of(matches.begin(), matches.end(),
-                                     [](const RuleMatch& m) { return m.rule->blocks(); });
-    std::vector<typename Storage::Part> parts;
-    std::vector<std::size_t> where;
-    parts.reserve(matches.size());
-    result.outcomes.reserve(matches.size());
-    for (std::size_t i = 0; i < matches.size(); ++i) {
-      const RuleMatch& m = matches[i];
-      result.outcomes.push_back({m.rule, m.key, m.client, detail::blocked_decision()});
-      if (m.rule->blocks()) continue;
-      parts.push_back(binding_of(m).part(m.key, Operation{cost, blocked}, m.tag));
-      where.push_back(i);
-    }
-    std::vector<Decision> ds(parts.size());
-    const bool all = storage_.decide_all(std::span<const typename Storage::Part>(parts),
+    Pending p = prepare(request, cost);
+    if (p.parts.empty()) return finish(std::move(p), {}, true);
+    std::vector<Decision> ds(p.parts.size());
+    const bool all = storage_.decide_all(std::span<const typename Storage::Part>(p.parts),
                                          clock_.now(), std::span<Decision>(ds));
-    for (std::size_t i = 0; i < ds.size(); ++i) result.outcomes[where[i]].decision = ds[i];
-    result.allowed = !blocked && all;
-    std::size_t best = 0;
-    for (std::size_t i = 1; i < result.outcomes.size(); ++i)
-      if (detail::more_restrictive(result.outcomes[i].decision, result.outcomes[best].decision))
-        best = i;
-    result.deciding = best;
-    return result;
+    return finish(std::move(p), std::move(ds), all);
+  }
+
+  /// `decide` without blocking: returns at once; `done(RuleSetDecision)` gets the decision
+  /// exactly once, on the storage's I/O thread (Redis) or here before this returns (in
+  /// process, or when Redis is not tried): see core/completion.hpp. The request is copied; the
+  /// outcomes' `Rule` pointers stay valid while this set or a copy of the decision's set lives.
+  /// Throws `std::invalid_argument` if cost < 1 (and then never calls `done`).
+  /// Thread safety: safe from many threads.
+  template <class F>
+  requires std::invocable<F&, RuleSetDecision>
+  void decide_async(std::span<const DescriptorEntry> request, std::int64_t cost, F&& done) {
+    auto complete = detail::make_completion<RuleSetDecision>(std::forward<F>(done));
+    auto p = std::make_shared<Pending>(prepare(request, cost));
+    if constexpr (requires(std::function<void(std::vector<Decision>&&, bool)> f) {
+                    storage_.decide_all_async(std::span<const typename Storage::Part>{},
+                                              std::chrono::nanoseconds{}, f);
+                  }) {
+      if (!p->parts.empty()) {
+        // The parts point into `p` and into the bindings: both ride along until the end.
+        storage_.decide_all_async(std::span<const typename Storage::Part>(p->parts), clock_.now(),
+                                  [p, bindings = bindings_, rules = rules_, complete](
+                                      std::vector<Decision>&& ds, bool all) {
+                                    detail::complete_safely(
+                                        complete, finish(std::move(*p), std::move(ds), all));
+                                  });
+        return;
+      }
+    }
+    detail::complete_safely(complete, decide_prepared(std::move(*p)));
+  }
+
+  /// As above, through a future (its `get` blocks: not on the storage's I/O thread).
+  std::future<RuleSetDecision> decide_async(std::span<const DescriptorEntry> request,
+                                            std::int64_t cost = 1) {
+    auto promise = std::make_shared<std::promise<RuleSetDecision>>();
+    auto future = promise->get_future();
+    decide_async(request, cost, [promise](RuleSetDecision d) { promise->set_value(std::move(d)); });
+    return future;
   }
 
   /// Same, from an initializer list: `set.decide({{"api_key", "K"}, {"path", "/login"}})`.
@@ -496,6 +514,56 @@ class RuleSet {
   C& clock() noexcept { return clock_; }
 
  private:
+  /// A request matched and turned into storage parts, waiting for the storage's decisions.
+  struct Pending {
+    RuleSetDecision result;
+    std::vector<RuleMatch> matches;  ///< the parts' keys and tags point into these
+    std::vector<typename Storage::Part> parts;
+    std::vector<std::size_t> where;  ///< the outcome of each part
+    bool blocked = false;
+  };
+
+  Pending prepare(std::span<const DescriptorEntry> request, std::int64_t cost) const {
+    detail::check_cost(cost);
+    Pending p;
+    p.matches = rules_->match(request);
+    // A `requests_per_unit: 0` limit denies every request: nothing is spent anywhere, and the
+    // other limits report their state as it is (a dry run).
+    p.blocked = std::any_of(p.matches.begin(), p.matches.end(),
+                            [](const RuleMatch& m) { return m.rule->blocks(); });
+    p.parts.reserve(p.matches.size());
+    p.result.outcomes.reserve(p.matches.size());
+    for (std::size_t i = 0; i < p.matches.size(); ++i) {
+      const RuleMatch& m = p.matches[i];
+      p.result.outcomes.push_back({m.rule, m.key, m.client, detail::blocked_decision()});
+      if (m.rule->blocks()) continue;
+      p.parts.push_back(binding_of(m).part(m.key, Operation{cost, p.blocked}, m.tag));
+      p.where.push_back(i);
+    }
+    return p;
+  }
+
+  RuleSetDecision decide_prepared(Pending&& p) {
+    if (p.parts.empty()) return finish(std::move(p), {}, true);
+    std::vector<Decision> ds(p.parts.size());
+    const bool all = storage_.decide_all(std::span<const typename Storage::Part>(p.parts),
+                                         clock_.now(), std::span<Decision>(ds));
+    return finish(std::move(p), std::move(ds), all);
+  }
+
+  static RuleSetDecision finish(Pending&& p, std::vector<Decision> ds, bool all) {
+    RuleSetDecision result = std::move(p.result);
+    if (p.matches.empty()) return result;
+    for (std::size_t i = 0; i < ds.size(); ++i) result.outcomes[p.where[i]].decision = ds[i];
+    result.allowed = !p.blocked && all;
+    std::size_t best = 0;
+    for (std::size_t i = 1; i < result.outcomes.size(); ++i)
+      if (detail::more_restrictive(result.outcomes[i].decision, result.outcomes[best].decision))
+        best = i;
+    result.deciding = best;
+    return result;
+  }
+
   /// A rule's binding, whatever its model: it only makes parts.
   struct AnyBinding {
     virtual ~AnyBinding() = default;
@@ -528,13 +596,14 @@ class RuleSet {
   }
 
   const AnyBinding& binding_of(const RuleMatch& m) const {
-    return *bindings_[static_cast<std::size_t>(m.rule - rules_->rules().data())];
+    return *(*bindings_)[static_cast<std::size_t>(m.rule - rules_->rules().data())];
   }
 
   std::shared_ptr<const Rules> rules_;
   Storage storage_;
   C clock_;
-  std::vector<std::unique_ptr<AnyBinding>> bindings_;
+  /// Shared with decisions in flight (decide_async), which may outlive the set.
+  std::shared_ptr<const std::vector<std::unique_ptr<AnyBinding>>> bindings_;
 };
 
 }  // namespace ratelimit

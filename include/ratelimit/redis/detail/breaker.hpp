@@ -13,7 +13,8 @@ namespace ratelimit::detail {
 /// Closed: every call goes to the node. After a failure it opens for `backoff` (real time, on
 /// the steady clock: this is about the node, not about the limiter's clock); then exactly one
 /// call probes the node (the one that wins the compare-exchange, which also pushes the next
-/// probe one back-off further, so a probe that never reports cannot wedge it open). A success
+/// probe one back-off, or the probe's whole budget if longer, further: a probe that never
+/// reports cannot wedge it open, and a slow one is not joined by a second). A success
 /// closes it and resets the back-off.
 /// The back-off doubles (up to `max_backoff`) only when a probe fails. Calls that were let
 /// through while it was closed and fail afterwards (the requests in flight when the node
@@ -25,9 +26,14 @@ class CircuitBreaker {
   /// What `allow` let through: nothing, an ordinary call (the breaker was closed), or the probe.
   enum class Pass : std::uint8_t { refused, closed, probe };
 
-  CircuitBreaker(std::chrono::milliseconds backoff, std::chrono::milliseconds max_backoff)
+  /// `probe_budget`: the longest a probe can take (its deadline plus the timer's slack). No other
+  /// probe starts before it has reported, even when the back-off is shorter: two probes of a
+  /// stalled node would both fail and double the back-off twice.
+  CircuitBreaker(std::chrono::milliseconds backoff, std::chrono::milliseconds max_backoff,
+                 std::chrono::nanoseconds probe_budget = std::chrono::nanoseconds{0})
       : initial_(std::chrono::nanoseconds(backoff).count()),
         max_(std::chrono::nanoseconds(max_backoff).count()),
+        probe_budget_(probe_budget.count()),
         backoff_(initial_) {}
 
   /// Whether to try the node now (`now_ns`: steady clock, ns), and as what.
@@ -35,8 +41,8 @@ class CircuitBreaker {
     std::int64_t until = open_until_.load(std::memory_order_acquire);
     if (until == 0) return Pass::closed;
     if (now_ns < until) return Pass::refused;
-    return open_until_.compare_exchange_strong(
-               until, now_ns + backoff_.load(std::memory_order_relaxed), std::memory_order_acq_rel)
+    const std::int64_t hold = std::max(backoff_.load(std::memory_order_relaxed), probe_budget_);
+    return open_until_.compare_exchange_strong(until, now_ns + hold, std::memory_order_acq_rel)
                ? Pass::probe
                : Pass::refused;
   }
@@ -87,6 +93,7 @@ class CircuitBreaker {
  private:
   std::int64_t initial_;
   std::int64_t max_;
+  std::int64_t probe_budget_;
   std::atomic<std::int64_t> backoff_;
   std::atomic<std::int64_t> open_until_{0};  ///< steady ns; 0 = closed
 };

@@ -5,10 +5,12 @@
 
 #include <hiredis/hiredis.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -20,8 +22,8 @@
 #include "../options.hpp"
 #include "breaker.hpp"
 #include "connection.hpp"
+#include "io_loop.hpp"
 #include "keys.hpp"
-#include "pool.hpp"
 #include "script.hpp"
 
 namespace ratelimit::detail {
@@ -40,13 +42,15 @@ struct RedisResult {
   std::optional<RedisFailure> failure;
 };
 
-/// One node: its pool and its breaker (failure policy and back-off are per node, so in a
-/// cluster a dead primary does not degrade the other slots).
+/// One node: its connections (on the client's I/O thread) and its breaker (failure policy and
+/// back-off are per node, so in a cluster a dead primary does not degrade the other slots).
 struct RedisNodeClient {
-  RedisNodeClient(RedisNode node, RedisConnectionSettings settings, std::size_t pool_size,
-                  std::chrono::milliseconds backoff, std::chrono::milliseconds max_backoff)
-      : pool(std::move(node), std::move(settings), pool_size), breaker(backoff, max_backoff) {}
-  RedisPool pool;
+  /// `probe_budget`: the longest one call can take (its timeout plus the timer's slack).
+  RedisNodeClient(IoNode* io_node, std::chrono::milliseconds backoff,
+                  std::chrono::milliseconds max_backoff, std::chrono::nanoseconds probe_budget)
+      : io(io_node), breaker(backoff, max_backoff, probe_budget) {}
+  const RedisNode& address() const noexcept { return io->address(); }
+  IoNode* io;
   CircuitBreaker breaker;
 };
 
@@ -62,7 +66,11 @@ inline void check_redis_options(const RedisOptions& o) {
     invalid("connect_timeout (ms)", o.connect_timeout.count(), "must be >= 1");
   if (o.command_timeout < milliseconds{1})
     invalid("command_timeout (ms)", o.command_timeout.count(), "must be >= 1");
-  if (o.pool_size < 1) invalid("pool_size", static_cast<std::int64_t>(o.pool_size), "must be >= 1");
+  if (o.pool_size < 1 || o.pool_size > 64)
+    invalid("pool_size", static_cast<std::int64_t>(o.pool_size), "must be in [1, 64]");
+  if (o.max_in_flight < 1 || o.max_in_flight > 10'000'000)
+    invalid("max_in_flight", static_cast<std::int64_t>(o.max_in_flight),
+            "must be in [1, 10000000]");
   if (o.fallback_divisor < 1 || o.fallback_divisor > 1'000'000)
     invalid("fallback_divisor", o.fallback_divisor, "must be in [1, 1000000]");
   if (o.ttl_margin < milliseconds{0} || o.ttl_margin > std::chrono::hours{24 * 366})
@@ -75,53 +83,101 @@ inline void check_redis_options(const RedisOptions& o) {
 }
 
 /// Thread safety: every member is safe from many threads.
-/// The cluster hook: `execute`, `stats` and `retry_in` are virtual and the per-node machinery
-/// (run_on, round_trip, counters) is protected, so detail::RedisClusterClient routes calls by
-/// slot and reuses the rest; `keep_error` lets it receive MOVED/ASK/TRYAGAIN replies as replies
-/// to follow instead of failures. A single node never overrides anything.
-class RedisClient {
+///
+/// Threads: one I/O thread per client (redis/detail/io_loop.hpp) does every socket operation;
+/// `execute_async` returns at once and its completion runs on that thread, or on the calling
+/// thread before `execute_async` returns when no request is sent (circuit open, backpressure,
+/// deadline already spent). `execute` is `execute_async` plus a wait.
+///
+/// The cluster hook: `start` (how calls are routed), `stats` and `retry_in` are virtual and the
+/// per-node step (`send`) and counters are protected, so detail::RedisClusterClient routes calls
+/// by slot and reuses the rest; `keep_error` lets it receive MOVED/ASK/TRYAGAIN replies as
+/// replies to follow instead of failures. A single node overrides nothing.
+///
+/// Lifetime: must be owned by a std::shared_ptr (a call in flight holds one, so the client and
+/// its I/O thread outlive every call they have accepted).
+class RedisClient : public std::enable_shared_from_this<RedisClient> {
  public:
+  /// What a call's completion receives: one result per call, in order.
+  using Completion = std::function<void(std::vector<RedisResult>&&)>;
+
   virtual ~RedisClient() = default;
 
   explicit RedisClient(RedisOptions options)
       : options_((check_redis_options(options), std::move(options))),
-        margin_ms_(std::to_string(options_.ttl_margin.count())) {
+        margin_ms_(std::to_string(options_.ttl_margin.count())),
+        loop_(std::make_unique<RedisIoLoop>(
+            RedisConnectionSettings{options_.connect_timeout, options_.command_timeout,
+                                    options_.password, options_.db},
+            options_.pool_size)) {
     nodes_.push_back(std::make_unique<RedisNodeClient>(
-        RedisNode{options_.host, options_.port},
-        RedisConnectionSettings{options_.connect_timeout, options_.command_timeout,
-                                options_.password, options_.db},
-        options_.pool_size, options_.breaker_backoff, options_.breaker_max_backoff));
+        loop_->node(RedisNode{options_.host, options_.port}), options_.breaker_backoff,
+        options_.breaker_max_backoff, probe_budget()));
   }
 
   const RedisOptions& options() const noexcept { return options_; }
   const std::string& margin_ms() const noexcept { return margin_ms_; }
 
-  /// The node that owns a Redis key. One node here; the seam where a cluster routes by slot.
-  RedisNodeClient& node_for(std::string_view /*redis_key*/) noexcept { return *nodes_.front(); }
-
   /// A decision's deadline, taken when it starts: one command_timeout from now. Everything it
-  /// does after (building its keys and arguments, the pool, connect, every partial write and
+  /// does after (building its keys and arguments, queueing, connect, every partial write and
   /// read, a script reload, redirections) counts against it.
   std::chrono::steady_clock::time_point deadline_from_now() const noexcept {
     return std::chrono::steady_clock::now() + options_.command_timeout;
   }
 
-  /// Runs `calls` (each routed by its first key) in one pipelined round trip per node and
-  /// returns one result per call, in order, all before `deadline` (the decision's or batch's:
-  /// see `deadline_from_now`). Never throws RedisError: failures are results.
-  virtual std::vector<RedisResult> execute(const std::vector<RedisCall>& calls,
-                                           std::chrono::steady_clock::time_point deadline) {
-    std::vector<RedisResult> results(calls.size());
-    std::vector<std::pair<RedisNodeClient*, std::vector<std::size_t>>> groups;
-    for (std::size_t i = 0; i < calls.size(); ++i) {
-      RedisNodeClient* node = &node_for(calls[i].keys.empty() ? "" : calls[i].keys.front());
-      auto it = groups.begin();
-      while (it != groups.end() && it->first != node) ++it;
-      if (it == groups.end()) it = groups.insert(groups.end(), {node, {}});
-      it->second.push_back(i);
+  /// Runs `calls` (each routed by its first key) in one pipelined request per node and hands
+  /// `done` one result per call, in order, all by `deadline` (the decision's or batch's: see
+  /// `deadline_from_now`) plus the timer's slack. Never throws for Redis failures: failures are
+  /// results. `done` runs exactly once (see the class comment for the thread).
+  void execute_async(std::vector<RedisCall> calls, std::chrono::steady_clock::time_point deadline,
+                     Completion done) {
+    if (calls.empty()) return call_safely(done, {});
+    if (in_flight_.fetch_add(1, std::memory_order_acq_rel) >= options_.max_in_flight) {
+      in_flight_.fetch_sub(1, std::memory_order_acq_rel);
+      std::vector<RedisResult> results(calls.size());
+      const RedisFailure f{
+          RedisFailureKind::overloaded,
+          std::to_string(options_.max_in_flight) + " decisions already in flight (max_in_flight)"};
+      for (auto& r : results) r.failure = f;
+      report(f);
+      return call_safely(done, std::move(results));
     }
-    for (auto& [node, indexes] : groups) run_on(*node, calls, indexes, results, deadline);
-    return results;
+    auto op = std::make_shared<Op>();
+    op->client = shared_from_this();
+    op->results.resize(calls.size());
+    op->rounds.assign(calls.size(), 0);
+    op->calls = std::move(calls);
+    op->deadline = deadline;
+    op->done = std::move(done);
+    start(op);
+  }
+
+  /// `execute_async` and a wait for its results. On the I/O thread (inside a completion) it
+  /// would wait on itself: there every call fails at once instead (not the node's fault).
+  std::vector<RedisResult> execute(std::vector<RedisCall> calls,
+                                   std::chrono::steady_clock::time_point deadline) {
+    if (loop_->on_loop_thread()) {
+      std::vector<RedisResult> results(calls.size());
+      const RedisFailure f{RedisFailureKind::io,
+                           "a blocking decision inside a completion would wait on the I/O "
+                           "thread itself: use the non-blocking call there"};
+      for (auto& r : results) r.failure = f;
+      report(f);
+      return results;
+    }
+    struct Waiter {
+      std::atomic<int> ready{0};
+      std::vector<RedisResult> results;
+    };
+    // Shared: the completion may still be inside notify when the waiting thread returns.
+    auto w = std::make_shared<Waiter>();
+    execute_async(std::move(calls), deadline, [w](std::vector<RedisResult>&& r) {
+      w->results = std::move(r);
+      w->ready.store(1, std::memory_order_release);
+      w->ready.notify_one();
+    });
+    w->ready.wait(0, std::memory_order_acquire);
+    return std::move(w->results);
   }
 
   /// Reports a failure found while reading a reply (protocol errors).
@@ -140,33 +196,103 @@ class RedisClient {
     s.failures = failures_.load(std::memory_order_relaxed);
     s.short_circuits = short_circuits_.load(std::memory_order_relaxed);
     s.script_loads = script_loads_.load(std::memory_order_relaxed);
+    s.in_flight = in_flight_.load(std::memory_order_relaxed);
+    s.overloaded = overloaded_.load(std::memory_order_relaxed);
     for (const auto& n : nodes_) s.circuit_open = s.circuit_open || n->breaker.is_open();
     return s;
   }
 
-  /// How long until the node owning `redis_key` is tried again (0 if it is not being avoided).
-  virtual std::chrono::nanoseconds retry_in(std::string_view redis_key) noexcept {
-    return node_for(redis_key).breaker.retry_in();
+  /// How long until the node owning the Redis key that `make_key()` builds is tried again (0 if
+  /// it is not being avoided). The key is built only where it picks the node (a cluster): with a
+  /// client's multi-MiB key, a degraded decision must not build it twice.
+  template <class MakeKey>
+  std::chrono::nanoseconds retry_in(MakeKey&& make_key) {
+    if (!routes_by_key()) return nodes_.front()->breaker.retry_in();
+    return retry_in_key(make_key());
   }
 
  protected:
+  /// One `execute_async` call on its way: shared by the requests it sends.
+  struct Op {
+    std::shared_ptr<RedisClient> client;  ///< keeps the client and its I/O thread alive
+    std::vector<RedisCall> calls;
+    std::vector<RedisResult> results;
+    std::vector<int> rounds;                ///< redirections followed, per call (cluster)
+    std::vector<RedisNodeClient*> targets;  ///< where each call goes next (cluster)
+    std::vector<char> asking;               ///< each call's next send needs ASKING (cluster)
+    std::chrono::steady_clock::time_point deadline;
+    Completion done;
+    std::atomic<std::size_t> outstanding{0};  ///< sends whose replies are not settled yet
+  };
+  using OpPtr = std::shared_ptr<Op>;
+
+  /// How long a probe may take: its deadline plus a few ms of timer slack and scheduling.
+  std::chrono::nanoseconds probe_budget() const noexcept {
+    return options_.command_timeout + std::chrono::milliseconds{5};
+  }
+
+  /// True if calls go to different nodes by key (a cluster).
+  virtual bool routes_by_key() const noexcept { return false; }
+
+  /// retry_in for a client that routes by key.
+  virtual std::chrono::nanoseconds retry_in_key(std::string_view redis_key) noexcept {
+    (void)redis_key;
+    return nodes_.front()->breaker.retry_in();
+  }
+
+  /// Routes `op`'s calls and sends them; `finish(op)` once every result is in.
+  virtual void start(const OpPtr& op) {
+    std::vector<std::size_t> all(op->calls.size());
+    for (std::size_t i = 0; i < all.size(); ++i) all[i] = i;
+    op->outstanding.store(1, std::memory_order_relaxed);
+    send(*nodes_.front(), op, std::move(all), false, [this](const OpPtr& o, auto&&) {
+      if (o->outstanding.fetch_sub(1, std::memory_order_acq_rel) == 1) finish(o);
+    });
+  }
+
+  /// Hands `op`'s results to its completion (once: the caller owns the last outstanding send).
+  void finish(const OpPtr& op) {
+    in_flight_.fetch_sub(1, std::memory_order_acq_rel);
+    auto done = std::move(op->done);
+    call_safely(done, std::move(op->results));
+  }
+
+  static void call_safely(const Completion& done, std::vector<RedisResult>&& results) noexcept {
+    try {
+      done(std::move(results));
+    } catch (...) {  // a completion has nowhere to throw to
+    }
+  }
+
+  /// What `send` calls when the calls it sent are settled: their indexes.
+  using Settled = std::function<void(const OpPtr&, std::vector<std::size_t>&&)>;
+
   /// True: an error reply the caller follows itself (a cluster's redirections), returned as the
   /// result's reply without counting a failure or touching the breaker.
   virtual bool keep_error(const redisReply&) const noexcept { return false; }
 
-  static RedisCommand command_of(const RedisCall& call, bool full_script) {
-    RedisCommand cmd;
+  /// Appends `call` to `wire` as EVALSHA (or, `full_script`, EVAL) or as its plain command,
+  /// formatted straight from the call's strings (no copy of its arguments).
+  static void append_call(std::string& wire, const RedisCall& call, bool full_script) {
+    thread_local std::vector<const char*> argv;
+    thread_local std::vector<std::size_t> lens;
+    argv.clear();
+    lens.clear();
+    const auto add = [](std::string_view a) {
+      argv.push_back(a.data());
+      lens.push_back(a.size());
+    };
     if (call.script == nullptr) {
-      cmd = call.argv;
-      return cmd;
+      for (const auto& a : call.argv) add(a);
+      return append_argv(wire, argv, lens);
     }
-    cmd.reserve(3 + call.keys.size() + call.argv.size());
-    cmd.emplace_back(full_script ? "EVAL" : "EVALSHA");
-    cmd.emplace_back(full_script ? call.script->body : call.script->sha1);
-    cmd.push_back(std::to_string(call.keys.size()));
-    cmd.insert(cmd.end(), call.keys.begin(), call.keys.end());
-    cmd.insert(cmd.end(), call.argv.begin(), call.argv.end());
-    return cmd;
+    const std::string count = std::to_string(call.keys.size());
+    add(full_script ? "EVAL" : "EVALSHA");
+    add(full_script ? call.script->body : call.script->sha1);
+    add(count);
+    for (const auto& k : call.keys) add(k);
+    for (const auto& a : call.argv) add(a);
+    append_argv(wire, argv, lens);
   }
 
   static bool starts_with(const redisReply& r, std::string_view prefix) noexcept {
@@ -182,98 +308,151 @@ class RedisClient {
     return false;
   }
 
-  /// Runs `calls[indexes]` on `node` in one round trip, all of it (pool, connect, replies, a
-  /// script reload) before `deadline`, so a degraded decision never takes longer than its
-  /// budget.
-  void run_on(RedisNodeClient& node, const std::vector<RedisCall>& calls,
-              const std::vector<std::size_t>& indexes, std::vector<RedisResult>& results,
-              std::chrono::steady_clock::time_point deadline) {
+  /// Sends `op->calls[indexes]` to `node` as one pipelined request (each as ASKING + EVAL when
+  /// `asking`), then settles their results (a NOSCRIPT reload first, within the same deadline)
+  /// and calls `then` on the I/O thread; or, when nothing is sent (breaker open, no time
+  /// left), fails them and calls `then` here.
+  void send(RedisNodeClient& node, const OpPtr& op, std::vector<std::size_t> indexes, bool asking,
+            Settled then) {
     const auto fail_all = [&](const RedisFailure& f) {
-      for (const std::size_t i : indexes) results[i].failure = f;
+      for (const std::size_t i : indexes) {
+        op->results[i].reply.reset();
+        op->results[i].failure = f;
+      }
     };
     const CircuitBreaker::Pass pass = node.breaker.allow();
     if (pass == CircuitBreaker::Pass::refused) {
       short_circuits_.fetch_add(indexes.size(), std::memory_order_relaxed);
       fail_all({RedisFailureKind::circuit_open,
-                node.pool.node().address() + ": not tried, it failed recently"});
-      return;
+                node.address().address() + ": not tried, it failed recently"});
+      return then(op, std::move(indexes));
     }
-    std::vector<RedisCommand> commands;
-    commands.reserve(indexes.size());
-    for (const std::size_t i : indexes) commands.push_back(command_of(calls[i], false));
-    try {
-      std::vector<RedisReplyPtr> replies = round_trip(node, commands, deadline);
-      // NOSCRIPT: the script cache was flushed (SCRIPT FLUSH, restart, failover). The call did
-      // not run, so sending the script in full with EVAL (which also caches it) is safe.
-      std::vector<std::size_t> reload;
-      for (std::size_t j = 0; j < replies.size(); ++j)
-        if (starts_with(*replies[j], "NOSCRIPT")) reload.push_back(j);
-      if (!reload.empty()) {
-        std::vector<RedisCommand> full;
-        for (const std::size_t j : reload) full.push_back(command_of(calls[indexes[j]], true));
-        script_loads_.fetch_add(reload.size(), std::memory_order_relaxed);
-        auto again = round_trip(node, full, deadline);
-        for (std::size_t r = 0; r < reload.size(); ++r) replies[reload[r]] = std::move(again[r]);
-      }
-      bool node_ok = true;
-      for (std::size_t j = 0; j < replies.size(); ++j) {
-        RedisResult& res = results[indexes[j]];
-        const redisReply& r = *replies[j];
-        if (r.type == REDIS_REPLY_ERROR && keep_error(r)) {
-          res.reply = std::move(replies[j]);
-        } else if (r.type == REDIS_REPLY_ERROR) {
-          if (node_unavailable(r)) node_ok = false;
-          res.failure = RedisFailure{RedisFailureKind::reply,
-                                     node.pool.node().address() + ": " + std::string(r.str, r.len)};
-          report(*res.failure);
-        } else {
-          res.reply = std::move(replies[j]);
-        }
-      }
-      if (node_ok)
-        node.breaker.record_success();
-      else
-        node.breaker.record_failure(pass);
-    } catch (const RedisError& e) {
-      if (e.node_fault()) node.breaker.record_failure(pass);
-      const RedisFailure f{e.kind(), e.what()};
+    if (std::chrono::steady_clock::now() >= op->deadline) {  // spent before reaching the node
+      const RedisFailure f{RedisFailureKind::timeout,
+                           node.address().address() + ": timed out before sending"};
       report(f);
       fail_all(f);
+      return then(op, std::move(indexes));
     }
+    auto req = std::make_unique<IoRequest>();
+    std::vector<std::size_t> ends;  // where each call's bytes end: a reload reuses them
+    ends.reserve(indexes.size());
+    for (const std::size_t i : indexes) {
+      if (asking) append_command(req->wire, {"ASKING"});
+      append_call(req->wire, op->calls[i], asking);
+      ends.push_back(req->wire.size());
+    }
+    req->replies = indexes.size() * (asking ? 2 : 1);
+    req->deadline = op->deadline;
+    req->done = [this, &node, op, indexes = std::move(indexes), ends = std::move(ends), asking,
+                 pass, then = std::move(then)](IoOutcome&& o) mutable {
+      received(node, op, std::move(indexes), ends, asking, pass, std::move(o), std::move(then));
+    };
+    loop_->submit(node.io, std::move(req));
   }
 
-  /// One pipelined round trip. A connection that failed is closed with every idle one (after
-  /// a restart they are all stale). If a reused connection broke before any reply, the commands
-  /// are sent once more on a fresh one: most likely the server closed it while it sat idle.
-  /// Everything waits at most until `deadline`.
-  std::vector<RedisReplyPtr> round_trip(RedisNodeClient& node,
-                                        const std::vector<RedisCommand>& commands,
-                                        std::chrono::steady_clock::time_point deadline) {
-    for (int attempt = 0;; ++attempt) {
-      auto lease = node.pool.acquire(deadline);
-      if (std::chrono::steady_clock::now() >= deadline)  // the connection goes back to the pool
-        throw RedisError::not_the_node(RedisFailureKind::timeout,
-                                       node.pool.node().address() + ": timed out before sending");
-      try {
-        return lease->pipeline(commands, deadline);
-      } catch (const RedisError& e) {
-        lease.discard();
-        node.pool.drop_idle();
-        if (attempt == 0 && lease.reused() && e.kind() == RedisFailureKind::io &&
-            e.replies_read() == 0)
-          continue;
-        throw RedisError(e.kind(), node.pool.node().address() + ": " + e.what(), e.replies_read());
+  /// `send`'s replies: failures, a NOSCRIPT reload, then the breaker's verdict.
+  void received(RedisNodeClient& node, const OpPtr& op, std::vector<std::size_t> indexes,
+                const std::vector<std::size_t>& ends, bool asking, CircuitBreaker::Pass pass,
+                IoOutcome&& o, Settled then) {
+    if (o.error) {
+      if (o.error->node_fault()) node.breaker.record_failure(pass);
+      const RedisFailure f{o.error->kind(), o.error->what()};
+      report(f);
+      for (const std::size_t i : indexes) op->results[i].failure = f;
+      return then(op, std::move(indexes));
+    }
+    std::vector<RedisReplyPtr> replies;
+    if (asking) {  // the ASKING reply says nothing unless it is an error
+      for (std::size_t k = 0; k < indexes.size(); ++k)
+        replies.push_back(o.replies[2 * k]->type == REDIS_REPLY_ERROR
+                              ? std::move(o.replies[2 * k])
+                              : std::move(o.replies[2 * k + 1]));
+    } else {
+      replies = std::move(o.replies);
+    }
+    // NOSCRIPT: the script cache was flushed (SCRIPT FLUSH, restart, failover). The call did not
+    // run, so sending the script in full with EVAL (which also caches it) is safe.
+    std::vector<std::size_t> reload;
+    for (std::size_t j = 0; j < replies.size(); ++j)
+      if (starts_with(*replies[j], "NOSCRIPT")) reload.push_back(j);
+    if (reload.empty() || std::chrono::steady_clock::now() >= op->deadline)
+      return settle(node, op, std::move(indexes), std::move(replies), pass, std::move(then));
+    // One EVAL per distinct script caches it; the calls after it in the same pipeline send
+    // their EVALSHA again, the very bytes already formatted (a 20,000-call batch must neither
+    // send the script 20,000 times nor format 20,000 commands again on the I/O thread).
+    auto req = std::make_unique<IoRequest>();
+    std::vector<const RedisScript*> sent;
+    for (const std::size_t j : reload) {
+      const RedisScript* script = op->calls[indexes[j]].script;
+      const bool first = std::find(sent.begin(), sent.end(), script) == sent.end();
+      if (first) {
+        sent.push_back(script);
+        append_call(req->wire, op->calls[indexes[j]], true);
+      } else {
+        const std::size_t begin = j == 0 ? 0 : ends[j - 1];
+        req->wire.append(o.sent, begin, ends[j] - begin);
       }
     }
+    script_loads_.fetch_add(sent.size(), std::memory_order_relaxed);
+    req->replies = reload.size();
+    req->deadline = op->deadline;
+    // Shared, not moved in: a request's completion must be copyable (std::function).
+    auto kept = std::make_shared<std::vector<RedisReplyPtr>>(std::move(replies));
+    req->done = [this, &node, op, indexes = std::move(indexes), kept, reload = std::move(reload),
+                 pass, then = std::move(then)](IoOutcome&& again) mutable {
+      std::vector<RedisReplyPtr>& replies = *kept;
+      if (again.error) {
+        for (const std::size_t j : reload) {
+          replies[j].reset();
+          op->results[indexes[j]].failure = RedisFailure{again.error->kind(), again.error->what()};
+        }
+        if (again.error->node_fault()) node.breaker.record_failure(pass);
+        report({again.error->kind(), again.error->what()});
+      } else {
+        for (std::size_t r = 0; r < reload.size(); ++r)
+          replies[reload[r]] = std::move(again.replies[r]);
+      }
+      settle(node, op, std::move(indexes), std::move(replies), pass, std::move(then));
+    };
+    loop_->submit(node.io, std::move(req));
+  }
+
+  /// Files each reply as its call's result and tells the breaker how the node did.
+  void settle(RedisNodeClient& node, const OpPtr& op, std::vector<std::size_t> indexes,
+              std::vector<RedisReplyPtr> replies, CircuitBreaker::Pass pass, Settled then) {
+    bool node_ok = true, answered = false;
+    for (std::size_t j = 0; j < replies.size(); ++j) {
+      if (!replies[j]) continue;  // failed in the reload
+      answered = true;
+      RedisResult& res = op->results[indexes[j]];
+      const redisReply& r = *replies[j];
+      if (r.type == REDIS_REPLY_ERROR && !keep_error(r)) {
+        if (node_unavailable(r)) node_ok = false;
+        res.failure = RedisFailure{RedisFailureKind::reply,
+                                   node.address().address() + ": " + std::string(r.str, r.len)};
+        report(*res.failure);
+      } else {
+        res.reply = std::move(replies[j]);
+      }
+    }
+    if (answered && node_ok)
+      node.breaker.record_success();
+    else if (!node_ok)
+      node.breaker.record_failure(pass);
+    then(op, std::move(indexes));
   }
 
   void notify(const RedisFailure& f) noexcept {
+    if (f.kind == RedisFailureKind::overloaded) overloaded_.fetch_add(1, std::memory_order_relaxed);
     if (!options_.on_failure) return;
     try {
       options_.on_failure(f);
     } catch (...) {  // a monitoring hook must not change the decision
     }
   }
+
+  RedisIoLoop& loop() noexcept { return *loop_; }
 
   RedisOptions options_;
   std::string margin_ms_;
@@ -283,6 +462,12 @@ class RedisClient {
   std::atomic<std::uint64_t> failures_{0};
   std::atomic<std::uint64_t> short_circuits_{0};
   std::atomic<std::uint64_t> script_loads_{0};
+  std::atomic<std::uint64_t> overloaded_{0};
+  std::atomic<std::size_t> in_flight_{0};
+
+ private:
+  // Last: destroyed first, so the I/O thread stops before the nodes it points to go.
+  std::unique_ptr<RedisIoLoop> loop_;
 };
 
 }  // namespace ratelimit::detail

@@ -19,7 +19,6 @@
 #include <stdexcept>
 #include <string>
 #include <string_view>
-#include <thread>
 #include <utility>
 #include <vector>
 
@@ -62,6 +61,9 @@ inline RedisNode parse_redis_node(std::string_view text, const std::string& fiel
 }
 
 /// Thread safety: every member is safe from many threads.
+/// Everything after the first send runs on the client's I/O thread: redirections are followed,
+/// TRYAGAIN retried (after a timer, never a sleep) and the slot map re-learned there, so no
+/// decision ever waits on a refresh; every step of a decision keeps the decision's deadline.
 class RedisClusterClient final : public RedisClient {
  public:
   /// `seeds`: at least one node of the cluster; `options`: per-node settings (host and port
@@ -73,95 +75,12 @@ class RedisClusterClient final : public RedisClient {
     for (auto& owner : owners_) owner.store(nullptr, std::memory_order_relaxed);
   }
 
-  /// One budget for the whole call: every node, every redirection (slot-map refreshes still
-  /// have their own, see learn_from).
-  std::vector<RedisResult> execute(const std::vector<RedisCall>& calls,
-                                   std::chrono::steady_clock::time_point deadline) override {
-    if (!mapped_.load(std::memory_order_acquire)) refresh_if_due(std::chrono::nanoseconds{0});
-    std::vector<RedisResult> results(calls.size());
-    struct Target {
-      RedisNodeClient* node;
-      bool asking;
-    };
-    std::vector<Target> targets(calls.size());
-    std::vector<std::size_t> pending(calls.size());
-    for (std::size_t i = 0; i < calls.size(); ++i) {
-      pending[i] = i;
-      targets[i] = {&owner_of(calls[i].keys.empty() ? std::string_view{} : calls[i].keys.front()),
-                    false};
-    }
-    bool node_failed = false;
-    for (int round = 0; !pending.empty(); ++round) {
-      if (round > max_redirects_) {
-        for (const std::size_t i : pending) {
-          results[i].reply.reset();
-          results[i].failure =
-              RedisFailure{RedisFailureKind::reply,
-                           "more than " + std::to_string(max_redirects_) + " cluster redirections"};
-          report(*results[i].failure);
-        }
-        break;
-      }
-      run_round(calls, pending, targets, results, deadline);
-      std::vector<std::size_t> again;
-      bool tryagain = false;
-      for (const std::size_t i : pending) {
-        RedisResult& r = results[i];
-        if (r.failure) {
-          node_failed = node_failed || r.failure->kind != RedisFailureKind::reply;
-          continue;
-        }
-        if (!r.reply || r.reply->type != REDIS_REPLY_ERROR) continue;
-        const std::string_view error(r.reply->str, r.reply->len);
-        if (error.substr(0, 6) == "MOVED " || error.substr(0, 4) == "ASK ") {
-          const bool ask = error[0] == 'A';
-          const auto target = redirect_target(error);
-          if (!target) {
-            r.failure = RedisFailure{RedisFailureKind::protocol,
-                                     "unreadable redirection: " + std::string(error)};
-            r.reply.reset();
-            report(*r.failure);
-            continue;
-          }
-          RedisNodeClient& to = node(target->second);
-          if (ask) {
-            ask_.fetch_add(1, std::memory_order_relaxed);
-          } else {
-            moved_.fetch_add(1, std::memory_order_relaxed);
-            // The slot has a new owner for good: route there now, and learn whatever else
-            // changed with it (a resharding rarely moves one slot alone).
-            owners_[static_cast<std::size_t>(target->first)].store(&to, std::memory_order_release);
-            refresh_if_due(min_moved_refresh);
-          }
-          targets[i] = {&to, ask};
-        } else if (error.substr(0, 8) == "TRYAGAIN") {
-          // A multi-key call whose keys are split by a slot migration in progress.
-          tryagain_.fetch_add(1, std::memory_order_relaxed);
-          tryagain = true;
-          targets[i].asking = false;
-        } else {
-          continue;  // another error: the binding reports it
-        }
-        r.reply.reset();
-        again.push_back(i);
-      }
-      if (tryagain) std::this_thread::sleep_for(std::chrono::milliseconds{1 << std::min(round, 4)});
-      pending = std::move(again);
-    }
-    if (node_failed) refresh_if_due(std::chrono::nanoseconds(options().breaker_backoff));
-    return results;
-  }
-
   RedisStats stats() const noexcept override {
     RedisStats s = RedisClient::stats();
     std::lock_guard lock(nodes_mutex_);
     s.circuit_open = false;
     for (const auto& n : cluster_nodes_) s.circuit_open = s.circuit_open || n->breaker.is_open();
     return s;
-  }
-
-  std::chrono::nanoseconds retry_in(std::string_view redis_key) noexcept override {
-    return owner_of(redis_key).breaker.retry_in();
   }
 
   RedisClusterCounters counters() const noexcept {
@@ -172,43 +91,55 @@ class RedisClusterClient final : public RedisClient {
 
   /// The node the current slot map names for `redis_key` ("host:port"; a seed if unknown).
   std::string node_address(std::string_view redis_key) {
-    return owner_of(redis_key).pool.node().address();
+    return owner_of(redis_key).address().address();
   }
 
-  /// Re-learns the slot map now (unless another thread is doing it). True if it was learned.
+  /// Re-learns the slot map now and waits for it (each node asked has one connect and one
+  /// command timeout). True if some node told it. On the I/O thread it cannot wait: false.
   bool refresh() {
-    std::unique_lock lock(refresh_mutex_, std::try_to_lock);
-    if (!lock.owns_lock()) return false;
-    last_refresh_ns_.store(steady_ns(), std::memory_order_relaxed);
-    std::vector<RedisNodeClient*> candidates;
-    for (auto& owner : owners_) {
-      RedisNodeClient* n = owner.load(std::memory_order_acquire);
-      if (n != nullptr && std::find(candidates.begin(), candidates.end(), n) == candidates.end())
-        candidates.push_back(n);
-    }
-    for (const auto& seed : seeds_) {
-      RedisNodeClient* n = &node(seed);
-      if (std::find(candidates.begin(), candidates.end(), n) == candidates.end())
-        candidates.push_back(n);
-    }
-    // Nodes being avoided are asked last: a dead one would only cost a timeout.
-    std::stable_partition(candidates.begin(), candidates.end(),
-                          [](RedisNodeClient* n) { return !n->breaker.is_open(); });
-    for (RedisNodeClient* n : candidates) {
-      if (learn_from(*n)) {
-        refreshes_.fetch_add(1, std::memory_order_relaxed);
-        mapped_.store(true, std::memory_order_release);
-        return true;
-      }
-    }
-    failed_refreshes_.fetch_add(1, std::memory_order_relaxed);
-    return false;
+    if (loop().on_loop_thread()) return false;
+    struct Waiter {
+      std::atomic<int> ready{0};
+      bool learned = false;
+    };
+    auto w = std::make_shared<Waiter>();
+    learn(candidates(), 0, [w](bool learned) {
+      w->learned = learned;
+      w->ready.store(1, std::memory_order_release);
+      w->ready.notify_one();
+    });
+    w->ready.wait(0, std::memory_order_acquire);
+    return w->learned;
   }
 
  protected:
+  bool routes_by_key() const noexcept override { return true; }
+
+  std::chrono::nanoseconds retry_in_key(std::string_view redis_key) noexcept override {
+    return owner_of(redis_key).breaker.retry_in();
+  }
+
   bool keep_error(const redisReply& r) const noexcept override {
     const std::string_view e(r.str, r.len);
     return e.substr(0, 6) == "MOVED " || e.substr(0, 4) == "ASK " || e.substr(0, 8) == "TRYAGAIN";
+  }
+
+  /// Routes every call by its first key's slot; with no slot map yet, to a seed (its MOVED
+  /// replies route them meanwhile) while the map is learned in the background.
+  void start(const OpPtr& op) override {
+    if (!mapped_.load(std::memory_order_acquire))
+      refresh_in_background(std::chrono::nanoseconds{0});
+    op->targets.resize(op->calls.size());
+    op->asking.assign(op->calls.size(), 0);
+    std::vector<std::size_t> all(op->calls.size());
+    for (std::size_t i = 0; i < all.size(); ++i) {
+      all[i] = i;
+      op->targets[i] =
+          &owner_of(op->calls[i].keys.empty() ? std::string_view{} : op->calls[i].keys.front());
+    }
+    op->outstanding.store(1, std::memory_order_relaxed);  // held until every group is sent
+    dispatch(op, std::move(all));
+    release(op);
   }
 
  private:
@@ -229,10 +160,161 @@ class RedisClusterClient final : public RedisClient {
         .count();
   }
 
-  void refresh_if_due(std::chrono::nanoseconds min_interval) {
+  void release(const OpPtr& op) {
+    if (op->outstanding.fetch_sub(1, std::memory_order_acq_rel) == 1) finish(op);
+  }
+
+  /// Sends `indexes` to their targets: one request per (node, asking) group.
+  void dispatch(const OpPtr& op, std::vector<std::size_t> indexes) {
+    std::vector<std::pair<std::pair<RedisNodeClient*, bool>, std::vector<std::size_t>>> groups;
+    for (const std::size_t i : indexes) {
+      const std::pair<RedisNodeClient*, bool> to{op->targets[i], op->asking[i] != 0};
+      auto it = groups.begin();
+      while (it != groups.end() && it->first != to) ++it;
+      if (it == groups.end()) it = groups.insert(groups.end(), {to, {}});
+      it->second.push_back(i);
+    }
+    op->outstanding.fetch_add(groups.size(), std::memory_order_acq_rel);
+    for (auto& [to, group] : groups)
+      send(*to.first, op, std::move(group), to.second,
+           [this](const OpPtr& o, std::vector<std::size_t>&& settled) {
+             follow(o, std::move(settled));
+           });
+  }
+
+  /// A group's results are in: follow MOVED/ASK at once, TRYAGAIN after a pause, keep the rest.
+  void follow(const OpPtr& op, std::vector<std::size_t> settled) {
+    std::vector<std::size_t> again, later;
+    bool node_failed = false;
+    for (const std::size_t i : settled) {
+      RedisResult& r = op->results[i];
+      if (r.failure) {
+        node_failed = node_failed || r.failure->kind != RedisFailureKind::reply;
+        continue;
+      }
+      if (!r.reply || r.reply->type != REDIS_REPLY_ERROR) continue;
+      const std::string_view error(r.reply->str, r.reply->len);
+      const bool tryagain = error.substr(0, 8) == "TRYAGAIN";
+      if (!tryagain && error.substr(0, 6) != "MOVED " && error.substr(0, 4) != "ASK ")
+        continue;  // another error: the binding reports it
+      if (tryagain) tryagain_.fetch_add(1, std::memory_order_relaxed);  // every reply counts
+      if (++op->rounds[i] > max_redirects_) {
+        fail(r, {RedisFailureKind::reply,
+                 "more than " + std::to_string(max_redirects_) + " cluster redirections"});
+        continue;
+      }
+      if (tryagain) {
+        // A multi-key call whose keys are split by a slot migration in progress.
+        op->asking[i] = 0;
+        r.reply.reset();
+        later.push_back(i);
+        continue;
+      }
+      const bool ask = error[0] == 'A';
+      const auto target = redirect_target(error);
+      if (!target) {
+        fail(r, {RedisFailureKind::protocol, "unreadable redirection: " + std::string(error)});
+        continue;
+      }
+      RedisNodeClient& to = node(target->second);
+      if (ask) {
+        ask_.fetch_add(1, std::memory_order_relaxed);
+      } else {
+        moved_.fetch_add(1, std::memory_order_relaxed);
+        // The slot has a new owner for good: route there now, and learn whatever else changed
+        // with it (a resharding rarely moves one slot alone).
+        owners_[static_cast<std::size_t>(target->first)].store(&to, std::memory_order_release);
+        refresh_in_background(min_moved_refresh);
+      }
+      op->targets[i] = &to;
+      op->asking[i] = ask ? 1 : 0;
+      r.reply.reset();
+      again.push_back(i);
+    }
+    if (node_failed) refresh_in_background(std::chrono::nanoseconds(options().breaker_backoff));
+    if (!again.empty()) dispatch(op, std::move(again));
+    if (!later.empty()) retry_later(op, std::move(later));
+    release(op);
+  }
+
+  /// TRYAGAIN: the same calls again after 1, 2, 4, 8, 16 ms, if that fits the deadline.
+  void retry_later(const OpPtr& op, std::vector<std::size_t> later) {
+    int round = 0;
+    for (const std::size_t i : later) round = std::max(round, op->rounds[i]);
+    const auto at =
+        std::chrono::steady_clock::now() + std::chrono::milliseconds{1 << std::min(round - 1, 4)};
+    if (at >= op->deadline) {
+      for (const std::size_t i : later)
+        fail(op->results[i], {RedisFailureKind::timeout,
+                              "TRYAGAIN (a slot migration in progress) until the deadline"});
+      return;
+    }
+    op->outstanding.fetch_add(1, std::memory_order_acq_rel);
+    loop().post_at(at, [this, op, later = std::move(later)]() mutable {
+      dispatch(op, std::move(later));
+      release(op);
+    });
+  }
+
+  void fail(RedisResult& r, RedisFailure f) {
+    r.reply.reset();
+    r.failure = std::move(f);
+    report(*r.failure);
+  }
+
+  /// Starts learning the slot map on the I/O thread unless a refresh is running or one ran
+  /// less than `min_interval` ago. No decision waits for it.
+  void refresh_in_background(std::chrono::nanoseconds min_interval) {
     const std::int64_t last = last_refresh_ns_.load(std::memory_order_relaxed);
     if (last != 0 && steady_ns() - last < min_interval.count()) return;
-    refresh();
+    if (refreshing_.exchange(true, std::memory_order_acq_rel)) return;
+    last_refresh_ns_.store(steady_ns(), std::memory_order_relaxed);
+    learn(candidates(), 0, [this](bool) { refreshing_.store(false, std::memory_order_release); });
+  }
+
+  /// Nodes to ask for the map: those the map names, then the seeds; nodes being avoided last
+  /// (a dead one would only cost its timeouts).
+  std::shared_ptr<std::vector<RedisNodeClient*>> candidates() {
+    auto out = std::make_shared<std::vector<RedisNodeClient*>>();
+    for (auto& owner : owners_) {
+      RedisNodeClient* n = owner.load(std::memory_order_acquire);
+      if (n != nullptr && std::find(out->begin(), out->end(), n) == out->end()) out->push_back(n);
+    }
+    for (const auto& seed : seeds_) {
+      RedisNodeClient* n = &node(seed);
+      if (std::find(out->begin(), out->end(), n) == out->end()) out->push_back(n);
+    }
+    std::stable_partition(out->begin(), out->end(),
+                          [](RedisNodeClient* n) { return !n->breaker.is_open(); });
+    return out;
+  }
+
+  /// Asks candidates[k], then the next ones, for CLUSTER SLOTS; `done(learned)` on the I/O
+  /// thread. Each ask has its own budget (one connect and one command timeout): it runs apart
+  /// from every decision.
+  void learn(std::shared_ptr<std::vector<RedisNodeClient*>> cands, std::size_t k,
+             std::function<void(bool)> done) {
+    if (k >= cands->size()) {
+      failed_refreshes_.fetch_add(1, std::memory_order_relaxed);
+      return done(false);
+    }
+    RedisNodeClient* n = (*cands)[k];
+    auto req = std::make_unique<IoRequest>();
+    append_command(req->wire, {"CLUSTER", "SLOTS"});
+    req->replies = 1;
+    req->deadline =
+        std::chrono::steady_clock::now() + options().connect_timeout + options().command_timeout;
+    // Holds the client: the refresh may outlive the last storage handle by its budget.
+    req->done = [self = shared_from_this(), this, cands = std::move(cands), k, n,
+                 done = std::move(done)](IoOutcome&& o) mutable {
+      if (!o.error && install(*o.replies.front(), *n)) {
+        refreshes_.fetch_add(1, std::memory_order_relaxed);
+        mapped_.store(true, std::memory_order_release);
+        return done(true);
+      }
+      learn(std::move(cands), k + 1, std::move(done));
+    };
+    loop().submit(n->io, std::move(req));
   }
 
   /// The pool and breaker of `address`, created on first sight. Never removed, so the pointers
@@ -240,18 +322,23 @@ class RedisClusterClient final : public RedisClient {
   RedisNodeClient& node(const RedisNode& address) {
     std::lock_guard lock(nodes_mutex_);
     for (const auto& n : cluster_nodes_)
-      if (n->pool.node() == address) return *n;
+      if (n->address() == address) return *n;
     const RedisOptions& o = options();
     cluster_nodes_.push_back(std::make_unique<RedisNodeClient>(
-        address, RedisConnectionSettings{o.connect_timeout, o.command_timeout, o.password, 0},
-        o.pool_size, o.breaker_backoff, o.breaker_max_backoff));
+        loop().node(address), o.breaker_backoff, o.breaker_max_backoff, probe_budget()));
     return *cluster_nodes_.back();
   }
 
+  /// The slot's owner in the map; unknown, the first seed not being avoided.
   RedisNodeClient& owner_of(std::string_view redis_key) {
     RedisNodeClient* n = owners_[static_cast<std::size_t>(redis_key_slot(redis_key))].load(
         std::memory_order_acquire);
-    return n != nullptr ? *n : node(seeds_.front());
+    if (n != nullptr) return *n;
+    for (const auto& seed : seeds_) {
+      RedisNodeClient& s = node(seed);
+      if (!s.breaker.is_open()) return s;
+    }
+    return node(seeds_.front());
   }
 
   /// "MOVED 3999 127.0.0.1:6381" or "ASK ...": the slot and the node.
@@ -272,66 +359,9 @@ class RedisClusterClient final : public RedisClient {
     }
   }
 
-  /// One pipelined round trip per target node: plain calls as they are, ASK redirections as
-  /// ASKING + EVAL (the target may not have the script cached yet, and a NOSCRIPT reload would
-  /// go without ASKING and be redirected back).
-  template <class Target>
-  void run_round(const std::vector<RedisCall>& calls, const std::vector<std::size_t>& pending,
-                 const std::vector<Target>& targets, std::vector<RedisResult>& results,
-                 std::chrono::steady_clock::time_point deadline) {
-    std::vector<std::pair<RedisNodeClient*, std::vector<std::size_t>>> plain;
-    std::vector<std::pair<RedisNodeClient*, std::vector<std::size_t>>> asking;
-    for (const std::size_t i : pending) {
-      auto& groups = targets[i].asking ? asking : plain;
-      auto it = groups.begin();
-      while (it != groups.end() && it->first != targets[i].node) ++it;
-      if (it == groups.end()) it = groups.insert(groups.end(), {targets[i].node, {}});
-      it->second.push_back(i);
-    }
-    for (auto& [n, indexes] : plain) run_on(*n, calls, indexes, results, deadline);
-    for (auto& [n, indexes] : asking) {
-      std::vector<RedisCall> sub;
-      std::vector<std::size_t> all;
-      for (const std::size_t i : indexes) {
-        RedisCall asking_call;
-        asking_call.argv = {"ASKING"};
-        asking_call.keys = calls[i].keys;
-        sub.push_back(std::move(asking_call));
-        RedisCall eval;
-        eval.keys = calls[i].keys;
-        eval.argv = command_of(calls[i], true);
-        sub.push_back(std::move(eval));
-      }
-      for (std::size_t j = 0; j < sub.size(); ++j) all.push_back(j);
-      std::vector<RedisResult> sub_results(sub.size());
-      run_on(*n, sub, all, sub_results, deadline);
-      for (std::size_t k = 0; k < indexes.size(); ++k) {
-        RedisResult& asked = sub_results[2 * k];
-        results[indexes[k]] = asked.failure ? std::move(asked) : std::move(sub_results[2 * k + 1]);
-      }
-    }
-  }
-
-  /// Asks `n` for CLUSTER SLOTS and installs the map. False if it cannot answer.
-  bool learn_from(RedisNodeClient& n) {
-    RedisReplyPtr reply;
-    try {
-      // Its own budget: one connect and one command timeout (a refresh runs apart from any
-      // decision's deadline only when no decision waits on it).
-      const auto deadline =
-          std::chrono::steady_clock::now() + options().connect_timeout + options().command_timeout;
-      auto lease = n.pool.acquire(deadline);
-      try {
-        auto replies = lease->pipeline({{"CLUSTER", "SLOTS"}}, deadline);
-        reply = std::move(replies.front());
-      } catch (const RedisError&) {
-        lease.discard();
-        throw;
-      }
-    } catch (const RedisError&) {
-      n.pool.drop_idle();
-      return false;
-    }
+  /// Installs the map in a CLUSTER SLOTS reply from `n`. False if the reply is not one.
+  bool install(const redisReply& r, RedisNodeClient& n) {
+    const redisReply* reply = &r;
     if (reply->type != REDIS_REPLY_ARRAY || reply->elements == 0) return false;
     std::vector<std::pair<std::array<int, 2>, RedisNode>> ranges;
     for (std::size_t i = 0; i < reply->elements; ++i) {
@@ -349,7 +379,7 @@ class RedisClusterClient final : public RedisClient {
         return false;
       std::string host(primary->element[0]->str, primary->element[0]->len);
       // An empty or "?" endpoint means "the address you reached me on".
-      if (host.empty() || host == "?") host = n.pool.node().host;
+      if (host.empty() || host == "?") host = n.address().host;
       ranges.push_back(
           {{static_cast<int>(from->integer), static_cast<int>(to->integer)},
            RedisNode{std::move(host), static_cast<int>(primary->element[1]->integer)}});
@@ -367,7 +397,7 @@ class RedisClusterClient final : public RedisClient {
   std::array<std::atomic<RedisNodeClient*>, redis_cluster_slots> owners_;
   mutable std::mutex nodes_mutex_;
   std::vector<std::unique_ptr<RedisNodeClient>> cluster_nodes_;
-  std::mutex refresh_mutex_;
+  std::atomic<bool> refreshing_{false};
   std::atomic<bool> mapped_{false};
   std::atomic<std::int64_t> last_refresh_ns_{0};
   std::atomic<std::uint64_t> moved_{0};

@@ -1,0 +1,721 @@
+#pragma once
+/// @file redis/detail/io_loop.hpp
+/// The I/O thread of a Redis client: every decision of a storage goes through it, so requests
+/// from any number of threads share a few connections per node and are written as pipelines
+/// (auto-pipelining), and every request's deadline is kept by one timer, whatever the socket
+/// does (a server that never answers, trickles its reply, or stopped reading a large request).
+///
+/// The protocol stays hiredis's: requests arrive formatted (redisFormatCommandArgv) and replies
+/// are parsed by a redisReader fed from sockets this loop owns (TLS can slot in at send/recv).
+///
+/// Rules of the thread: one I/O thread per loop; `submit` and `post_at` are safe from any thread,
+/// including the I/O thread itself (a completion may submit the next step). Every request's
+/// `done` runs exactly once, on the I/O thread, and must be quick: a slow completion delays every
+/// other decision of the storage.
+
+#include <hiredis/hiredis.h>
+#include <poll.h>
+#include <sys/eventfd.h>
+#include <sys/socket.h>
+#include <sys/uio.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cerrno>
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+#include <deque>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <new>
+#include <optional>
+#include <queue>
+#include <string>
+#include <thread>
+#include <utility>
+#include <vector>
+
+#include "connection.hpp"
+#include "socket.hpp"
+
+namespace ratelimit::detail {
+
+using SteadyTime = std::chrono::steady_clock::time_point;
+
+/// What a request got: one reply per command, or the failure (with how many replies came first).
+struct IoOutcome {
+  std::vector<RedisReplyPtr> replies;
+  std::optional<RedisError> error;
+  std::string sent;  ///< the request's own bytes, handed back (a retry can reuse them)
+};
+
+/// Commands for one node, written back to back on one connection, with one deadline.
+struct IoRequest {
+  std::string wire;         ///< the commands in RESP (see append_command)
+  std::size_t replies = 0;  ///< replies the commands produce
+  SteadyTime deadline;
+  std::function<void(IoOutcome&&)> done;  ///< called exactly once, on the I/O thread
+};
+
+/// Appends one command, its arguments given as pointers and lengths, to `wire` in RESP,
+/// formatted by hiredis. Throws std::bad_alloc.
+inline void append_argv(std::string& wire, std::vector<const char*>& argv,
+                        std::vector<std::size_t>& lens) {
+  char* out = nullptr;
+  const int n =
+      redisFormatCommandArgv(&out, static_cast<int>(argv.size()), argv.data(), lens.data());
+  if (n < 0) throw std::bad_alloc();
+  wire.append(out, static_cast<std::size_t>(n));
+  redisFreeCommand(out);
+}
+
+/// Appends `cmd` to `wire` in RESP, formatted by hiredis. Throws std::bad_alloc.
+inline void append_command(std::string& wire, const RedisCommand& cmd) {
+  std::vector<const char*> argv;
+  std::vector<std::size_t> lens;
+  argv.reserve(cmd.size());
+  lens.reserve(cmd.size());
+  for (const auto& arg : cmd) {
+    argv.push_back(arg.data());
+    lens.push_back(arg.size());
+  }
+  append_argv(wire, argv, lens);
+}
+
+class RedisIoLoop;
+
+/// A node as the I/O thread sees it. Opaque outside the loop: a handle for `submit`.
+class IoNode {
+ public:
+  const RedisNode& address() const noexcept { return address_; }
+
+ private:
+  friend class RedisIoLoop;
+  struct Pending;
+  struct ReaderDeleter {
+    void operator()(redisReader* r) const noexcept { redisReaderFree(r); }
+  };
+  /// One connection: resolving, connecting, authenticating (AUTH/SELECT), then ready.
+  struct Conn {
+    enum class State { resolving, connecting, handshaking, ready } state = State::resolving;
+    IoNode* node = nullptr;  ///< the node it connects to
+    int fd = -1;
+    bool dead = false;
+    std::optional<Resolution> resolution;
+    std::vector<SocketAddress> addresses;
+    std::size_t next_address = 0;
+    SteadyTime connect_deadline;
+    std::unique_ptr<redisReader, ReaderDeleter> reader{redisReaderCreate()};
+    std::string handshake;  ///< AUTH/SELECT, written before any request
+    std::size_t handshake_pos = 0;
+    /// Requests are written from their own bytes (no copy into a connection buffer): the first
+    /// not fully written is inflight[write_index], write_offset bytes into it.
+    std::size_t write_index = 0;
+    std::size_t write_offset = 0;
+    std::uint64_t queued = 0;  ///< bytes ever queued on this connection
+    std::uint64_t sent = 0;    ///< bytes ever written to the socket
+    std::size_t handshake_left = 0;
+    std::deque<std::shared_ptr<Pending>> inflight;
+  };
+  struct Pending {
+    std::unique_ptr<IoRequest> req;
+    std::vector<RedisReplyPtr> got;
+    IoNode* node = nullptr;
+    Conn* conn = nullptr;       ///< null while waiting for a connection
+    std::uint64_t start = 0;    ///< where its bytes start on conn (to know if any were sent)
+    bool finished = false;
+  };
+
+  explicit IoNode(RedisNode address) : address_(std::move(address)) {}
+
+  RedisNode address_;
+  std::deque<std::shared_ptr<Pending>> waiting_;  ///< not yet on a connection, in order
+  std::vector<std::unique_ptr<Conn>> conns_;
+};
+
+/// The loop. Thread safety: `node`, `submit`, `post_at`, `on_loop_thread` are safe from any
+/// thread; destruction from any thread (from the I/O thread itself, the thread finishes alone).
+class RedisIoLoop {
+ public:
+  /// Starts the I/O thread. `connections`: most connections per node, >= 1.
+  RedisIoLoop(RedisConnectionSettings settings, std::size_t connections)
+      : core_(std::make_shared<Core>(std::move(settings), connections)) {
+    thread_ = std::thread([core = core_] { core->run(); });
+  }
+
+  RedisIoLoop(const RedisIoLoop&) = delete;
+  RedisIoLoop& operator=(const RedisIoLoop&) = delete;
+
+  /// Stops the thread. Whatever is still pending completes with an io failure ("shut down").
+  ~RedisIoLoop() {
+    core_->stop();
+    if (core_->on_loop_thread())
+      thread_.detach();  // the last handle dropped inside a completion: the loop ends by itself
+    else
+      thread_.join();
+  }
+
+  /// The handle of `address`, created on first sight. Never removed (a cluster has few
+  /// addresses, even across failovers), so the pointer stays valid for the loop's life.
+  IoNode* node(const RedisNode& address) { return core_->node(address); }
+
+  /// Queues `req` for `node`. If the loop is shutting down, it completes at once (io failure).
+  void submit(IoNode* node, std::unique_ptr<IoRequest> req) {
+    core_->submit(node, std::move(req));
+  }
+
+  /// Runs `fn` on the I/O thread at `at` (or at once on shutdown, which it can tell by a
+  /// submit failing).
+  void post_at(SteadyTime at, std::function<void()> fn) { core_->post_at(at, std::move(fn)); }
+
+  /// True on the I/O thread (a completion): blocking there would wait on itself.
+  bool on_loop_thread() const noexcept { return core_->on_loop_thread(); }
+
+ private:
+  using Pending = IoNode::Pending;
+  using Conn = IoNode::Conn;
+
+  /// Wakes the loop from poll. Shared with resolver threads, which may outlive the loop.
+  struct Waker {
+    Waker() : fd(::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC)) {
+      if (fd < 0) throw std::runtime_error("eventfd: " + std::string(std::strerror(errno)));
+    }
+    ~Waker() { ::close(fd); }
+    void wake() noexcept {
+      if (notified.exchange(true, std::memory_order_acq_rel)) return;
+      const std::uint64_t one = 1;
+      [[maybe_unused]] const auto n = ::write(fd, &one, sizeof one);
+    }
+    int fd;
+    std::atomic<bool> notified{false};
+  };
+
+  struct Timer {
+    SteadyTime at;
+    std::uint64_t seq;
+    std::function<void()> fn;
+    bool operator>(const Timer& o) const noexcept {
+      return at != o.at ? at > o.at : seq > o.seq;
+    }
+  };
+
+  struct Deadline {
+    SteadyTime at;
+    std::shared_ptr<Pending> pending;
+    bool operator>(const Deadline& o) const noexcept { return at > o.at; }
+  };
+
+  class Core {
+   public:
+    Core(RedisConnectionSettings settings, std::size_t connections)
+        : settings_(std::move(settings)),
+          connections_(std::max<std::size_t>(1, connections)),
+          waker_(std::make_shared<Waker>()),
+          buffer_(std::size_t{1} << 16) {}
+
+    bool on_loop_thread() const noexcept {
+      return loop_thread_.load(std::memory_order_acquire) == std::this_thread::get_id();
+    }
+
+    IoNode* node(const RedisNode& address) {
+      std::lock_guard lock(mutex_);
+      for (const auto& n : nodes_)
+        if (n->address() == address) return n.get();
+      nodes_.push_back(std::unique_ptr<IoNode>(new IoNode(address)));
+      return nodes_.back().get();
+    }
+
+    void submit(IoNode* node, std::unique_ptr<IoRequest> req) {
+      {
+        std::unique_lock lock(mutex_);
+        if (!stopping_) {
+          incoming_.emplace_back(node, std::move(req));
+          lock.unlock();
+          wake();
+          return;
+        }
+      }
+      complete(*req, shut_down());
+    }
+
+    void post_at(SteadyTime at, std::function<void()> fn) {
+      {
+        std::lock_guard lock(mutex_);
+        incoming_timers_.push_back(Timer{at, 0, std::move(fn)});
+      }
+      wake();
+    }
+
+    /// Makes the loop drain its queues before it next sleeps. From the I/O thread itself (a
+    /// completion, a timer) a flag does it without a syscall.
+    void wake() {
+      if (on_loop_thread())
+        queued_by_loop_ = true;
+      else
+        waker_->wake();
+    }
+
+    void stop() {
+      {
+        std::lock_guard lock(mutex_);
+        stopping_ = true;
+      }
+      waker_->wake();
+    }
+
+    void run() {
+      loop_thread_.store(std::this_thread::get_id(), std::memory_order_release);
+      std::vector<pollfd> fds;
+      std::vector<Conn*> polled;
+      for (;;) {
+        if (drain()) return shut_down_all();
+        const SteadyTime now = std::chrono::steady_clock::now();
+        expire(now);
+        run_timers(now);
+        for (IoNode* n : loop_nodes_) service(*n, now);
+        fds.assign(1, pollfd{waker_->fd, POLLIN, 0});
+        polled.clear();
+        for (IoNode* n : loop_nodes_)
+          for (const auto& c : n->conns_) {
+            if (c->fd < 0) continue;
+            const bool writing = c->state == Conn::State::connecting || has_output(*c);
+            fds.push_back(pollfd{c->fd, static_cast<short>(POLLIN | (writing ? POLLOUT : 0)), 0});
+            polled.push_back(c.get());
+          }
+        // Work queued by this iteration's timers or expiries: poll without sleeping.
+        wait(fds, queued_by_loop_ ? std::optional<SteadyTime>(now) : next_wake());
+        for (std::size_t i = 1; i < fds.size(); ++i)
+          if (fds[i].revents != 0) handle(*polled[i - 1], fds[i].revents);
+        if (fds[0].revents != 0) {
+          std::uint64_t count = 0;
+          [[maybe_unused]] const auto n = ::read(waker_->fd, &count, sizeof count);
+          waker_->notified.store(false, std::memory_order_release);
+        }
+        for (IoNode* n : loop_nodes_)
+          n->conns_.erase(std::remove_if(n->conns_.begin(), n->conns_.end(),
+                                         [](const auto& c) { return c->dead; }),
+                          n->conns_.end());
+      }
+    }
+
+   private:
+    static IoOutcome shut_down() {
+      return IoOutcome{
+          {}, RedisError::not_the_node(RedisFailureKind::io, "the storage shut down"), {}};
+    }
+
+    static void complete(IoRequest& req, IoOutcome&& outcome) noexcept {
+      outcome.sent = std::move(req.wire);
+      auto done = std::move(req.done);
+      try {
+        if (done) done(std::move(outcome));
+      } catch (...) {  // a completion has nowhere to throw to
+      }
+    }
+
+    void finish(Pending& p, IoOutcome&& outcome) noexcept {
+      if (p.finished) return;
+      p.finished = true;
+      auto req = std::move(p.req);  // frees the request's bytes before its deadline entry goes
+      p.got.clear();
+      complete(*req, std::move(outcome));
+    }
+
+    /// Moves what other threads queued into the loop's own structures. True when stopping.
+    bool drain() {
+      std::vector<std::pair<IoNode*, std::unique_ptr<IoRequest>>> requests;
+      std::vector<Timer> timers;
+      queued_by_loop_ = false;
+      {
+        std::lock_guard lock(mutex_);
+        if (stopping_) return true;
+        requests.swap(incoming_);
+        timers.swap(incoming_timers_);
+        for (std::size_t i = loop_nodes_.size(); i < nodes_.size(); ++i)
+          loop_nodes_.push_back(nodes_[i].get());
+      }
+      for (auto& [node, req] : requests) {
+        auto p = std::make_shared<Pending>();
+        p->node = node;
+        deadlines_.push(Deadline{req->deadline, p});
+        p->req = std::move(req);
+        node->waiting_.push_back(std::move(p));
+      }
+      for (Timer& t : timers) {
+        t.seq = ++timer_seq_;
+        timers_.push(std::move(t));
+      }
+      return false;
+    }
+
+    /// Fails every request whose deadline passed. One on a connection takes the connection
+    /// down: its replies are late or lost, and the requests behind it would wait on them too.
+    void expire(SteadyTime now) {
+      while (!deadlines_.empty()) {
+        const Deadline& top = deadlines_.top();
+        if (!top.pending->finished && top.at > now) break;
+        std::shared_ptr<Pending> p = top.pending;
+        deadlines_.pop();
+        if (p->finished) continue;
+        // Unsent, it would go back to the queue: it fails here either way.
+        if (p->conn != nullptr) fail_conn(*p->conn, RedisFailureKind::timeout, "timed out");
+        finish(*p, IoOutcome{{}, RedisError(RedisFailureKind::timeout,
+                                            p->node->address().address() +
+                                                ": timed out before it was sent"),
+                             {}});
+      }
+    }
+
+    void run_timers(SteadyTime now) {
+      while (!timers_.empty() && timers_.top().at <= now) {
+        auto fn = std::move(const_cast<Timer&>(timers_.top()).fn);
+        timers_.pop();
+        try {
+          fn();
+        } catch (...) {
+        }
+      }
+    }
+
+    /// When the loop must wake up by itself: the next deadline, timer or connect timeout.
+    std::optional<SteadyTime> next_wake() {
+      std::optional<SteadyTime> at;
+      const auto take = [&](SteadyTime t) {
+        if (!at || t < *at) at = t;
+      };
+      while (!deadlines_.empty() && deadlines_.top().pending->finished) deadlines_.pop();
+      if (!deadlines_.empty()) take(deadlines_.top().at);
+      if (!timers_.empty()) take(timers_.top().at);
+      for (IoNode* n : loop_nodes_)
+        for (const auto& c : n->conns_)
+          if (c->state != Conn::State::ready) take(c->connect_deadline);
+      return at;
+    }
+
+    /// poll with a nanosecond timeout (ppoll): a deadline is overshot by the kernel's timer
+    /// slack (50 us by default), not by a rounded-up millisecond.
+    static void wait(std::vector<pollfd>& fds, std::optional<SteadyTime> until) {
+      timespec ts{};
+      timespec* timeout = nullptr;
+      if (until) {
+        const auto left = std::max(std::chrono::nanoseconds{0},
+                                   std::chrono::ceil<std::chrono::nanoseconds>(
+                                       *until - std::chrono::steady_clock::now()));
+        ts.tv_sec = static_cast<time_t>(left.count() / 1'000'000'000);
+        ts.tv_nsec = static_cast<long>(left.count() % 1'000'000'000);
+        timeout = &ts;
+      }
+      if (::ppoll(fds.data(), fds.size(), timeout, nullptr) < 0)
+        for (auto& f : fds) f.revents = 0;  // EINTR: go round again
+    }
+
+    /// Advances `node`'s connections and puts its waiting requests on ready ones.
+    void service(IoNode& node, SteadyTime now) {
+      for (auto& c : node.conns_) {
+        if (c->dead) continue;
+        if (c->state == Conn::State::resolving) resolved(node, *c);
+        if (!c->dead && c->state != Conn::State::ready && now >= c->connect_deadline)
+          fail_conn(*c, RedisFailureKind::connect, "cannot connect: timed out");
+      }
+      while (!node.waiting_.empty() && node.waiting_.front()->finished) node.waiting_.pop_front();
+      if (node.waiting_.empty()) return;
+      std::size_t ready = 0, opening = 0, busy = 0;
+      for (const auto& c : node.conns_) {
+        if (c->dead) continue;
+        if (c->state == Conn::State::ready) {
+          ++ready;
+          busy += c->inflight.empty() ? 0 : 1;
+        } else {
+          ++opening;
+        }
+      }
+      const std::size_t alive = ready + opening;
+      if (opening == 0 && alive < connections_ && busy == ready) open(node, now);
+      if (ready == 0) return;
+      while (!node.waiting_.empty()) {
+        std::shared_ptr<Pending> p = std::move(node.waiting_.front());
+        node.waiting_.pop_front();
+        if (p->finished) continue;
+        Conn* best = nullptr;
+        for (const auto& c : node.conns_)
+          if (!c->dead && c->state == Conn::State::ready &&
+              (best == nullptr || c->inflight.size() < best->inflight.size()))
+            best = c.get();
+        p->conn = best;
+        p->start = best->queued;
+        best->queued += p->req->wire.size();
+        best->inflight.push_back(std::move(p));
+      }
+      for (auto& c : node.conns_)
+        if (!c->dead && c->state == Conn::State::ready) flush(node, *c);
+    }
+
+    void open(IoNode& node, SteadyTime now) {
+      auto c = std::make_unique<Conn>();
+      c->node = &node;
+      c->connect_deadline = now + settings_.connect_timeout;
+      if (!c->reader) throw std::bad_alloc();
+      c->resolution.emplace(node.address().host, node.address().port,
+                            [waker = waker_] { waker->wake(); });
+      Conn& conn = *c;
+      node.conns_.push_back(std::move(c));
+      resolved(node, conn);
+    }
+
+    /// Starts connecting once the node's name is resolved.
+    void resolved(IoNode& node, Conn& c) {
+      auto r = c.resolution->take();
+      if (!r) return;
+      c.resolution.reset();
+      if (!r->error.empty() || r->addresses.empty())
+        return fail_conn(c, RedisFailureKind::connect,
+                         "cannot resolve: " + (r->error.empty() ? "no address" : r->error));
+      c.addresses = std::move(r->addresses);
+      connect_next(node, c, "");
+    }
+
+    /// Tries the next resolved address ("localhost" may be ::1 first and Redis on 127.0.0.1).
+    void connect_next(IoNode& node, Conn& c, std::string last_error) {
+      (void)node;
+      if (c.fd >= 0) {
+        ::close(c.fd);
+        c.fd = -1;
+      }
+      while (c.next_address < c.addresses.size()) {
+        std::string error;
+        const int fd = start_connect(c.addresses[c.next_address++], error);
+        if (fd >= 0) {
+          c.fd = fd;
+          c.state = Conn::State::connecting;
+          return;
+        }
+        last_error = std::move(error);
+      }
+      fail_conn(c, RedisFailureKind::connect, "cannot connect: " + last_error);
+    }
+
+    void handle(Conn& c, short revents) {
+      IoNode& node = owner(c);
+      if (c.dead) return;
+      if (c.state == Conn::State::connecting) {
+        if ((revents & (POLLOUT | POLLERR | POLLHUP)) == 0) return;
+        std::string error = connect_error(c.fd);
+        if (!error.empty()) return connect_next(node, c, std::move(error));
+        handshake(node, c);
+        return;
+      }
+      if ((revents & POLLOUT) != 0) flush(node, c);
+      if (!c.dead && (revents & (POLLIN | POLLERR | POLLHUP)) != 0) read(node, c);
+    }
+
+    void handshake(IoNode& node, Conn& c) {
+      std::string wire;
+      if (!settings_.password.empty()) append_command(wire, {"AUTH", settings_.password});
+      if (settings_.db != 0) append_command(wire, {"SELECT", std::to_string(settings_.db)});
+      c.handshake_left = (settings_.password.empty() ? 0 : 1) + (settings_.db != 0 ? 1 : 0);
+      if (c.handshake_left == 0) {
+        c.state = Conn::State::ready;
+        return;
+      }
+      c.state = Conn::State::handshaking;
+      c.queued += wire.size();
+      c.handshake = std::move(wire);
+      flush(node, c);
+    }
+
+    static bool has_output(const Conn& c) noexcept {
+      return c.handshake_pos < c.handshake.size() || c.write_index < c.inflight.size();
+    }
+
+    /// Writes what `c` has queued, straight from each request's bytes (sendmsg over up to 64
+    /// of them at once), until the socket would block.
+    void flush(IoNode& node, Conn& c) {
+      (void)node;
+      while (has_output(c)) {
+        iovec parts[64];
+        std::size_t count = 0;
+        if (c.handshake_pos < c.handshake.size()) {
+          parts[count++] = {c.handshake.data() + c.handshake_pos,
+                            c.handshake.size() - c.handshake_pos};
+        } else {
+          std::size_t offset = c.write_offset;
+          for (std::size_t i = c.write_index; i < c.inflight.size() && count < 64; ++i) {
+            std::string& w = c.inflight[i]->req->wire;
+            parts[count++] = {w.data() + offset, w.size() - offset};
+            offset = 0;
+          }
+        }
+        msghdr msg{};
+        msg.msg_iov = parts;
+        msg.msg_iovlen = count;
+        const ssize_t n = ::sendmsg(c.fd, &msg, MSG_NOSIGNAL);
+        if (n < 0 && errno == EINTR) continue;
+        if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return;
+        if (n < 0)
+          return fail_conn(c, RedisFailureKind::io,
+                           "connection failed: " + std::string(std::strerror(errno)));
+        advance(c, static_cast<std::size_t>(n));
+      }
+    }
+
+    /// Marks `n` more bytes of `c`'s queue as written.
+    static void advance(Conn& c, std::size_t n) noexcept {
+      c.sent += n;
+      if (c.handshake_pos < c.handshake.size()) {
+        c.handshake_pos += n;
+        return;
+      }
+      while (n > 0) {
+        const std::size_t left = c.inflight[c.write_index]->req->wire.size() - c.write_offset;
+        if (n < left) {
+          c.write_offset += n;
+          return;
+        }
+        n -= left;
+        ++c.write_index;
+        c.write_offset = 0;
+      }
+    }
+
+    /// Reads what `c` has, at most a few buffers' worth: a server streaming a huge reply must not
+    /// keep the loop from its other connections and its deadlines.
+    void read(IoNode& node, Conn& c) {
+      for (int chunk = 0; chunk < 4; ++chunk) {
+        const ssize_t n = ::recv(c.fd, buffer_.data(), buffer_.size(), 0);
+        if (n < 0 && errno == EINTR) continue;
+        if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return;
+        if (n <= 0)
+          return fail_conn(c, RedisFailureKind::io,
+                           n == 0 ? std::string("connection closed by the server")
+                                  : "connection failed: " + std::string(std::strerror(errno)));
+        if (redisReaderFeed(c.reader.get(), buffer_.data(), static_cast<std::size_t>(n)) !=
+            REDIS_OK)
+          return fail_conn(c, RedisFailureKind::io, "out of memory reading a reply");
+        for (;;) {
+          void* raw = nullptr;
+          if (redisReaderGetReply(c.reader.get(), &raw) != REDIS_OK)
+            return fail_conn(c, RedisFailureKind::io,
+                             "protocol error: " + std::string(c.reader->errstr));
+          if (raw == nullptr) break;
+          deliver(node, c, RedisReplyPtr(static_cast<redisReply*>(raw)));
+          if (c.dead) return;
+        }
+        if (static_cast<std::size_t>(n) < buffer_.size()) return;
+      }
+    }
+
+    void deliver(IoNode& node, Conn& c, RedisReplyPtr reply) {
+      (void)node;
+      if (c.handshake_left > 0) {
+        if (reply->type == REDIS_REPLY_ERROR)
+          return fail_conn(c, RedisFailureKind::connect, std::string(reply->str, reply->len));
+        if (--c.handshake_left == 0) c.state = Conn::State::ready;
+        return;
+      }
+      // Redis answers each command as it reads it, so replies to a long request come while its
+      // tail is still being written; but none can come before its first byte went out.
+      if (c.inflight.empty() || (c.write_index == 0 && c.write_offset == 0))
+        return fail_conn(c, RedisFailureKind::io, "a reply nobody asked for");
+      Pending& p = *c.inflight.front();
+      p.got.push_back(std::move(reply));
+      if (p.req && p.got.size() < p.req->replies) return;
+      std::shared_ptr<Pending> done = std::move(c.inflight.front());
+      c.inflight.pop_front();
+      --c.write_index;  // its last reply came, so its last byte went out
+      finish(*done, IoOutcome{std::move(done->got), std::nullopt, {}});
+    }
+
+    /// Closes `c`. Requests it wrote (any byte of) fail with `kind`; requests it never wrote go
+    /// back to the front of the node's queue for another connection. If the node has no other
+    /// connection, a failure to connect also fails the requests waiting for one.
+    void fail_conn(Conn& c, RedisFailureKind kind, const std::string& message) {
+      if (c.dead) return;
+      IoNode& node = owner(c);
+      c.dead = true;
+      if (c.fd >= 0) ::close(c.fd);
+      c.fd = -1;
+      const std::string what = node.address().address() + ": " + message;
+      std::vector<std::shared_ptr<Pending>> unsent;
+      for (auto& p : c.inflight) {
+        if (p->finished) continue;
+        if (p->start >= c.sent) {
+          p->conn = nullptr;
+          unsent.push_back(std::move(p));
+        } else {
+          finish(*p, IoOutcome{{}, RedisError(kind, what, p->got.size()), {}});
+        }
+      }
+      c.inflight.clear();
+      for (auto it = unsent.rbegin(); it != unsent.rend(); ++it)
+        node.waiting_.push_front(std::move(*it));
+      const bool others = std::any_of(node.conns_.begin(), node.conns_.end(),
+                                      [](const auto& o) { return !o->dead; });
+      if (kind == RedisFailureKind::connect && !others) {
+        auto waiting = std::move(node.waiting_);
+        node.waiting_.clear();
+        for (auto& p : waiting) finish(*p, IoOutcome{{}, RedisError(kind, what), {}});
+      }
+    }
+
+    static IoNode& owner(const Conn& c) noexcept { return *c.node; }
+
+    void shut_down_all() {
+      std::vector<std::pair<IoNode*, std::unique_ptr<IoRequest>>> requests;
+      {
+        std::lock_guard lock(mutex_);
+        requests.swap(incoming_);
+        for (Timer& t : incoming_timers_) timers_.push(std::move(t));
+        incoming_timers_.clear();
+        for (std::size_t i = loop_nodes_.size(); i < nodes_.size(); ++i)
+          loop_nodes_.push_back(nodes_[i].get());
+      }
+      for (auto& [node, req] : requests) complete(*req, shut_down());
+      for (IoNode* n : loop_nodes_) {
+        for (auto& c : n->conns_) {
+          for (auto& p : c->inflight) finish(*p, shut_down());
+          if (c->fd >= 0) ::close(c->fd);
+        }
+        n->conns_.clear();
+        for (auto& p : n->waiting_) finish(*p, shut_down());
+        n->waiting_.clear();
+      }
+      // Timers run now: what they submit completes at once, as shut down.
+      while (!timers_.empty()) {
+        auto fn = std::move(const_cast<Timer&>(timers_.top()).fn);
+        timers_.pop();
+        try {
+          fn();
+        } catch (...) {
+        }
+      }
+    }
+
+    RedisConnectionSettings settings_;
+    std::size_t connections_;
+    std::shared_ptr<Waker> waker_;
+    std::atomic<std::thread::id> loop_thread_{};
+
+    std::mutex mutex_;  ///< guards what other threads hand over: the three below, stopping_
+    std::vector<std::pair<IoNode*, std::unique_ptr<IoRequest>>> incoming_;
+    std::vector<Timer> incoming_timers_;
+    std::vector<std::unique_ptr<IoNode>> nodes_;
+    bool stopping_ = false;
+
+    // The I/O thread's own.
+    std::vector<IoNode*> loop_nodes_;
+    std::priority_queue<Deadline, std::vector<Deadline>, std::greater<>> deadlines_;
+    std::priority_queue<Timer, std::vector<Timer>, std::greater<>> timers_;
+    std::uint64_t timer_seq_ = 0;
+    bool queued_by_loop_ = false;  ///< the I/O thread queued work since its last drain
+    std::vector<char> buffer_;
+  };
+
+  std::shared_ptr<Core> core_;
+  std::thread thread_;
+};
+
+}  // namespace ratelimit::detail
