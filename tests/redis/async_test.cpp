@@ -207,7 +207,8 @@ descriptors:
   CHECK(r2.allowed);
   CHECK(r2.decision().remaining == 0);
   std::promise<ratelimit::RuleSetDecision> third;
-  set.decide_async(request, 1, [&](ratelimit::RuleSetDecision r) { third.set_value(std::move(r)); });
+  set.decide_async(request, 1,
+                   [&](ratelimit::RuleSetDecision r) { third.set_value(std::move(r)); });
   auto tf = third.get_future();
   REQUIRE(tf.wait_for(20s) == std::future_status::ready);
   CHECK_FALSE(tf.get().allowed);

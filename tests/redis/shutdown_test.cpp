@@ -75,7 +75,8 @@ TEST_CASE("The last handle dropped inside a completion, on the I/O thread, ends 
   std::atomic<int> completed{0};
   auto storage = std::make_shared<ratelimit::RedisStorage>(paused_options(server));
   ratelimit::ManualClock clock;
-  auto tb = std::make_shared<Bucket>(ratelimit::TokenBucketConfig{100, ratelimit::per_hour(1)}, *storage, clock);
+  auto tb = std::make_shared<Bucket>(ratelimit::TokenBucketConfig{100, ratelimit::per_hour(1)},
+                                     *storage, clock);
   // Each completion holds the limiter; the last one to finish drops the last handle.
   for (int i = 0; i < 20; ++i)
     tb->try_acquire_async("k" + std::to_string(i), 1, [&completed, tb](ratelimit::Decision d) {

@@ -125,8 +125,8 @@ class IoNode {
     std::unique_ptr<IoRequest> req;
     std::vector<RedisReplyPtr> got;
     IoNode* node = nullptr;
-    Conn* conn = nullptr;       ///< null while waiting for a connection
-    std::uint64_t start = 0;    ///< where its bytes start on conn (to know if any were sent)
+    Conn* conn = nullptr;     ///< null while waiting for a connection
+    std::uint64_t start = 0;  ///< where its bytes start on conn (to know if any were sent)
     bool finished = false;
   };
 
@@ -164,9 +164,7 @@ class RedisIoLoop {
   IoNode* node(const RedisNode& address) { return core_->node(address); }
 
   /// Queues `req` for `node`. If the loop is shutting down, it completes at once (io failure).
-  void submit(IoNode* node, std::unique_ptr<IoRequest> req) {
-    core_->submit(node, std::move(req));
-  }
+  void submit(IoNode* node, std::unique_ptr<IoRequest> req) { core_->submit(node, std::move(req)); }
 
   /// Runs `fn` on the I/O thread at `at` (or at once on shutdown, which it can tell by a
   /// submit failing).
@@ -198,9 +196,7 @@ class RedisIoLoop {
     SteadyTime at;
     std::uint64_t seq;
     std::function<void()> fn;
-    bool operator>(const Timer& o) const noexcept {
-      return at != o.at ? at > o.at : seq > o.seq;
-    }
+    bool operator>(const Timer& o) const noexcept { return at != o.at ? at > o.at : seq > o.seq; }
   };
 
   struct Deadline {
@@ -363,10 +359,11 @@ class RedisIoLoop {
         if (p->finished) continue;
         // Unsent, it would go back to the queue: it fails here either way.
         if (p->conn != nullptr) fail_conn(*p->conn, RedisFailureKind::timeout, "timed out");
-        finish(*p, IoOutcome{{}, RedisError(RedisFailureKind::timeout,
-                                            p->node->address().address() +
-                                                ": timed out before it was sent"),
-                             {}});
+        finish(*p, IoOutcome{
+                       {},
+                       RedisError(RedisFailureKind::timeout,
+                                  p->node->address().address() + ": timed out before it was sent"),
+                       {}});
       }
     }
 
@@ -402,9 +399,9 @@ class RedisIoLoop {
       timespec ts{};
       timespec* timeout = nullptr;
       if (until) {
-        const auto left = std::max(std::chrono::nanoseconds{0},
-                                   std::chrono::ceil<std::chrono::nanoseconds>(
-                                       *until - std::chrono::steady_clock::now()));
+        const auto left = std::max(
+            std::chrono::nanoseconds{0},
+            std::chrono::ceil<std::chrono::nanoseconds>(*until - std::chrono::steady_clock::now()));
         ts.tv_sec = static_cast<time_t>(left.count() / 1'000'000'000);
         ts.tv_nsec = static_cast<long>(left.count() % 1'000'000'000);
         timeout = &ts;
