@@ -58,8 +58,8 @@ Tally hammer(std::chrono::milliseconds duration, F decide) {
       for (int i = 0; !stop.load(); ++i) {
         const auto t0 = std::chrono::steady_clock::now();
         const bool degraded = decide(t, i);
-        mine.worst = std::max<std::chrono::nanoseconds>(mine.worst,
-                                                        std::chrono::steady_clock::now() - t0);
+        mine.worst =
+            std::max<std::chrono::nanoseconds>(mine.worst, std::chrono::steady_clock::now() - t0);
         ++mine.decisions;
         mine.degraded += degraded ? 1 : 0;
         std::this_thread::sleep_for(1ms);
@@ -77,7 +77,9 @@ Tally hammer(std::chrono::milliseconds duration, F decide) {
   return all;
 }
 
-double ms(std::chrono::nanoseconds d) { return std::chrono::duration<double, std::milli>(d).count(); }
+double ms(std::chrono::nanoseconds d) {
+  return std::chrono::duration<double, std::milli>(d).count();
+}
 
 /// The first decision of `key` that Redis makes (not degraded); polls for up to 10 s.
 ratelimit::Decision decided(Bucket& b, const std::string& key) {
@@ -113,8 +115,8 @@ TEST_CASE("Two of three primaries stopped: 8 threads get every decision by its d
   });
   chaos.join();
   CHECK(t.worst < 100ms + margin);
-  CHECK(t.degraded > 0);                // the stopped primaries' keys
-  CHECK(t.degraded < t.decisions);      // the third primary's keys were decided throughout
+  CHECK(t.degraded > 0);            // the stopped primaries' keys
+  CHECK(t.degraded < t.decisions);  // the third primary's keys were decided throughout
   // Back: a fresh key is decided by Redis, its first request leaving capacity - 1.
   const auto d = decided(tb, "after-stall");
   CHECK_FALSE(d.degraded);

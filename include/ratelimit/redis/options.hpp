@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <functional>
 #include <string>
+#include <vector>
 
 namespace ratelimit {
 
@@ -46,6 +47,9 @@ enum class RedisFailureKind {
                    ///< names it)
   circuit_open,    ///< not tried: Redis failed recently and the back-off has not elapsed
   overloaded,      ///< not tried: `max_in_flight` decisions were already waiting on Redis
+  /// Not a failure: a warning about how Redis is run (an eviction policy that can evict the
+  /// library's keys, which silently resets limits). Reported once per storage.
+  warning,
 };
 
 /// One failure, as passed to `RedisOptions::on_failure`.
@@ -68,13 +72,50 @@ struct RedisStats {
   bool circuit_open = false;             ///< Redis is currently being avoided
 };
 
+/// TLS to Redis (OpenSSL). Off unless `enabled`; then the server's certificate is verified
+/// against `ca_file`/`ca_dir` (or the system's default store when both are empty) and its host
+/// name (or IP address) against `server_name`. Files are read each time a connection opens, so
+/// a certificate replaced on disk is used by the next connection without a restart.
+/// Thread safety: a plain value.
+struct RedisTlsOptions {
+  bool enabled = false;
+  std::string ca_file;    ///< PEM bundle of the CAs to trust
+  std::string ca_dir;     ///< directory of hashed CA certificates (openssl rehash)
+  std::string cert_file;  ///< client certificate (PEM) for mutual TLS; empty: none
+  std::string key_file;   ///< its private key (PEM); required with cert_file
+  /// The name the certificate must carry, also sent as SNI (not for an IP address); empty: the
+  /// host connected to (for Sentinel and Cluster, each node's announced address).
+  std::string server_name;
+  /// false turns every check of the server's certificate off: for tests only, never production.
+  bool verify_peer = true;
+};
+
+/// Redis made highly available by Sentinel: the primary of `master_name` is asked from the
+/// sentinels (in order; the first that answers wins) when the storage first connects and again
+/// after the primary fails (a connection lost, a timeout, a -READONLY reply: a demoted primary).
+/// Used when `sentinels` is not empty; `RedisOptions::host`, `port` and `unix_socket` are then
+/// ignored. The sentinels get their own credentials and the storage's `tls` settings.
+/// Thread safety: a plain value.
+struct RedisSentinelOptions {
+  std::vector<std::string> sentinels;  ///< "host:port" of each sentinel
+  std::string master_name;             ///< the name the sentinels monitor the primary under
+  std::string username;                ///< sentinels' ACL user (empty: the default user)
+  std::string password;                ///< sentinels' AUTH password when not empty
+};
+
 /// Configuration of a `RedisStorage`. Every field has a usable default.
 /// Thread safety: a plain value; `on_failure` is called from the deciding threads.
 struct RedisOptions {
   std::string host = "127.0.0.1";  ///< host name or address
   int port = 6379;                 ///< TCP port, 1..65535
-  std::string password;            ///< AUTH on connect when not empty
-  int db = 0;                      ///< SELECT on connect when not 0; 0..(databases - 1)
+  /// A Unix domain socket path (Redis `unixsocket`); when not empty, host and port are ignored.
+  std::string unix_socket;
+  /// ACL user name (Redis 6+): `AUTH username password` on connect; empty: the default user.
+  std::string username;
+  std::string password;           ///< AUTH on connect when not empty
+  RedisTlsOptions tls;            ///< TLS (off by default)
+  RedisSentinelOptions sentinel;  ///< find the primary through Sentinel (off by default)
+  int db = 0;                     ///< SELECT on connect when not 0; 0..(databases - 1)
   /// Prepended to every Redis key. Must not contain '{' or '}' (the client key's hash tag
   /// follows it). Give each deployment, or each test, its own.
   std::string key_prefix = "ratelimit:";

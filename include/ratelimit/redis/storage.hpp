@@ -41,6 +41,7 @@
 #include "detail/decimal.hpp"
 #include "detail/keys.hpp"
 #include "detail/script.hpp"
+#include "detail/sentinel_client.hpp"
 #include "options.hpp"
 
 namespace ratelimit {
@@ -271,8 +272,7 @@ class RedisStorage {
   RedisStorage() : RedisStorage(RedisOptions{}) {}
 
   /// A storage on `options.host:options.port`.
-  explicit RedisStorage(RedisOptions options)
-      : client_(std::make_shared<detail::RedisClient>(std::move(options))) {}
+  explicit RedisStorage(RedisOptions options) : client_(make_client(std::move(options))) {}
 
   /// The binding type for model `M`.
   template <WireModel M>
@@ -373,6 +373,13 @@ class RedisStorage {
 
  private:
   friend class RedisBatch;
+
+  /// A client for one Redis, or for the primary that Sentinel names.
+  static std::shared_ptr<detail::RedisClient> make_client(RedisOptions options) {
+    if (options.sentinel.sentinels.empty())
+      return std::make_shared<detail::RedisClient>(std::move(options));
+    return std::make_shared<detail::RedisSentinelClient>(std::move(options));
+  }
 
   /// The one script call that decides every part (lua/multi.lua). Throws as `decide_all`.
   detail::RedisCall multi_call(std::span<const Part> parts, std::chrono::nanoseconds now) const {

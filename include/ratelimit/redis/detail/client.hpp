@@ -56,7 +56,16 @@ struct RedisNodeClient {
 
 inline void check_redis_options(const RedisOptions& o) {
   using std::chrono::milliseconds;
-  if (o.host.empty()) throw std::invalid_argument("host = \"\": must not be empty");
+  if (o.host.empty() && o.unix_socket.empty() && o.sentinel.sentinels.empty())
+    throw std::invalid_argument("host = \"\": must not be empty");
+  if (o.unix_socket.size() >= 108)
+    invalid("unix_socket (length)", static_cast<std::int64_t>(o.unix_socket.size()),
+            "must be under 108 bytes (sockaddr_un)");
+  if (o.tls.enabled && o.tls.cert_file.empty() != o.tls.key_file.empty())
+    throw std::invalid_argument("tls.cert_file = \"" + o.tls.cert_file + "\", tls.key_file = \"" +
+                                o.tls.key_file + "\": give both or neither");
+  if (!o.sentinel.sentinels.empty() && o.sentinel.master_name.empty())
+    throw std::invalid_argument("sentinel.master_name = \"\": required with sentinels");
   if (o.port < 1 || o.port > 65535) invalid("port", o.port, "must be in [1, 65535]");
   if (o.db < 0) invalid("db", o.db, "must be >= 0");
   if (o.key_prefix.find_first_of("{}") != std::string::npos)
@@ -106,13 +115,12 @@ class RedisClient : public std::enable_shared_from_this<RedisClient> {
   explicit RedisClient(RedisOptions options)
       : options_((check_redis_options(options), std::move(options))),
         margin_ms_(std::to_string(options_.ttl_margin.count())),
-        loop_(std::make_unique<RedisIoLoop>(
-            RedisConnectionSettings{options_.connect_timeout, options_.command_timeout,
-                                    options_.password, options_.db},
-            options_.pool_size)) {
-    nodes_.push_back(std::make_unique<RedisNodeClient>(
-        loop_->node(RedisNode{options_.host, options_.port}), options_.breaker_backoff,
-        options_.breaker_max_backoff, probe_budget()));
+        loop_(std::make_unique<RedisIoLoop>(data_settings(), options_.pool_size)) {
+    const RedisNode address = options_.unix_socket.empty() ? RedisNode{options_.host, options_.port}
+                                                           : RedisNode{options_.unix_socket, 0};
+    nodes_.push_back(
+        std::make_unique<RedisNodeClient>(loop_->node(address), options_.breaker_backoff,
+                                          options_.breaker_max_backoff, probe_budget()));
   }
 
   const RedisOptions& options() const noexcept { return options_; }
@@ -225,6 +233,29 @@ class RedisClient : public std::enable_shared_from_this<RedisClient> {
     std::atomic<std::size_t> outstanding{0};  ///< sends whose replies are not settled yet
   };
   using OpPtr = std::shared_ptr<Op>;
+
+  /// What the storage's connections to data nodes open with: credentials, TLS, and the
+  /// eviction-policy check, which warns once (through on_failure) per storage.
+  RedisConnectionSettings data_settings() const {
+    RedisConnectionSettings s{options_.connect_timeout,
+                              options_.command_timeout,
+                              options_.password,
+                              options_.db,
+                              options_.username,
+                              options_.tls,
+                              {}};
+    // Shared, not `this`: the hook may run on the I/O thread while the client is going away.
+    auto warned = std::make_shared<std::atomic<bool>>(false);
+    s.on_eviction_policy = [warned, hook = options_.on_failure](const RedisNode& node,
+                                                                const std::string& policy) {
+      if (policy == "noeviction" || warned->exchange(true) || !hook) return;
+      hook(RedisFailure{RedisFailureKind::warning,
+                        node.address() + ": maxmemory-policy is " + policy +
+                            ": Redis may evict the library's keys when memory is full, which "
+                            "silently resets their limits; use noeviction (docs/redis.md)"});
+    };
+    return s;
+  }
 
   /// How long a probe may take: its deadline plus a few ms of timer slack and scheduling.
   std::chrono::nanoseconds probe_budget() const noexcept {

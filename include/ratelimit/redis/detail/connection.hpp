@@ -23,6 +23,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
+#include <functional>
 #include <memory>
 #include <stdexcept>
 #include <string>
@@ -33,12 +34,13 @@
 
 namespace ratelimit::detail {
 
-/// A Redis server's address. Kept apart from the pool so a cluster can hold one pool per node.
+/// A Redis server's address: host and TCP port, or (port 0) a Unix domain socket path in host.
 struct RedisNode {
   std::string host;
   int port = 6379;
 
-  std::string address() const { return host + ":" + std::to_string(port); }
+  bool is_unix() const noexcept { return port == 0; }
+  std::string address() const { return is_unix() ? host : host + ":" + std::to_string(port); }
   friend bool operator==(const RedisNode&, const RedisNode&) = default;
 };
 
@@ -48,6 +50,12 @@ struct RedisConnectionSettings {
   std::chrono::milliseconds command_timeout{100};
   std::string password;
   int db = 0;
+  std::string username;  ///< ACL user for AUTH (empty: the default user)
+  RedisTlsOptions tls;   ///< the I/O thread's connections only (RedisConnection is plain TCP)
+  /// Called on the I/O thread with the node's `maxmemory_policy` (INFO memory) on every new
+  /// connection; none: the policy is not read. An error reply (INFO refused by the ACL) is
+  /// ignored.
+  std::function<void(const RedisNode&, const std::string&)> on_eviction_policy;
 };
 
 /// A failure to reach Redis or to get a usable reply.
@@ -164,7 +172,8 @@ class RedisConnection {
     const auto connect_by =
         std::min(deadline, std::chrono::steady_clock::now() +
                                std::chrono::milliseconds(settings.connect_timeout));
-    c.ctx_.reset(redisConnectNonBlock(node.host.c_str(), node.port));
+    c.ctx_.reset(node.is_unix() ? redisConnectUnixNonBlock(node.host.c_str())
+                                : redisConnectNonBlock(node.host.c_str(), node.port));
     if (!c.ctx_) throw RedisError(RedisFailureKind::connect, node.address() + ": out of memory");
     if (c.ctx_->err != 0)
       throw RedisError(RedisFailureKind::connect,
@@ -177,7 +186,12 @@ class RedisConnection {
       throw RedisError(RedisFailureKind::connect,
                        node.address() + ": cannot connect: " + std::string(std::strerror(error)));
     std::vector<RedisCommand> setup;
-    if (!settings.password.empty()) setup.push_back({"AUTH", settings.password});
+    if (!settings.password.empty()) {
+      if (settings.username.empty())
+        setup.push_back({"AUTH", settings.password});
+      else
+        setup.push_back({"AUTH", settings.username, settings.password});
+    }
     if (settings.db != 0) setup.push_back({"SELECT", std::to_string(settings.db)});
     if (!setup.empty()) {
       try {

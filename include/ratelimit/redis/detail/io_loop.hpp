@@ -15,6 +15,8 @@
 
 #include <hiredis/hiredis.h>
 #include <poll.h>
+#include <pthread.h>
+#include <signal.h>
 #include <sys/eventfd.h>
 #include <sys/socket.h>
 #include <sys/uio.h>
@@ -35,12 +37,14 @@
 #include <optional>
 #include <queue>
 #include <string>
+#include <string_view>
 #include <thread>
 #include <utility>
 #include <vector>
 
 #include "connection.hpp"
 #include "socket.hpp"
+#include "tls.hpp"
 
 namespace ratelimit::detail {
 
@@ -101,7 +105,14 @@ class IoNode {
   };
   /// One connection: resolving, connecting, authenticating (AUTH/SELECT), then ready.
   struct Conn {
-    enum class State { resolving, connecting, handshaking, ready } state = State::resolving;
+    /// securing: the TLS handshake; handshaking: AUTH/SELECT/INFO replies still due.
+    enum class State {
+      resolving,
+      connecting,
+      securing,
+      handshaking,
+      ready
+    } state = State::resolving;
     IoNode* node = nullptr;  ///< the node it connects to
     int fd = -1;
     bool dead = false;
@@ -110,7 +121,11 @@ class IoNode {
     std::size_t next_address = 0;
     SteadyTime connect_deadline;
     std::unique_ptr<redisReader, ReaderDeleter> reader{redisReaderCreate()};
-    std::string handshake;  ///< AUTH/SELECT, written before any request
+    SslPtr ssl;                   ///< TLS session (null: plain socket)
+    std::string tls_out;          ///< bytes handed to SSL_write, kept until it takes them all
+    bool tls_want_write = false;  ///< the session waits for the socket to be writable
+    bool reads_policy = false;    ///< the handshake's last reply is INFO memory
+    std::string handshake;        ///< AUTH/SELECT/INFO, written before any request
     std::size_t handshake_pos = 0;
     /// Requests are written from their own bytes (no copy into a connection buffer): the first
     /// not fully written is inflight[write_index], write_offset bytes into it.
@@ -130,9 +145,11 @@ class IoNode {
     bool finished = false;
   };
 
-  explicit IoNode(RedisNode address) : address_(std::move(address)) {}
+  IoNode(RedisNode address, RedisConnectionSettings settings)
+      : address_(std::move(address)), settings_(std::move(settings)) {}
 
   RedisNode address_;
+  RedisConnectionSettings settings_;
   std::deque<std::shared_ptr<Pending>> waiting_;  ///< not yet on a connection, in order
   std::vector<std::unique_ptr<Conn>> conns_;
 };
@@ -159,9 +176,12 @@ class RedisIoLoop {
       thread_.join();
   }
 
-  /// The handle of `address`, created on first sight. Never removed (a cluster has few
-  /// addresses, even across failovers), so the pointer stays valid for the loop's life.
-  IoNode* node(const RedisNode& address) { return core_->node(address); }
+  /// The handle of `address`, created on first sight with `settings` (the loop's own when null:
+  /// a sentinel gets its own credentials). Never removed (a cluster has few addresses, even
+  /// across failovers), so the pointer stays valid for the loop's life.
+  IoNode* node(const RedisNode& address, const RedisConnectionSettings* settings = nullptr) {
+    return core_->node(address, settings);
+  }
 
   /// Queues `req` for `node`. If the loop is shutting down, it completes at once (io failure).
   void submit(IoNode* node, std::unique_ptr<IoRequest> req) { core_->submit(node, std::move(req)); }
@@ -217,11 +237,12 @@ class RedisIoLoop {
       return loop_thread_.load(std::memory_order_acquire) == std::this_thread::get_id();
     }
 
-    IoNode* node(const RedisNode& address) {
+    IoNode* node(const RedisNode& address, const RedisConnectionSettings* settings) {
       std::lock_guard lock(mutex_);
       for (const auto& n : nodes_)
         if (n->address() == address) return n.get();
-      nodes_.push_back(std::unique_ptr<IoNode>(new IoNode(address)));
+      nodes_.push_back(
+          std::unique_ptr<IoNode>(new IoNode(address, settings ? *settings : settings_)));
       return nodes_.back().get();
     }
 
@@ -265,6 +286,13 @@ class RedisIoLoop {
 
     void run() {
       loop_thread_.store(std::this_thread::get_id(), std::memory_order_release);
+      // OpenSSL writes with write(2): a peer that closed raises SIGPIPE, which would kill the
+      // process. This thread is the library's own, so it may block the signal for good (a
+      // thread-directed SIGPIPE then stays pending here, harmlessly).
+      sigset_t pipe;
+      sigemptyset(&pipe);
+      sigaddset(&pipe, SIGPIPE);
+      pthread_sigmask(SIG_BLOCK, &pipe, nullptr);
       std::vector<pollfd> fds;
       std::vector<Conn*> polled;
       for (;;) {
@@ -278,7 +306,8 @@ class RedisIoLoop {
         for (IoNode* n : loop_nodes_)
           for (const auto& c : n->conns_) {
             if (c->fd < 0) continue;
-            const bool writing = c->state == Conn::State::connecting || has_output(*c);
+            const bool writing = c->state == Conn::State::connecting || has_output(*c) ||
+                                 !c->tls_out.empty() || c->tls_want_write;
             fds.push_back(pollfd{c->fd, static_cast<short>(POLLIN | (writing ? POLLOUT : 0)), 0});
             polled.push_back(c.get());
           }
@@ -454,7 +483,7 @@ class RedisIoLoop {
     void open(IoNode& node, SteadyTime now) {
       auto c = std::make_unique<Conn>();
       c->node = &node;
-      c->connect_deadline = now + settings_.connect_timeout;
+      c->connect_deadline = now + node.settings_.connect_timeout;
       if (!c->reader) throw std::bad_alloc();
       c->resolution.emplace(node.address().host, node.address().port,
                             [waker = waker_] { waker->wake(); });
@@ -502,18 +531,53 @@ class RedisIoLoop {
         if ((revents & (POLLOUT | POLLERR | POLLHUP)) == 0) return;
         std::string error = connect_error(c.fd);
         if (!error.empty()) return connect_next(node, c, std::move(error));
-        handshake(node, c);
-        return;
+        if (!node.settings_.tls.enabled) return handshake(node, c);
+        SslCtxPtr ctx = make_tls_context(node.settings_.tls, error);
+        if (ctx)
+          c.ssl = make_tls_session(ctx.get(), c.fd, node.address().host, node.settings_.tls, error);
+        if (!c.ssl) return fail_conn(c, RedisFailureKind::connect, error);
+        c.state = Conn::State::securing;
+        return secure(node, c);
       }
+      if (c.state == Conn::State::securing) return secure(node, c);
       if ((revents & POLLOUT) != 0) flush(node, c);
       if (!c.dead && (revents & (POLLIN | POLLERR | POLLHUP)) != 0) read(node, c);
     }
 
+    /// Drives the TLS handshake; on success, the Redis handshake follows.
+    void secure(IoNode& node, Conn& c) {
+      ERR_clear_error();
+      const int rc = SSL_connect(c.ssl.get());
+      if (rc == 1) return handshake(node, c);
+      const int e = SSL_get_error(c.ssl.get(), rc);
+      if (e == SSL_ERROR_WANT_READ || e == SSL_ERROR_WANT_WRITE) {
+        c.tls_want_write = e == SSL_ERROR_WANT_WRITE;
+        return;
+      }
+      fail_conn(c, RedisFailureKind::connect, tls_failure(c.ssl.get(), "handshake"));
+    }
+
+    /// AUTH, SELECT and INFO memory (for the eviction-policy check) before any request.
     void handshake(IoNode& node, Conn& c) {
+      const RedisConnectionSettings& s = node.settings_;
       std::string wire;
-      if (!settings_.password.empty()) append_command(wire, {"AUTH", settings_.password});
-      if (settings_.db != 0) append_command(wire, {"SELECT", std::to_string(settings_.db)});
-      c.handshake_left = (settings_.password.empty() ? 0 : 1) + (settings_.db != 0 ? 1 : 0);
+      c.handshake_left = 0;
+      if (!s.password.empty()) {
+        if (s.username.empty())
+          append_command(wire, {"AUTH", s.password});
+        else
+          append_command(wire, {"AUTH", s.username, s.password});
+        ++c.handshake_left;
+      }
+      if (s.db != 0) {
+        append_command(wire, {"SELECT", std::to_string(s.db)});
+        ++c.handshake_left;
+      }
+      c.reads_policy = static_cast<bool>(s.on_eviction_policy);
+      if (c.reads_policy) {
+        append_command(wire, {"INFO", "memory"});
+        ++c.handshake_left;
+      }
       if (c.handshake_left == 0) {
         c.state = Conn::State::ready;
         return;
@@ -531,7 +595,7 @@ class RedisIoLoop {
     /// Writes what `c` has queued, straight from each request's bytes (sendmsg over up to 64
     /// of them at once), until the socket would block.
     void flush(IoNode& node, Conn& c) {
-      (void)node;
+      if (c.ssl) return flush_tls(node, c);
       while (has_output(c)) {
         iovec parts[64];
         std::size_t count = 0;
@@ -559,6 +623,44 @@ class RedisIoLoop {
       }
     }
 
+    /// TLS: bytes are staged (up to 64 KiB, what one write hands OpenSSL), then SSL_write. A
+    /// staged request counts as sent: it can no longer move to another connection.
+    void flush_tls(IoNode& node, Conn& c) {
+      (void)node;
+      c.tls_want_write = false;
+      for (;;) {
+        if (c.tls_out.empty()) stage(c, std::size_t{1} << 16);
+        if (c.tls_out.empty()) return;
+        ERR_clear_error();
+        const int n = SSL_write(c.ssl.get(), c.tls_out.data(), static_cast<int>(c.tls_out.size()));
+        if (n > 0) {
+          c.tls_out.erase(0, static_cast<std::size_t>(n));
+          continue;
+        }
+        const int e = SSL_get_error(c.ssl.get(), n);
+        if (e == SSL_ERROR_WANT_WRITE || e == SSL_ERROR_WANT_READ) {
+          c.tls_want_write = e == SSL_ERROR_WANT_WRITE;
+          return;
+        }
+        return fail_conn(c, RedisFailureKind::io, tls_failure(c.ssl.get(), "write"));
+      }
+    }
+
+    /// Copies up to `limit` queued bytes into `c.tls_out`.
+    static void stage(Conn& c, std::size_t limit) {
+      while (has_output(c) && c.tls_out.size() < limit) {
+        std::string_view from;
+        if (c.handshake_pos < c.handshake.size()) {
+          from = std::string_view(c.handshake).substr(c.handshake_pos);
+        } else {
+          from = std::string_view(c.inflight[c.write_index]->req->wire).substr(c.write_offset);
+        }
+        from = from.substr(0, limit - c.tls_out.size());
+        c.tls_out.append(from);
+        advance(c, from.size());
+      }
+    }
+
     /// Marks `n` more bytes of `c`'s queue as written.
     static void advance(Conn& c, std::size_t n) noexcept {
       c.sent += n;
@@ -581,14 +683,34 @@ class RedisIoLoop {
     /// Reads what `c` has, at most a few buffers' worth: a server streaming a huge reply must not
     /// keep the loop from its other connections and its deadlines.
     void read(IoNode& node, Conn& c) {
-      for (int chunk = 0; chunk < 4; ++chunk) {
-        const ssize_t n = ::recv(c.fd, buffer_.data(), buffer_.size(), 0);
-        if (n < 0 && errno == EINTR) continue;
-        if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return;
-        if (n <= 0)
-          return fail_conn(c, RedisFailureKind::io,
-                           n == 0 ? std::string("connection closed by the server")
-                                  : "connection failed: " + std::string(std::strerror(errno)));
+      if (c.ssl && c.tls_want_write) flush_tls(node, c);  // a read may have needed a write
+      for (int chunk = 0; chunk < 4 && !c.dead; ++chunk) {
+        ssize_t n = 0;
+        if (c.ssl) {
+          ERR_clear_error();
+          const int r = SSL_read(c.ssl.get(), buffer_.data(), static_cast<int>(buffer_.size()));
+          if (r <= 0) {
+            const int e = SSL_get_error(c.ssl.get(), r);
+            if (e == SSL_ERROR_WANT_READ) return;
+            if (e == SSL_ERROR_WANT_WRITE) {
+              c.tls_want_write = true;
+              return;
+            }
+            return fail_conn(c, RedisFailureKind::io,
+                             e == SSL_ERROR_ZERO_RETURN
+                                 ? std::string("connection closed by the server")
+                                 : tls_failure(c.ssl.get(), "read"));
+          }
+          n = r;
+        } else {
+          n = ::recv(c.fd, buffer_.data(), buffer_.size(), 0);
+          if (n < 0 && errno == EINTR) continue;
+          if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return;
+          if (n <= 0)
+            return fail_conn(c, RedisFailureKind::io,
+                             n == 0 ? std::string("connection closed by the server")
+                                    : "connection failed: " + std::string(std::strerror(errno)));
+        }
         if (redisReaderFeed(c.reader.get(), buffer_.data(), static_cast<std::size_t>(n)) !=
             REDIS_OK)
           return fail_conn(c, RedisFailureKind::io, "out of memory reading a reply");
@@ -608,8 +730,13 @@ class RedisIoLoop {
     void deliver(IoNode& node, Conn& c, RedisReplyPtr reply) {
       (void)node;
       if (c.handshake_left > 0) {
-        if (reply->type == REDIS_REPLY_ERROR)
+        const bool info = c.reads_policy && c.handshake_left == 1;
+        if (info) {
+          // INFO may be refused to a restricted user: then the policy is simply not known.
+          if (reply->type != REDIS_REPLY_ERROR) report_policy(node, *reply);
+        } else if (reply->type == REDIS_REPLY_ERROR) {
           return fail_conn(c, RedisFailureKind::connect, std::string(reply->str, reply->len));
+        }
         if (--c.handshake_left == 0) c.state = Conn::State::ready;
         return;
       }
@@ -624,6 +751,22 @@ class RedisIoLoop {
       c.inflight.pop_front();
       --c.write_index;  // its last reply came, so its last byte went out
       finish(*done, IoOutcome{std::move(done->got), std::nullopt, {}});
+    }
+
+    /// Hands the `maxmemory_policy:` line of an INFO reply to the node's hook.
+    static void report_policy(IoNode& node, const redisReply& reply) {
+      if (reply.type != REDIS_REPLY_STRING) return;
+      const std::string_view text(reply.str, reply.len);
+      constexpr std::string_view field = "maxmemory_policy:";
+      const auto at = text.find(field);
+      if (at == std::string_view::npos) return;
+      const auto start = at + field.size();
+      const auto end = text.find_first_of("\r\n", start);
+      try {
+        node.settings_.on_eviction_policy(node.address(),
+                                          std::string(text.substr(start, end - start)));
+      } catch (...) {
+      }
     }
 
     /// Closes `c`. Requests it wrote (any byte of) fail with `kind`; requests it never wrote go

@@ -8,6 +8,7 @@
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <sys/socket.h>
+#include <sys/un.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -36,6 +37,22 @@ struct Resolved {
 };
 
 inline Resolved resolve(const std::string& host, int port, bool numeric_only) {
+  if (port == 0) {  // a Unix domain socket: the path is the address
+    Resolved out;
+    SocketAddress s;
+    sockaddr_un un{};
+    un.sun_family = AF_UNIX;
+    if (host.size() >= sizeof un.sun_path) {
+      out.error = "socket path longer than " + std::to_string(sizeof un.sun_path - 1) + " bytes";
+      return out;
+    }
+    std::memcpy(un.sun_path, host.data(), host.size());
+    std::memcpy(&s.storage, &un, sizeof un);
+    s.size = static_cast<socklen_t>(sizeof un);
+    s.family = AF_UNIX;
+    out.addresses.push_back(s);
+    return out;
+  }
   addrinfo hints{};
   hints.ai_family = AF_UNSPEC;
   hints.ai_socktype = SOCK_STREAM;
