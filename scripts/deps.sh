@@ -6,13 +6,14 @@
 # Groups: demo (build and run the example), test (everything scripts/test.sh builds and runs),
 # bench (bench/run), gateway (the HTTP gateway example), all (the default). Any other argument
 # is taken as a Debian package name. Recommends are not installed, so every needed package is
-# listed (libclang-rt-14-dev: clang's sanitizer runtimes, only recommended by clang).
+# listed (libclang-rt-14-dev: clang's sanitizer runtimes, only recommended by clang; openssl:
+# the CLI that makes the TLS tests' certificates, scripts/tls_certs.sh).
 # Runs apt-get as root, or through sudo when not root.
 set -euo pipefail
 
 declare -A groups=(
   [demo]="cmake g++ make"
-  [test]="cmake g++ clang libclang-rt-14-dev clang-format make git pkg-config catch2 libhiredis-dev libssl-dev redis-server redis-tools libbenchmark-dev libyaml-cpp-dev libcpp-httplib-dev"
+  [test]="cmake g++ clang libclang-rt-14-dev clang-format make git pkg-config catch2 libhiredis-dev libssl-dev redis-server redis-tools libbenchmark-dev libyaml-cpp-dev libcpp-httplib-dev openssl"
   [bench]="cmake g++ make pkg-config libhiredis-dev libssl-dev redis-server redis-tools libbenchmark-dev gnuplot-nox python3"
   [gateway]="cmake g++ make pkg-config libhiredis-dev libssl-dev libyaml-cpp-dev libcpp-httplib-dev redis-server redis-tools wrk curl"
 )

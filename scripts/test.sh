@@ -10,7 +10,9 @@
 # stopped on exit, failure included; so is a throwaway Redis Cluster (RATELIMIT_TEST_CLUSTER,
 # scripts/redis_cluster.sh) for the `cluster` tests, run apart with `ctest -L cluster` in build 1.
 # Without Redis the `redis` (and `cluster`) tests are skipped with a warning, except when
-# CI=true, where that is a failure. Benchmarks are never run here.
+# CI=true, where that is a failure. The TLS tests' certificates (scripts/tls_certs.sh) are made
+# once into a temp dir, named by RATELIMIT_TEST_TLS_CERTS and removed on exit; without them the
+# TLS tests fail. Benchmarks are never run here.
 # Build trees: build/gcc, build/asan, build/tsan. Exit status: 0 iff every step passed.
 set -uo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
@@ -53,8 +55,16 @@ stop_cluster() {
     cluster_seed=""
   fi
 }
-trap 'stop_redis; stop_cluster' EXIT
-trap 'stop_redis; stop_cluster; exit 130' INT TERM
+# The TLS tests' certificates (scripts/tls_certs.sh), one set for the whole run.
+tls_dir=""
+remove_tls_certs() {
+  if [[ -n "$tls_dir" ]]; then
+    rm -rf "$tls_dir"
+    tls_dir=""
+  fi
+}
+trap 'stop_redis; stop_cluster; remove_tls_certs' EXIT
+trap 'stop_redis; stop_cluster; remove_tls_certs; exit 130' INT TERM
 
 note "redis"
 exclude_redis=""
@@ -84,6 +94,16 @@ else
   else
     echo "test.sh: WARNING: no Redis Cluster; the tests labelled 'cluster' are NOT run" >&2
   fi
+fi
+
+note "tls certificates"
+if tls_dir=$(mktemp -d "${TMPDIR:-/tmp}/ratelimit-tls.XXXXXX") && bash scripts/tls_certs.sh "$tls_dir"; then
+  export RATELIMIT_TEST_TLS_CERTS="$tls_dir"
+  echo "RATELIMIT_TEST_TLS_CERTS=$RATELIMIT_TEST_TLS_CERTS"
+else
+  remove_tls_certs
+  unset RATELIMIT_TEST_TLS_CERTS
+  echo "test.sh: WARNING: could not make the TLS certificates; the TLS tests will fail" >&2
 fi
 
 # --- helpers --------------------------------------------------------------------------------------
