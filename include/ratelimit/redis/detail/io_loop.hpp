@@ -642,7 +642,14 @@ class RedisIoLoop {
           c.tls_want_write = e == SSL_ERROR_WANT_WRITE;
           return;
         }
-        return fail_conn(c, RedisFailureKind::io, tls_failure(c.ssl.get(), "write"));
+        // The peer may have said why it closed (TLS 1.3 refuses a missing client certificate
+        // only after the handshake): its alert is read before the failure is named.
+        std::string why = tls_failure(c.ssl.get(), "write");
+        char byte = 0;
+        ERR_clear_error();
+        if (SSL_read(c.ssl.get(), &byte, 1) <= 0 && ERR_peek_error() != 0)
+          why = tls_failure(c.ssl.get(), "write");
+        return fail_conn(c, RedisFailureKind::io, why);
       }
     }
 
@@ -731,9 +738,12 @@ class RedisIoLoop {
       (void)node;
       if (c.handshake_left > 0) {
         const bool info = c.reads_policy && c.handshake_left == 1;
-        if (info) {
-          // INFO may be refused to a restricted user: then the policy is simply not known.
-          if (reply->type != REDIS_REPLY_ERROR) report_policy(node, *reply);
+        const bool refused = reply->type == REDIS_REPLY_ERROR &&
+                             std::string_view(reply->str, reply->len).substr(0, 6) == "NOPERM";
+        if (info && refused) {
+          // INFO refused to a restricted user: the policy is simply not known.
+        } else if (info && reply->type != REDIS_REPLY_ERROR) {
+          report_policy(node, *reply);
         } else if (reply->type == REDIS_REPLY_ERROR) {
           return fail_conn(c, RedisFailureKind::connect, std::string(reply->str, reply->len));
         }
@@ -775,6 +785,10 @@ class RedisIoLoop {
     void fail_conn(Conn& c, RedisFailureKind kind, const std::string& message) {
       if (c.dead) return;
       IoNode& node = owner(c);
+      // A connection that never became usable (TLS refused after its handshake, AUTH, the
+      // server closing at once) is a failure to connect, whatever call noticed it: the requests
+      // waiting for it fail now instead of trying new connections until their deadline.
+      if (c.state != Conn::State::ready) kind = RedisFailureKind::connect;
       c.dead = true;
       if (c.fd >= 0) ::close(c.fd);
       c.fd = -1;

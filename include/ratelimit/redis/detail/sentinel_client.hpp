@@ -67,9 +67,9 @@ class RedisSentinelClient final : public RedisClient {
     }
     loop().post_at(op->deadline, [this, op] {
       if (unpark(op))
-        fail_all(op, {RedisFailureKind::connect,
-                      "no sentinel named the primary of \"" + options().sentinel.master_name +
-                          "\" in time"});
+        fail_all(op,
+                 {RedisFailureKind::connect, "no sentinel named the primary of \"" +
+                                                 options().sentinel.master_name + "\" in time"});
     });
     discover_in_background(std::chrono::nanoseconds{0});
   }
@@ -130,7 +130,8 @@ class RedisSentinelClient final : public RedisClient {
   void ask(std::size_t k) {
     if (k >= sentinels_.size()) return discovered(nullptr);
     auto req = std::make_unique<IoRequest>();
-    append_command(req->wire, {"SENTINEL", "get-master-addr-by-name", options().sentinel.master_name});
+    append_command(req->wire,
+                   {"SENTINEL", "get-master-addr-by-name", options().sentinel.master_name});
     req->replies = 1;
     req->deadline =
         std::chrono::steady_clock::now() + options().connect_timeout + options().command_timeout;
@@ -139,10 +140,10 @@ class RedisSentinelClient final : public RedisClient {
       if (r != nullptr && r->type == REDIS_REPLY_ARRAY && r->elements == 2 &&
           r->element[0]->type == REDIS_REPLY_STRING && r->element[1]->type == REDIS_REPLY_STRING) {
         try {
-          const RedisNode address = parse_redis_node(
-              std::string(r->element[0]->str, r->element[0]->len) + ":" +
-                  std::string(r->element[1]->str, r->element[1]->len),
-              "sentinel reply");
+          const RedisNode address =
+              parse_redis_node(std::string(r->element[0]->str, r->element[0]->len) + ":" +
+                                   std::string(r->element[1]->str, r->element[1]->len),
+                               "sentinel reply");
           return discovered(&node(address));
         } catch (const std::invalid_argument&) {  // not an address: ask the next one
         }
@@ -165,9 +166,8 @@ class RedisSentinelClient final : public RedisClient {
       if (primary != nullptr)
         send_to(*primary, op);
       else
-        fail_all(op, {RedisFailureKind::connect,
-                      "no sentinel named the primary of \"" + options().sentinel.master_name +
-                          "\""});
+        fail_all(op, {RedisFailureKind::connect, "no sentinel named the primary of \"" +
+                                                     options().sentinel.master_name + "\""});
     }
   }
 
@@ -176,9 +176,9 @@ class RedisSentinelClient final : public RedisClient {
     std::lock_guard lock(nodes_mutex_);
     for (const auto& n : primaries_)
       if (n->address() == address) return *n;
-    primaries_.push_back(std::make_unique<RedisNodeClient>(
-        loop().node(address), options().breaker_backoff, options().breaker_max_backoff,
-        probe_budget()));
+    primaries_.push_back(
+        std::make_unique<RedisNodeClient>(loop().node(address), options().breaker_backoff,
+                                          options().breaker_max_backoff, probe_budget()));
     return *primaries_.back();
   }
 

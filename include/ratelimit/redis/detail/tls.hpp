@@ -104,8 +104,7 @@ inline SslPtr make_tls_session(SSL_CTX* ctx, int fd, const std::string& host,
 inline std::string tls_failure(SSL* ssl, const std::string& what) {
   const long verify = SSL_get_verify_result(ssl);
   if (verify != X509_V_OK)
-    return "TLS " + what + ": server certificate refused: " +
-           X509_verify_cert_error_string(verify);
+    return "TLS " + what + ": server certificate refused: " + X509_verify_cert_error_string(verify);
   return "TLS " + what + ": " + openssl_error("the peer closed the connection");
 }
 
