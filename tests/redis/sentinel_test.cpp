@@ -111,6 +111,9 @@ TEST_CASE(
           ++lane.streak;
         }
         ++lane.decisions;
+        // Requests arrive; they do not spin (degraded decisions take microseconds, and three
+        // threads spinning on them would starve this 2-core machine for the whole failover).
+        std::this_thread::sleep_for(std::chrono::milliseconds{1});
       }
     });
   const auto every_lane = [&](auto holds) {

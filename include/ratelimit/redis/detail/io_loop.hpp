@@ -124,7 +124,7 @@ class IoNode {
     SslPtr ssl;                   ///< TLS session (null: plain socket)
     std::string tls_out;          ///< bytes handed to SSL_write, kept until it takes them all
     bool tls_want_write = false;  ///< the session waits for the socket to be writable
-    bool reads_policy = false;    ///< the handshake's last reply is INFO memory
+    bool answered = false;        ///< the server sent a reply (the session really works)
     std::string handshake;        ///< AUTH/SELECT/INFO, written before any request
     std::size_t handshake_pos = 0;
     /// Requests are written from their own bytes (no copy into a connection buffer): the first
@@ -150,6 +150,7 @@ class IoNode {
 
   RedisNode address_;
   RedisConnectionSettings settings_;
+  bool policy_asked_ = false;                     ///< INFO memory was sent (once per node)
   std::deque<std::shared_ptr<Pending>> waiting_;  ///< not yet on a connection, in order
   std::vector<std::unique_ptr<Conn>> conns_;
 };
@@ -557,7 +558,7 @@ class RedisIoLoop {
       fail_conn(c, RedisFailureKind::connect, tls_failure(c.ssl.get(), "handshake"));
     }
 
-    /// AUTH, SELECT and INFO memory (for the eviction-policy check) before any request.
+    /// AUTH and SELECT before any request.
     void handshake(IoNode& node, Conn& c) {
       const RedisConnectionSettings& s = node.settings_;
       std::string wire;
@@ -573,19 +574,35 @@ class RedisIoLoop {
         append_command(wire, {"SELECT", std::to_string(s.db)});
         ++c.handshake_left;
       }
-      c.reads_policy = static_cast<bool>(s.on_eviction_policy);
-      if (c.reads_policy) {
-        append_command(wire, {"INFO", "memory"});
-        ++c.handshake_left;
-      }
-      if (c.handshake_left == 0) {
-        c.state = Conn::State::ready;
-        return;
-      }
+      if (c.handshake_left == 0) return ready(node, c);
       c.state = Conn::State::handshaking;
       c.queued += wire.size();
       c.handshake = std::move(wire);
       flush(node, c);
+    }
+
+    /// `c` takes requests from now on. The node's first ready connection also asks for its
+    /// eviction policy (INFO memory), as an ordinary request queued first: a server that stalls
+    /// must not hold the connection's readiness, and a user refused INFO (NOPERM) only skips
+    /// the check.
+    void ready(IoNode& node, Conn& c) {
+      c.state = Conn::State::ready;
+      if (!node.settings_.on_eviction_policy || node.policy_asked_) return;
+      node.policy_asked_ = true;
+      auto req = std::make_unique<IoRequest>();
+      append_command(req->wire, {"INFO", "memory"});
+      req->replies = 1;
+      req->deadline = std::chrono::steady_clock::now() + node.settings_.command_timeout;
+      IoNode* n = &node;
+      req->done = [n](IoOutcome&& o) {
+        if (!o.error && o.replies.front()->type != REDIS_REPLY_ERROR)
+          report_policy(*n, *o.replies.front());
+      };
+      auto p = std::make_shared<Pending>();
+      p->node = &node;
+      p->req = std::move(req);
+      deadlines_.push(Deadline{p->req->deadline, p});
+      node.waiting_.push_front(std::move(p));
     }
 
     static bool has_output(const Conn& c) noexcept {
@@ -736,18 +753,11 @@ class RedisIoLoop {
 
     void deliver(IoNode& node, Conn& c, RedisReplyPtr reply) {
       (void)node;
+      c.answered = true;
       if (c.handshake_left > 0) {
-        const bool info = c.reads_policy && c.handshake_left == 1;
-        const bool refused = reply->type == REDIS_REPLY_ERROR &&
-                             std::string_view(reply->str, reply->len).substr(0, 6) == "NOPERM";
-        if (info && refused) {
-          // INFO refused to a restricted user: the policy is simply not known.
-        } else if (info && reply->type != REDIS_REPLY_ERROR) {
-          report_policy(node, *reply);
-        } else if (reply->type == REDIS_REPLY_ERROR) {
+        if (reply->type == REDIS_REPLY_ERROR)
           return fail_conn(c, RedisFailureKind::connect, std::string(reply->str, reply->len));
-        }
-        if (--c.handshake_left == 0) c.state = Conn::State::ready;
+        if (--c.handshake_left == 0) ready(node, c);
         return;
       }
       // Redis answers each command as it reads it, so replies to a long request come while its
@@ -764,7 +774,7 @@ class RedisIoLoop {
     }
 
     /// Hands the `maxmemory_policy:` line of an INFO reply to the node's hook.
-    static void report_policy(IoNode& node, const redisReply& reply) {
+    static void report_policy(const IoNode& node, const redisReply& reply) {
       if (reply.type != REDIS_REPLY_STRING) return;
       const std::string_view text(reply.str, reply.len);
       constexpr std::string_view field = "maxmemory_policy:";
@@ -788,7 +798,10 @@ class RedisIoLoop {
       // A connection that never became usable (TLS refused after its handshake, AUTH, the
       // server closing at once) is a failure to connect, whatever call noticed it: the requests
       // waiting for it fail now instead of trying new connections until their deadline.
-      if (c.state != Conn::State::ready) kind = RedisFailureKind::connect;
+      // So is one that broke before its first reply: over TLS 1.3, a server that refuses the
+      // client's certificate says so only after the client's handshake has completed.
+      if (c.state != Conn::State::ready || (kind == RedisFailureKind::io && !c.answered))
+        kind = RedisFailureKind::connect;
       c.dead = true;
       if (c.fd >= 0) ::close(c.fd);
       c.fd = -1;
