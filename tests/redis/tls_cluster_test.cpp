@@ -34,9 +34,9 @@ struct TlsClusterNode {
                 "--tls-key-file", rltest::tls_certs().file("server.key"),
                 // The bus authenticates the connecting node by its client certificate.
                 "--tls-client-cert-file", rltest::tls_certs().file("client.crt"),
-                "--tls-client-key-file", rltest::tls_certs().file("client.key"), "--tls-ca-cert-file",
-                rltest::tls_certs().file("ca.crt"), "--tls-auth-clients", "no", "--tls-cluster",
-                "yes"}) {}
+                "--tls-client-key-file", rltest::tls_certs().file("client.key"),
+                "--tls-ca-cert-file", rltest::tls_certs().file("ca.crt"), "--tls-auth-clients",
+                "no", "--tls-cluster", "yes"}) {}
   int tls_port;
   int bus_port;
   rltest::ThrowawayRedis server;

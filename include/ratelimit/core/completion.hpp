@@ -5,7 +5,9 @@
 /// Thread rule (every storage and every later background feature follows it): a completion
 /// runs on the storage's I/O thread (Redis) or on the calling thread before the call returns
 /// (in process, or when Redis is not tried: circuit open, backpressure). It must be quick and
-/// must not block on another decision of the same storage: to continue on your own executor,
+/// must not block (a blocking Redis decision made there is degraded at once, whatever its
+/// storage, since I/O threads waiting on each other would deadlock): to continue on your own
+/// executor,
 /// post from the completion (`[ex](Decision d) { asio::post(ex, [d] { ... }); }`). An
 /// exception thrown by a completion is swallowed: there is nowhere to deliver it.
 

@@ -133,6 +133,10 @@ struct RedisOptions {
   /// Redis at once, 1..10^7. Beyond it a decision is decided at once by `failure_policy`
   /// (`RedisFailureKind::overloaded`), so a stalled Redis never queues work without bound.
   std::size_t max_in_flight = 10'000;
+  /// Backpressure in bytes: what decisions in flight may hold together (their keys and
+  /// arguments, about three times over), >= 1 MiB. Past it a decision is decided at once by
+  /// `failure_policy` (`overloaded`), so a flood of huge keys while Redis stalls stays bounded.
+  std::size_t max_in_flight_bytes = std::size_t{256} << 20;
   FailurePolicy failure_policy = FailurePolicy::fail_open;
   /// local_fallback: the per-instance limit is the shared one divided by this, at least 1
   /// (limits, capacities and rates; counts round down to at least 1). 1..10^6.

@@ -80,6 +80,9 @@ inline void check_redis_options(const RedisOptions& o) {
   if (o.max_in_flight < 1 || o.max_in_flight > 10'000'000)
     invalid("max_in_flight", static_cast<std::int64_t>(o.max_in_flight),
             "must be in [1, 10000000]");
+  if (o.max_in_flight_bytes < (std::size_t{1} << 20))
+    invalid("max_in_flight_bytes", static_cast<std::int64_t>(o.max_in_flight_bytes),
+            "must be >= 1 MiB (1048576)");
   if (o.fallback_divisor < 1 || o.fallback_divisor > 1'000'000)
     invalid("fallback_divisor", o.fallback_divisor, "must be in [1, 1000000]");
   if (o.ttl_margin < milliseconds{0} || o.ttl_margin > std::chrono::hours{24 * 366})
@@ -139,32 +142,26 @@ class RedisClient : public std::enable_shared_from_this<RedisClient> {
   /// results. `done` runs exactly once (see the class comment for the thread).
   void execute_async(std::vector<RedisCall> calls, std::chrono::steady_clock::time_point deadline,
                      Completion done) {
-    if (calls.empty()) return call_safely(done, {});
-    if (in_flight_.fetch_add(1, std::memory_order_acq_rel) >= options_.max_in_flight) {
-      in_flight_.fetch_sub(1, std::memory_order_acq_rel);
-      std::vector<RedisResult> results(calls.size());
-      const RedisFailure f{
-          RedisFailureKind::overloaded,
-          std::to_string(options_.max_in_flight) + " decisions already in flight (max_in_flight)"};
-      for (auto& r : results) r.failure = f;
-      report(f);
-      return call_safely(done, std::move(results));
+    if (loop_->on_loop_thread()) {
+      // From a completion: start on the loop's next turn, so that a chain of decisions each
+      // started by the last one's completion (and completed at once: circuit open) never
+      // nests one stack frame per decision.
+      auto held = std::make_shared<std::pair<std::vector<RedisCall>, Completion>>(std::move(calls),
+                                                                                  std::move(done));
+      loop_->post_at(std::chrono::steady_clock::now(), [self = shared_from_this(), held, deadline] {
+        self->begin(std::move(held->first), deadline, std::move(held->second));
+      });
+      return;
     }
-    auto op = std::make_shared<Op>();
-    op->client = shared_from_this();
-    op->results.resize(calls.size());
-    op->rounds.assign(calls.size(), 0);
-    op->calls = std::move(calls);
-    op->deadline = deadline;
-    op->done = std::move(done);
-    start(op);
+    begin(std::move(calls), deadline, std::move(done));
   }
 
-  /// `execute_async` and a wait for its results. On the I/O thread (inside a completion) it
-  /// would wait on itself: there every call fails at once instead (not the node's fault).
+  /// `execute_async` and a wait for its results. On an I/O thread (inside a completion of any
+  /// storage) it could wait on itself: there every call fails at once instead (not the node's
+  /// fault).
   std::vector<RedisResult> execute(std::vector<RedisCall> calls,
                                    std::chrono::steady_clock::time_point deadline) {
-    if (loop_->on_loop_thread()) {
+    if (on_io_thread) {
       std::vector<RedisResult> results(calls.size());
       const RedisFailure f{RedisFailureKind::io,
                            "a blocking decision inside a completion would wait on the I/O "
@@ -220,6 +217,57 @@ class RedisClient : public std::enable_shared_from_this<RedisClient> {
   }
 
  protected:
+  /// execute_async's work: backpressure (decisions and bytes in flight), then `start`.
+  void begin(std::vector<RedisCall> calls, std::chrono::steady_clock::time_point deadline,
+             Completion done) {
+    if (calls.empty()) return call_safely(done, {});
+    // What the decision holds while in flight: its calls, their RESP bytes and the
+    // completion's copy of each key, about three times its keys and arguments.
+    std::size_t bytes = 0;
+    for (const auto& c : calls) {
+      for (const auto& k : c.keys) bytes += 3 * (k.size() + 16);
+      for (const auto& a : c.argv) bytes += 2 * (a.size() + 16);
+    }
+    const std::size_t before = in_flight_.fetch_add(1, std::memory_order_acq_rel);
+    const std::size_t bytes_before = in_flight_bytes_.fetch_add(bytes, std::memory_order_acq_rel);
+    if (before >= options_.max_in_flight || bytes_before + bytes > options_.max_in_flight_bytes) {
+      in_flight_.fetch_sub(1, std::memory_order_acq_rel);
+      in_flight_bytes_.fetch_sub(bytes, std::memory_order_acq_rel);
+      std::vector<RedisResult> results(calls.size());
+      const RedisFailure f{RedisFailureKind::overloaded,
+                           before >= options_.max_in_flight
+                               ? std::to_string(options_.max_in_flight) +
+                                     " decisions already in flight (max_in_flight)"
+                               : std::to_string(bytes_before) + " bytes in flight and " +
+                                     std::to_string(bytes) +
+                                     " more would pass max_in_flight_bytes (" +
+                                     std::to_string(options_.max_in_flight_bytes) + ")"};
+      for (auto& r : results) r.failure = f;
+      report(f);
+      return call_safely(done, std::move(results));
+    }
+    auto op = std::make_shared<Op>();
+    op->client = shared_from_this();
+    op->bytes = bytes;
+    op->results.resize(calls.size());
+    op->rounds.assign(calls.size(), 0);
+    op->calls = std::move(calls);
+    op->deadline = deadline;
+    op->done = std::move(done);
+    try {
+      start(op);
+    } catch (const std::exception& e) {
+      // Out of memory formatting it, before anything was sent: a failure, completed once.
+      const RedisFailure f{RedisFailureKind::io, std::string("cannot send: ") + e.what()};
+      for (auto& r : op->results) {
+        r.reply.reset();
+        r.failure = f;
+      }
+      report(f);
+      finish(op);
+    }
+  }
+
   /// One `execute_async` call on its way: shared by the requests it sends.
   struct Op {
     std::shared_ptr<RedisClient> client;  ///< keeps the client and its I/O thread alive
@@ -231,6 +279,7 @@ class RedisClient : public std::enable_shared_from_this<RedisClient> {
     std::chrono::steady_clock::time_point deadline;
     Completion done;
     std::atomic<std::size_t> outstanding{0};  ///< sends whose replies are not settled yet
+    std::size_t bytes = 0;                    ///< counted in in_flight_bytes_
   };
   using OpPtr = std::shared_ptr<Op>;
 
@@ -284,6 +333,7 @@ class RedisClient : public std::enable_shared_from_this<RedisClient> {
   /// Hands `op`'s results to its completion (once: the caller owns the last outstanding send).
   void finish(const OpPtr& op) {
     in_flight_.fetch_sub(1, std::memory_order_acq_rel);
+    in_flight_bytes_.fetch_sub(op->bytes, std::memory_order_acq_rel);
     auto done = std::move(op->done);
     call_safely(done, std::move(op->results));
   }
@@ -495,6 +545,7 @@ class RedisClient : public std::enable_shared_from_this<RedisClient> {
   std::atomic<std::uint64_t> script_loads_{0};
   std::atomic<std::uint64_t> overloaded_{0};
   std::atomic<std::size_t> in_flight_{0};
+  std::atomic<std::size_t> in_flight_bytes_{0};
 
  private:
   // Last: destroyed first, so the I/O thread stops before the nodes it points to go.

@@ -143,6 +143,9 @@ class RedisClusterClient final : public RedisClient {
   }
 
  private:
+  /// The most node addresses one storage learns (Redis Cluster's own limit is about 1,000).
+  static constexpr std::size_t max_nodes = 1024;
+
   /// A MOVED refreshes the map at most this often (each also patches its own slot at once).
   static constexpr std::chrono::nanoseconds min_moved_refresh = std::chrono::milliseconds{10};
 
@@ -216,7 +219,14 @@ class RedisClusterClient final : public RedisClient {
         fail(r, {RedisFailureKind::protocol, "unreadable redirection: " + std::string(error)});
         continue;
       }
-      RedisNodeClient& to = node(target->second);
+      RedisNodeClient* known = known_node(target->second);
+      if (known == nullptr) {
+        fail(r, {RedisFailureKind::protocol, "redirected to a node past the " +
+                                                 std::to_string(max_nodes) +
+                                                 " this cluster may have: " + std::string(error)});
+        continue;
+      }
+      RedisNodeClient& to = *known;
       if (ask) {
         ask_.fetch_add(1, std::memory_order_relaxed);
       } else {
@@ -319,6 +329,18 @@ class RedisClusterClient final : public RedisClient {
 
   /// The pool and breaker of `address`, created on first sight. Never removed, so the pointers
   /// handed out stay valid (a cluster has few addresses, even across failovers).
+  /// `node(address)`, or null for a new address once `max_nodes` are known: a server that keeps
+  /// redirecting to new addresses must not grow the table (and the I/O thread's work) forever.
+  RedisNodeClient* known_node(const RedisNode& address) {
+    {
+      std::lock_guard lock(nodes_mutex_);
+      for (const auto& n : cluster_nodes_)
+        if (n->address() == address) return n.get();
+      if (cluster_nodes_.size() >= max_nodes) return nullptr;
+    }
+    return &node(address);
+  }
+
   RedisNodeClient& node(const RedisNode& address) {
     std::lock_guard lock(nodes_mutex_);
     for (const auto& n : cluster_nodes_)
@@ -384,6 +406,8 @@ class RedisClusterClient final : public RedisClient {
           {{static_cast<int>(from->integer), static_cast<int>(to->integer)},
            RedisNode{std::move(host), static_cast<int>(primary->element[1]->integer)}});
     }
+    for (const auto& [range, address] : ranges)
+      if (known_node(address) == nullptr) return false;  // more nodes than a cluster may have
     for (const auto& [range, address] : ranges) {
       RedisNodeClient* owner = &node(address);
       for (int s = range[0]; s <= range[1]; ++s)

@@ -90,6 +90,33 @@ inline void append_command(std::string& wire, const RedisCommand& cmd) {
   append_argv(wire, argv, lens);
 }
 
+/// True on any storage's I/O thread: a blocking decision there, even on another storage, could
+/// wait on a thread that waits on this one (two storages whose completions block on each other).
+inline thread_local bool on_io_thread = false;
+
+/// The most elements one reply array may announce. hiredis 0.14 allocates an array when it
+/// reads its header, so a hostile or broken server announcing 2^31 elements would cost the I/O
+/// thread gigabytes and seconds (allocating, then freeing element by element). The library's
+/// replies are a few elements; CLUSTER SLOTS at most 16,384 ranges.
+inline constexpr int max_reply_elements = 1 << 20;
+
+/// hiredis's own reply builders with the array size capped (a refused header is a reader error).
+inline redisReplyObjectFunctions* capped_reply_functions() {
+  static void* (*create_array)(const redisReadTask*, int) = nullptr;
+  static redisReplyObjectFunctions capped = [] {
+    redisReader* plain = redisReaderCreate();  // its table holds hiredis's default builders
+    redisReplyObjectFunctions f = *plain->fn;
+    redisReaderFree(plain);
+    create_array = f.createArray;
+    f.createArray = [](const redisReadTask* task, int elements) -> void* {
+      if (elements > max_reply_elements) return nullptr;
+      return create_array(task, elements);
+    };
+    return f;
+  }();
+  return &capped;
+}
+
 class RedisIoLoop;
 
 /// A node as the I/O thread sees it. Opaque outside the loop: a handle for `submit`.
@@ -116,11 +143,11 @@ class IoNode {
     IoNode* node = nullptr;  ///< the node it connects to
     int fd = -1;
     bool dead = false;
-    std::optional<Resolution> resolution;
     std::vector<SocketAddress> addresses;
     std::size_t next_address = 0;
     SteadyTime connect_deadline;
-    std::unique_ptr<redisReader, ReaderDeleter> reader{redisReaderCreate()};
+    std::unique_ptr<redisReader, ReaderDeleter> reader{
+        redisReaderCreateWithFunctions(capped_reply_functions())};
     SslPtr ssl;                   ///< TLS session (null: plain socket)
     std::string tls_out;          ///< bytes handed to SSL_write, kept until it takes them all
     bool tls_want_write = false;  ///< the session waits for the socket to be writable
@@ -150,7 +177,12 @@ class IoNode {
 
   RedisNode address_;
   RedisConnectionSettings settings_;
-  bool policy_asked_ = false;                     ///< INFO memory was sent (once per node)
+  bool policy_asked_ = false;  ///< INFO memory was sent (once per node)
+  /// The name's lookup, shared by every connection attempt: one that outlives an attempt's
+  /// connect_timeout still serves the next attempt (a slow DNS must not fail every attempt).
+  std::optional<Resolution> resolving_;
+  std::vector<SocketAddress> addresses_;
+  std::chrono::steady_clock::time_point resolved_at_;
   std::deque<std::shared_ptr<Pending>> waiting_;  ///< not yet on a connection, in order
   std::vector<std::unique_ptr<Conn>> conns_;
 };
@@ -286,6 +318,7 @@ class RedisIoLoop {
     }
 
     void run() {
+      on_io_thread = true;
       loop_thread_.store(std::this_thread::get_id(), std::memory_order_release);
       // OpenSSL writes with write(2): a peer that closed raises SIGPIPE, which would kill the
       // process. This thread is the library's own, so it may block the signal for good (a
@@ -294,10 +327,23 @@ class RedisIoLoop {
       sigemptyset(&pipe);
       sigaddset(&pipe, SIGPIPE);
       pthread_sigmask(SIG_BLOCK, &pipe, nullptr);
-      std::vector<pollfd> fds;
-      std::vector<Conn*> polled;
       for (;;) {
-        if (drain()) return shut_down_all();
+        try {
+          if (iterate()) return shut_down_all();
+        } catch (...) {
+          // Out of memory or threads (a resolver): this turn's work is cut short (what it had
+          // drained may be lost), but the loop must go on, or no deadline would be kept again.
+        }
+      }
+    }
+
+   private:
+    /// One turn: queues, deadlines, timers, connections, one poll. True when stopping.
+    bool iterate() {
+      std::vector<pollfd>& fds = fds_;
+      std::vector<Conn*>& polled = polled_;
+      {
+        if (drain()) return true;
         const SteadyTime now = std::chrono::steady_clock::now();
         expire(now);
         run_timers(now);
@@ -326,9 +372,9 @@ class RedisIoLoop {
                                          [](const auto& c) { return c->dead; }),
                           n->conns_.end());
       }
+      return false;
     }
 
-   private:
     static IoOutcome shut_down() {
       return IoOutcome{
           {}, RedisError::not_the_node(RedisFailureKind::io, "the storage shut down"), {}};
@@ -486,22 +532,29 @@ class RedisIoLoop {
       c->node = &node;
       c->connect_deadline = now + node.settings_.connect_timeout;
       if (!c->reader) throw std::bad_alloc();
-      c->resolution.emplace(node.address().host, node.address().port,
-                            [waker = waker_] { waker->wake(); });
       Conn& conn = *c;
       node.conns_.push_back(std::move(c));
       resolved(node, conn);
     }
 
-    /// Starts connecting once the node's name is resolved.
+    /// Starts connecting once the node's name is resolved (a result is kept for a minute; a
+    /// lookup in flight is shared by every attempt).
     void resolved(IoNode& node, Conn& c) {
-      auto r = c.resolution->take();
-      if (!r) return;
-      c.resolution.reset();
-      if (!r->error.empty() || r->addresses.empty())
-        return fail_conn(c, RedisFailureKind::connect,
-                         "cannot resolve: " + (r->error.empty() ? "no address" : r->error));
-      c.addresses = std::move(r->addresses);
+      const auto now = std::chrono::steady_clock::now();
+      if (node.addresses_.empty() || now - node.resolved_at_ > std::chrono::minutes{1}) {
+        if (!node.resolving_)
+          node.resolving_.emplace(node.address().host, node.address().port,
+                                  [waker = waker_] { waker->wake(); });
+        auto r = node.resolving_->take();
+        if (!r) return;
+        node.resolving_.reset();
+        if (!r->error.empty() || r->addresses.empty())
+          return fail_conn(c, RedisFailureKind::connect,
+                           "cannot resolve: " + (r->error.empty() ? "no address" : r->error));
+        node.addresses_ = std::move(r->addresses);
+        node.resolved_at_ = now;
+      }
+      c.addresses = node.addresses_;
       connect_next(node, c, "");
     }
 
@@ -767,6 +820,8 @@ class RedisIoLoop {
       Pending& p = *c.inflight.front();
       p.got.push_back(std::move(reply));
       if (p.req && p.got.size() < p.req->replies) return;
+      if (c.write_index == 0)  // all its replies, yet not all of it written: not Redis
+        return fail_conn(c, RedisFailureKind::io, "replies to a request not yet sent");
       std::shared_ptr<Pending> done = std::move(c.inflight.front());
       c.inflight.pop_front();
       --c.write_index;  // its last reply came, so its last byte went out
@@ -879,6 +934,8 @@ class RedisIoLoop {
     std::uint64_t timer_seq_ = 0;
     bool queued_by_loop_ = false;  ///< the I/O thread queued work since its last drain
     std::vector<char> buffer_;
+    std::vector<pollfd> fds_;
+    std::vector<Conn*> polled_;
   };
 
   std::shared_ptr<Core> core_;
