@@ -86,8 +86,9 @@ long rss_kb() {
 }
 }  // namespace
 
-TEST_CASE("Completions of two storages that each make a blocking decision on the other never deadlock",
-          "[redis][hostile_client][deadlock]") {
+TEST_CASE(
+    "Completions of two storages that each make a blocking decision on the other never deadlock",
+    "[redis][hostile_client][deadlock]") {
   // completion.hpp only forbids blocking on a decision of the *same* storage; a completion of
   // storage A deciding on storage B is allowed. If B's completions do the same on A, both I/O
   // threads wait on each other forever: no deadline is kept for any decision of either storage.
@@ -99,11 +100,17 @@ TEST_CASE("Completions of two storages that each make a blocking decision on the
   constexpr int n = 500;
   std::thread ta([&] {
     for (int i = 0; i < n; ++i)
-      la.try_acquire_async("k", 1, [&](Decision) { (void)lb.try_acquire("k"); ++done; });
+      la.try_acquire_async("k", 1, [&](Decision) {
+        (void)lb.try_acquire("k");
+        ++done;
+      });
   });
   std::thread tb([&] {
     for (int i = 0; i < n; ++i)
-      lb.try_acquire_async("k", 1, [&](Decision) { (void)la.try_acquire("k"); ++done; });
+      lb.try_acquire_async("k", 1, [&](Decision) {
+        (void)la.try_acquire("k");
+        ++done;
+      });
   });
   ta.join();
   tb.join();
