@@ -2,6 +2,10 @@
 // completes each of them exactly once (degraded at its deadline if Redis never answers), never
 // crashes, and leaks nothing (this runs under AddressSanitizer's leak check). Also when the
 // last handle is dropped by a completion itself, on the storage's I/O thread.
+#include <pthread.h>
+#include <signal.h>
+#include <unistd.h>
+
 #include <atomic>
 #include <chrono>
 #include <memory>
@@ -110,4 +114,24 @@ TEST_CASE("A batch in flight when its storage goes completes exactly once",
   REQUIRE(eventually([&] { return runs.load() == 1; }));
   CHECK(size == 1'000u);
   server.resume();
+}
+
+TEST_CASE("The storage's I/O thread never takes a signal meant for the process",
+          "[redis][async][signals]") {
+  // A service blocks SIGTERM in its threads and waits for it with sigwait (the HTTP gateway
+  // does). A storage made before that must not leave its I/O thread open to the signal: the
+  // kernel would deliver it there and its default action would end the process. SIGUSR2 plays
+  // SIGTERM here (same default action).
+  ratelimit::RedisStorage storage(rltest::test_redis_options("signals"));
+  ratelimit::ManualClock clock;
+  Bucket tb({10, ratelimit::per_hour(1)}, storage, clock);
+  REQUIRE_FALSE(tb.try_acquire("k").degraded);  // the I/O thread runs
+  sigset_t usr2, previous;
+  sigemptyset(&usr2);
+  sigaddset(&usr2, SIGUSR2);
+  REQUIRE(pthread_sigmask(SIG_BLOCK, &usr2, &previous) == 0);
+  REQUIRE(::kill(::getpid(), SIGUSR2) == 0);  // process-directed
+  const timespec wait{5, 0};
+  CHECK(sigtimedwait(&usr2, nullptr, &wait) == SIGUSR2);  // still pending, here
+  pthread_sigmask(SIG_SETMASK, &previous, nullptr);
 }

@@ -194,7 +194,20 @@ class RedisIoLoop {
   /// Starts the I/O thread. `connections`: most connections per node, >= 1.
   RedisIoLoop(RedisConnectionSettings settings, std::size_t connections)
       : core_(std::make_shared<Core>(std::move(settings), connections)) {
-    thread_ = std::thread([core = core_] { core->run(); });
+    // The thread is the library's: it must never take a signal meant for the process (a
+    // service that waits for SIGTERM with sigwait in one thread would be killed instead). It
+    // starts with every signal blocked (a new thread inherits its creator's mask), as do the
+    // resolver threads it starts.
+    sigset_t all, previous;
+    sigfillset(&all);
+    pthread_sigmask(SIG_SETMASK, &all, &previous);
+    try {
+      thread_ = std::thread([core = core_] { core->run(); });
+    } catch (...) {
+      pthread_sigmask(SIG_SETMASK, &previous, nullptr);
+      throw;
+    }
+    pthread_sigmask(SIG_SETMASK, &previous, nullptr);
   }
 
   RedisIoLoop(const RedisIoLoop&) = delete;
@@ -320,13 +333,8 @@ class RedisIoLoop {
     void run() {
       on_io_thread = true;
       loop_thread_.store(std::this_thread::get_id(), std::memory_order_release);
-      // OpenSSL writes with write(2): a peer that closed raises SIGPIPE, which would kill the
-      // process. This thread is the library's own, so it may block the signal for good (a
-      // thread-directed SIGPIPE then stays pending here, harmlessly).
-      sigset_t pipe;
-      sigemptyset(&pipe);
-      sigaddset(&pipe, SIGPIPE);
-      pthread_sigmask(SIG_BLOCK, &pipe, nullptr);
+      // Every signal is blocked here (see the constructor), SIGPIPE included: OpenSSL writes
+      // with write(2), and a thread-directed SIGPIPE from a closed peer stays pending, harmless.
       for (;;) {
         try {
           if (iterate()) return shut_down_all();
