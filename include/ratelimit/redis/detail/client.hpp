@@ -25,6 +25,7 @@
 #include "io_loop.hpp"
 #include "keys.hpp"
 #include "script.hpp"
+#include "waiter.hpp"
 
 namespace ratelimit::detail {
 
@@ -171,17 +172,16 @@ class RedisClient : public std::enable_shared_from_this<RedisClient> {
       return results;
     }
     struct Waiter {
-      std::atomic<int> ready{0};
+      OneShot done;
       std::vector<RedisResult> results;
     };
     // Shared: the completion may still be inside notify when the waiting thread returns.
     auto w = std::make_shared<Waiter>();
     execute_async(std::move(calls), deadline, [w](std::vector<RedisResult>&& r) {
       w->results = std::move(r);
-      w->ready.store(1, std::memory_order_release);
-      w->ready.notify_one();
+      w->done.notify();
     });
-    w->ready.wait(0, std::memory_order_acquire);
+    w->done.wait();
     return std::move(w->results);
   }
 

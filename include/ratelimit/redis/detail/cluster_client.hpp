@@ -99,16 +99,15 @@ class RedisClusterClient final : public RedisClient {
   bool refresh() {
     if (loop().on_loop_thread()) return false;
     struct Waiter {
-      std::atomic<int> ready{0};
+      OneShot done;
       bool learned = false;
     };
     auto w = std::make_shared<Waiter>();
     learn(candidates(), 0, [w](bool learned) {
       w->learned = learned;
-      w->ready.store(1, std::memory_order_release);
-      w->ready.notify_one();
+      w->done.notify();
     });
-    w->ready.wait(0, std::memory_order_acquire);
+    w->done.wait();
     return w->learned;
   }
 
