@@ -12,6 +12,10 @@
 ///   pipelining_bench --port P --mode chain --window W --decisions N
 ///       The same W in flight, each completion submitting the next one itself, on the I/O
 ///       thread (goal 2 without the caller's hand-off).
+///   pipelining_bench --port P --mode ping|ping-handoff --decisions N
+///       PING round trips made by the calling thread, or through a thread as the I/O thread
+///       makes them (see run_ping): what the two thread hand-offs of a blocking decision cost
+///       alone, the part of goal 3's latency a client doing its own I/O does not pay.
 ///   pipelining_bench --port P --capture
 ///       The EVALSHA command the library sends, one argument per line (read with MONITOR), for
 ///       a client key spelled `client-__rand_int__`: redis-benchmark sends it with its own keys.
@@ -29,7 +33,10 @@
 /// non-blocking calls: its window and chain modes say so and fail).
 
 #include <hiredis/hiredis.h>
+#include <poll.h>
+#include <sys/eventfd.h>
 #include <time.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
@@ -74,7 +81,8 @@ struct Args {
 [[noreturn]] void usage(const std::string& why) {
   std::cerr << "pipelining_bench: " << why
             << "\nusage: pipelining_bench --port P [--host H] [--capture | --mode "
-               "blocking|window|chain] [--threads T] [--window W] [--decisions N] [--warmup N] "
+               "blocking|window|chain|ping|ping-handoff] [--threads T] [--window W] [--decisions "
+               "N] [--warmup N] "
                "[--pool S]\n";
   std::exit(2);
 }
@@ -377,6 +385,89 @@ Result run_async(L& limiter, bool chain, int window, std::int64_t n, unsigned se
   }
 }
 
+/// One PING round trip to Redis per iteration, on a plain hiredis connection: made by the
+/// calling thread itself (`via_thread` false: a client doing its own I/O, as redis-benchmark
+/// and the blocking-pool design do), or handed to a thread asleep in ppoll through an eventfd,
+/// which makes the round trip and wakes the caller waiting on an atomic (`via_thread`: the two
+/// hand-offs of a blocking decision through the storage's I/O thread, with nothing else of the
+/// library). The difference of the two p50s is what the hand-offs cost one decision at a time.
+Result run_ping(const Args& a, bool via_thread, std::int64_t n) {
+  Admin conn(a);
+  const auto ping = [&] {
+    auto* r = static_cast<redisReply*>(redisCommand(conn.c, "PING"));
+    if (r == nullptr) {
+      std::cerr << "pipelining_bench: PING failed\n";
+      std::exit(1);
+    }
+    freeReplyObject(r);
+  };
+  const int fd = ::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+  if (fd < 0) {
+    std::cerr << "pipelining_bench: eventfd failed\n";
+    std::exit(1);
+  }
+  std::atomic<int> answered{0};
+  std::atomic<bool> stop{false};
+  std::thread helper([&] {
+    pollfd p{fd, POLLIN, 0};
+    while (!stop.load(std::memory_order_acquire)) {
+      if (::ppoll(&p, 1, nullptr, nullptr) <= 0) continue;
+      std::uint64_t count = 0;
+      if (::read(fd, &count, sizeof count) != static_cast<ssize_t>(sizeof count)) continue;
+      if (stop.load(std::memory_order_acquire)) break;
+      ping();
+      answered.store(1, std::memory_order_release);
+      answered.notify_one();
+    }
+  });
+  Result res;
+  res.latency_ns.reserve(static_cast<std::size_t>(n));
+  const std::uint64_t one = 1;
+  const double process0 = cpu_seconds(CLOCK_PROCESS_CPUTIME_ID);
+  const double caller0 = cpu_seconds(CLOCK_THREAD_CPUTIME_ID);
+  const auto start = Clock::now();
+  for (std::int64_t i = 0; i < n; ++i) {
+    const auto t0 = Clock::now();
+    if (via_thread) {
+      if (::write(fd, &one, sizeof one) != static_cast<ssize_t>(sizeof one)) break;
+      answered.wait(0, std::memory_order_acquire);
+      answered.store(0, std::memory_order_relaxed);
+    } else {
+      ping();
+    }
+    res.latency_ns.push_back(ns_since(t0));
+  }
+  res.seconds = std::chrono::duration<double>(Clock::now() - start).count();
+  res.caller_cpu = cpu_seconds(CLOCK_THREAD_CPUTIME_ID) - caller0;
+  res.process_cpu = cpu_seconds(CLOCK_PROCESS_CPUTIME_ID) - process0;
+  stop.store(true, std::memory_order_release);
+  [[maybe_unused]] const auto w = ::write(fd, &one, sizeof one);
+  helper.join();
+  ::close(fd);
+  res.decisions = static_cast<std::int64_t>(res.latency_ns.size());
+  res.admitted = res.decisions;
+  return res;
+}
+
+/// Prints one run as a JSON object (see the file comment); `redis_cpu_us` < 0: not measured.
+void print(const Args& a, std::size_t pool, Result& r, double redis_cpu_us,
+           std::uint64_t degraded) {
+  std::sort(r.latency_ns.begin(), r.latency_ns.end());
+  const double n = static_cast<double>(r.decisions);
+  const bool blocking = a.mode == "blocking";
+  std::printf(
+      "{\"mode\": \"%s\", \"threads\": %d, \"window\": %d, \"pool\": %zu, \"decisions\": %lld, "
+      "\"warmup\": %lld, \"seconds\": %.6f, \"per_second\": %.1f, \"p50_us\": %.2f, "
+      "\"p99_us\": %.2f, \"client_cpu_us\": %.3f, \"caller_cpu_us\": %.3f, "
+      "\"redis_cpu_us\": %.3f, \"admitted\": %.6f, \"degraded\": %llu}\n",
+      a.mode.c_str(), blocking ? a.threads : 1,
+      a.mode == "window" || a.mode == "chain" ? a.window : 1, pool,
+      static_cast<long long>(r.decisions), static_cast<long long>(a.warmup), r.seconds,
+      n / r.seconds, quantile_us(r.latency_ns, 0.50), quantile_us(r.latency_ns, 0.99),
+      r.process_cpu * 1e6 / n, r.caller_cpu * 1e6 / n, redis_cpu_us,
+      static_cast<double>(r.admitted) / n, static_cast<unsigned long long>(degraded));
+}
+
 /// Splits a MONITOR line (`<time> [<db> <client>] "ARG" "ARG" ...`, each argument quoted with
 /// sdscatrepr's escapes) into its arguments.
 std::vector<std::string> monitor_args(std::string_view line) {
@@ -466,8 +557,15 @@ int capture(const Args& a) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  const Args a = parse(argc, argv);
+  Args a = parse(argc, argv);
   if (a.capture) return capture(a);
+  if (a.mode == "ping" || a.mode == "ping-handoff") {
+    const bool via_thread = a.mode == "ping-handoff";
+    (void)run_ping(a, via_thread, a.warmup);
+    Result r = run_ping(a, via_thread, a.decisions);
+    print(a, 0, r, -1.0, 0);
+    return r.decisions == a.decisions ? 0 : 1;
+  }
   const bool blocking = a.mode == "blocking";
   if (!blocking && a.mode != "window" && a.mode != "chain") usage("unknown mode " + a.mode);
   (void)keys();
@@ -483,20 +581,9 @@ int main(int argc, char** argv) {
   const double redis0 = admin.redis_cpu();
   Result r = run(a.decisions);
   const double redis1 = admin.redis_cpu();
-  std::sort(r.latency_ns.begin(), r.latency_ns.end());
-  const auto stats = storage.stats();
   const double n = static_cast<double>(r.decisions);
-  std::printf(
-      "{\"mode\": \"%s\", \"threads\": %d, \"window\": %d, \"pool\": %zu, \"decisions\": %lld, "
-      "\"warmup\": %lld, \"seconds\": %.6f, \"per_second\": %.1f, \"p50_us\": %.2f, "
-      "\"p99_us\": %.2f, \"client_cpu_us\": %.3f, \"caller_cpu_us\": %.3f, "
-      "\"redis_cpu_us\": %.3f, \"admitted\": %.6f, \"degraded\": %llu}\n",
-      a.mode.c_str(), blocking ? a.threads : 1, blocking ? 1 : a.window,
-      storage.options().pool_size, static_cast<long long>(r.decisions),
-      static_cast<long long>(a.warmup), r.seconds, n / r.seconds, quantile_us(r.latency_ns, 0.50),
-      quantile_us(r.latency_ns, 0.99), r.process_cpu * 1e6 / n, r.caller_cpu * 1e6 / n,
-      redis0 >= 0 && redis1 >= 0 ? (redis1 - redis0) * 1e6 / n : -1.0,
-      static_cast<double>(r.admitted) / n,
-      static_cast<unsigned long long>(stats.degraded_decisions));
+  print(a, storage.options().pool_size, r,
+        redis0 >= 0 && redis1 >= 0 ? (redis1 - redis0) * 1e6 / n : -1.0,
+        storage.stats().degraded_decisions);
   return r.decisions == a.decisions ? 0 : 1;
 }
