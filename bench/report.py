@@ -282,7 +282,8 @@ CONTESTANT_ORDER = ["library", "library-chain", "before", "redis-benchmark", "pi
 def read_pipelining(raw):
     """{goal: {contestant: [run, ...] in round order}} from bench/run's pipelining.tsv; each run
     has round, load, per_second, p50_us, p99_us, client_cpu_us, caller_cpu_us (None for
-    redis-benchmark), redis_cpu_us, invalid (why the run did not measure Redis, or None)."""
+    redis-benchmark), redis_cpu_us, others_cores (CPU the rest of the machine used during the
+    run, in cores), invalid (why the run did not measure Redis, or None)."""
     path = os.path.join(raw, "pipelining.tsv")
     if not os.path.exists(path):
         return None
@@ -290,11 +291,12 @@ def read_pipelining(raw):
     with open(path) as f:
         for line in f:
             fields = line.rstrip("\n").split("\t")
-            if len(fields) < 5:
+            if len(fields) < 9:
                 continue
             rnd, goal, who, load = int(fields[0]), int(fields[1]), fields[2], fields[3]
+            wall, busy, own, redis_s = (float(x) for x in fields[4:8])
             if who == "redis-benchmark":
-                c, p, n, cpu0, cpu1, user, sys_, failed = fields[4:12]
+                c, p, n, failed = fields[8:12]
                 row = next(csv.reader(io.StringIO(fields[12]))) if len(fields) > 12 else []
                 n = int(n)
                 if len(row) < 8:
@@ -305,11 +307,10 @@ def read_pipelining(raw):
                            "p99_us": float(row[6]) * 1000,
                            "invalid": f"{failed} EVALSHA calls failed" if int(failed) else None}
                 run.update({"c": int(c), "P": int(p), "decisions": n,
-                            "redis_cpu_us": (float(cpu1) - float(cpu0)) * 1e6 / n,
-                            "client_cpu_us": (float(user) + float(sys_)) * 1e6 / n,
+                            "redis_cpu_us": redis_s * 1e6 / n, "client_cpu_us": own * 1e6 / n,
                             "caller_cpu_us": None})
             else:
-                run = json.loads(fields[4])
+                run = json.loads(fields[8])
                 if run.get("redis_cpu_us", 0) < 0:  # not measured (PING runs)
                     run["redis_cpu_us"] = None
                 problems = []
@@ -319,6 +320,7 @@ def read_pipelining(raw):
                     problems.append(f"admitted {run['admitted']:.4f} < 1")
                 run["invalid"] = "; ".join(problems) or None
             run["round"], run["load"] = rnd, load
+            run["others_cores"] = max(0.0, busy - own - redis_s) / wall if wall > 0 else None
             runs.setdefault(goal, {}).setdefault(who, []).append(run)
     return runs
 
@@ -342,6 +344,8 @@ def pipelining_section(raw, meta):
         w("")
         return md, None
     rounds = meta.get("pipelining_rounds", "?")
+    others = [r["others_cores"] for by in runs.values() for rs in by.values() for r in rs
+              if r.get("others_cores") is not None]
     loads = [meta[k] for k in sorted((k for k in meta if k.startswith("load_pipelining_round")),
                                      key=lambda k: int(k[len("load_pipelining_round"):]))]
     w(f"`bench/pipelining_bench` (the library, Release) and `redis-benchmark` on one throwaway "
@@ -353,9 +357,12 @@ def pipelining_section(raw, meta):
       f"writes on both sides. {rounds} rounds; in each, every contestant runs once, in an order "
       f"rotated by one per round, after a FLUSHALL; figures are median [min–max] over the rounds, "
       f"and a ratio is the median [min–max] of the rounds' own ratios (runs seconds apart share "
-      f"the machine's state). Load average (1/5/15 min) at the start "
-      f"{meta.get('load_pipelining_start', '?')}, at each round {'; '.join(loads) or '?'}, at "
-      f"the end {meta.get('load_pipelining_end', '?')}. Library runs: a warm-up of a tenth of "
+      f"the machine's state). Other work on the machine during the runs (its busy CPU from "
+      f"/proc/stat, hypervisor steal included, less the contestant's and redis-server's own): "
+      f"{spread(others)} cores, per contestant in the table below (the load average, "
+      f"{meta.get('load_pipelining_start', '?')} at the start, {'; '.join(loads) or '?'} at each "
+      f"round, {meta.get('load_pipelining_end', '?')} at the end, counts the benchmark's own "
+      f"threads: 32 in goal 1). Library runs: a warm-up of a tenth of "
       f"the decisions first (connections, script), not counted; redis-benchmark counts from its "
       f"first call. Equal work in flight: goal 1, 32 threads each looping a blocking "
       f"`try_acquire`; goal 2, one thread keeping exactly 64 `try_acquire_async` in flight (it "
@@ -426,8 +433,8 @@ def pipelining_section(raw, meta):
       "I/O thread and the rest of the process) and redis-server (INFO cpu, user + sys).")
     w("")
     w("| goal | contestant | decisions/s | p50 µs | p99 µs | client CPU µs/decision | of which "
-      "calling threads / I/O thread | Redis CPU µs/decision | degraded or failed |")
-    w("|---|---|---:|---:|---:|---:|---|---:|---:|")
+      "calling threads / I/O thread | Redis CPU µs/decision | other work, cores | degraded or failed |")
+    w("|---|---|---:|---:|---:|---:|---|---:|---:|---:|")
     order = CONTESTANT_ORDER
     for goal in sorted(runs):
         for who in sorted(runs[goal], key=lambda x: order.index(x) if x in order else 9):
@@ -448,7 +455,8 @@ def pipelining_section(raw, meta):
             w(f"| {goal} | {label} | {spread(values(goal, who, 'per_second'))} | "
               f"{spread(values(goal, who, 'p50_us'))} | {spread(values(goal, who, 'p99_us'))} | "
               f"{spread(values(goal, who, 'client_cpu_us'))} | {split} | "
-              f"{spread(values(goal, who, 'redis_cpu_us'))} | {bad} |")
+              f"{spread(values(goal, who, 'redis_cpu_us'))} | "
+              f"{spread(values(goal, who, 'others_cores'))} | {bad} |")
     w("")
 
     if any("before" in runs.get(g, {}) for g in runs):
