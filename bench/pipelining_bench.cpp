@@ -12,10 +12,11 @@
 ///   pipelining_bench --port P --mode chain --window W --decisions N
 ///       The same W in flight, each completion submitting the next one itself, on the I/O
 ///       thread (goal 2 without the caller's hand-off).
-///   pipelining_bench --port P --mode ping|ping-handoff --decisions N
-///       PING round trips made by the calling thread, or through a thread as the I/O thread
-///       makes them (see run_ping): what the two thread hand-offs of a blocking decision cost
-///       alone, the part of goal 3's latency a client doing its own I/O does not pay.
+///   pipelining_bench --port P --mode ping|ping-handoff|evalsha --decisions N
+///       No library (see run_direct): PING round trips made by the calling thread, or through a
+///       thread as the I/O thread makes them (what the two thread hand-offs of a blocking
+///       decision cost alone); the captured EVALSHA one at a time on plain hiredis (goal 3's
+///       reference to the nanosecond).
 ///   pipelining_bench --port P --capture
 ///       The EVALSHA command the library sends, one argument per line (read with MONITOR), for
 ///       a client key spelled `client-__rand_int__`: redis-benchmark sends it with its own keys.
@@ -80,11 +81,12 @@ struct Args {
 };
 
 [[noreturn]] void usage(const std::string& why) {
-  std::cerr << "pipelining_bench: " << why
-            << "\nusage: pipelining_bench --port P [--host H] [--capture | --mode "
-               "blocking|window|chain|ping|ping-handoff] [--threads T] [--window W] [--decisions "
-               "N] [--warmup N] "
-               "[--pool S]\n";
+  std::cerr
+      << "pipelining_bench: " << why
+      << "\nusage: pipelining_bench --port P [--host H] [--capture | --mode "
+         "blocking|window|chain|ping|ping-handoff|evalsha] [--threads T] [--window W] [--decisions "
+         "N] [--warmup N] "
+         "[--pool S]\n";
   std::exit(2);
 }
 
@@ -388,70 +390,6 @@ Result run_async(L& limiter, bool chain, int window, std::int64_t n, unsigned se
   }
 }
 
-/// One PING round trip to Redis per iteration, on a plain hiredis connection: made by the
-/// calling thread itself (`via_thread` false: a client doing its own I/O, as redis-benchmark
-/// and the blocking-pool design do), or handed to a thread asleep in ppoll through an eventfd,
-/// which makes the round trip and wakes the caller waiting on an atomic (`via_thread`: the two
-/// hand-offs of a blocking decision through the storage's I/O thread, with nothing else of the
-/// library). The difference of the two p50s is what the hand-offs cost one decision at a time.
-Result run_ping(const Args& a, bool via_thread, std::int64_t n) {
-  Admin conn(a);
-  const auto ping = [&] {
-    auto* r = static_cast<redisReply*>(redisCommand(conn.c, "PING"));
-    if (r == nullptr) {
-      std::cerr << "pipelining_bench: PING failed\n";
-      std::exit(1);
-    }
-    freeReplyObject(r);
-  };
-  const int fd = ::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
-  if (fd < 0) {
-    std::cerr << "pipelining_bench: eventfd failed\n";
-    std::exit(1);
-  }
-  std::atomic<int> answered{0};
-  std::atomic<bool> stop{false};
-  std::thread helper([&] {
-    pollfd p{fd, POLLIN, 0};
-    while (!stop.load(std::memory_order_acquire)) {
-      if (::ppoll(&p, 1, nullptr, nullptr) <= 0) continue;
-      std::uint64_t count = 0;
-      if (::read(fd, &count, sizeof count) != static_cast<ssize_t>(sizeof count)) continue;
-      if (stop.load(std::memory_order_acquire)) break;
-      ping();
-      answered.store(1, std::memory_order_release);
-      answered.notify_one();
-    }
-  });
-  Result res;
-  res.latency_ns.reserve(static_cast<std::size_t>(n));
-  const std::uint64_t one = 1;
-  const double process0 = cpu_seconds(CLOCK_PROCESS_CPUTIME_ID);
-  const double caller0 = cpu_seconds(CLOCK_THREAD_CPUTIME_ID);
-  const auto start = Clock::now();
-  for (std::int64_t i = 0; i < n; ++i) {
-    const auto t0 = Clock::now();
-    if (via_thread) {
-      if (::write(fd, &one, sizeof one) != static_cast<ssize_t>(sizeof one)) break;
-      answered.wait(0, std::memory_order_acquire);
-      answered.store(0, std::memory_order_relaxed);
-    } else {
-      ping();
-    }
-    res.latency_ns.push_back(ns_since(t0));
-  }
-  res.seconds = std::chrono::duration<double>(Clock::now() - start).count();
-  res.caller_cpu = cpu_seconds(CLOCK_THREAD_CPUTIME_ID) - caller0;
-  res.process_cpu = cpu_seconds(CLOCK_PROCESS_CPUTIME_ID) - process0;
-  stop.store(true, std::memory_order_release);
-  [[maybe_unused]] const auto w = ::write(fd, &one, sizeof one);
-  helper.join();
-  ::close(fd);
-  res.decisions = static_cast<std::int64_t>(res.latency_ns.size());
-  res.admitted = res.decisions;
-  return res;
-}
-
 /// Prints one run as a JSON object (see the file comment); `redis_cpu_us` < 0: not measured.
 void print(const Args& a, std::size_t pool, Result& r, double redis_cpu_us,
            std::uint64_t degraded) {
@@ -521,8 +459,13 @@ std::vector<std::string> monitor_args(std::string_view line) {
   return out;
 }
 
-/// Prints the EVALSHA the library sends for `client-__rand_int__`, one argument per line.
-int capture(const Args& a) {
+/// The EVALSHA the library sends for the client key `client-__rand_int__`, read with MONITOR
+/// (exits on failure).
+std::vector<std::string> captured_command(const Args& a) {
+  const auto fail = [](const char* why) {
+    std::cerr << "pipelining_bench: " << why << "\n";
+    std::exit(1);
+  };
   RedisStorage storage(options_for(a));
   Limiter limiter = make_limiter(storage);
   const std::string key = "client-__rand_int__";
@@ -531,10 +474,9 @@ int capture(const Args& a) {
   timeval timeout{5, 0};
   redisSetTimeout(monitor.c, timeout);
   auto* ok = static_cast<redisReply*>(redisCommand(monitor.c, "MONITOR"));
-  if (ok == nullptr) return std::cerr << "pipelining_bench: MONITOR failed\n", 1;
+  if (ok == nullptr) fail("MONITOR failed");
   freeReplyObject(ok);
-  const ratelimit::Decision d = limiter.try_acquire(key);
-  if (d.degraded) return std::cerr << "pipelining_bench: the decision was degraded\n", 1;
+  if (limiter.try_acquire(key).degraded) fail("the decision was degraded");
   for (int lines = 0; lines < 100; ++lines) {
     void* raw = nullptr;
     if (redisGetReply(monitor.c, &raw) != REDIS_OK || raw == nullptr) break;
@@ -544,28 +486,116 @@ int capture(const Args& a) {
       args = monitor_args(std::string_view(r->str, r->len));
     freeReplyObject(r);
     if (args.empty() || (args[0] != "EVALSHA" && args[0] != "evalsha")) continue;
-    for (const auto& arg : args) {
-      if (arg.find('\n') != std::string::npos)
-        return std::cerr << "pipelining_bench: an argument holds a newline\n", 1;
-    }
+    for (const auto& arg : args)
+      if (arg.find('\n') != std::string::npos) fail("an argument holds a newline");
     if (args.size() < 4 || args[3].find("__rand_int__") == std::string::npos)
-      return std::cerr << "pipelining_bench: no client key in the captured command\n", 1;
-    for (const auto& arg : args) std::cout << arg << "\n";
-    return 0;
+      fail("no client key in the captured command");
+    return args;
   }
-  std::cerr << "pipelining_bench: MONITOR showed no EVALSHA\n";
-  return 1;
+  fail("MONITOR showed no EVALSHA");
+  return {};
+}
+
+/// One round trip to Redis per iteration on a plain hiredis connection, no library: `command`
+/// (the captured EVALSHA, its `__rand_int__` replaced by the run's keys) or PING when null.
+/// Made by the calling thread itself (`via_thread` false: a client doing its own I/O, as
+/// redis-benchmark and the blocking-pool design do), or handed to a thread asleep in ppoll
+/// through an eventfd, which makes the round trip and wakes the caller waiting on an atomic
+/// (`via_thread`: the two hand-offs of a blocking decision through the storage's I/O thread,
+/// with nothing else of the library). PING through a thread and directly: what the hand-offs
+/// cost one decision at a time. EVALSHA directly: redis-benchmark's `-c 1 -P 1` measured to the
+/// nanosecond (redis-benchmark's own latencies come in 8 µs buckets).
+Result run_direct(const Args& a, bool via_thread, const std::vector<std::string>* command,
+                  std::int64_t n, unsigned seed) {
+  Admin conn(a);
+  std::vector<std::string> args = command ? *command : std::vector<std::string>{"PING"};
+  std::vector<const char*> argv;
+  std::vector<std::size_t> lens;
+  for (const auto& arg : args) {
+    argv.push_back(arg.data());
+    lens.push_back(arg.size());
+  }
+  const auto marker = command ? args[3].find("__rand_int__") : std::string::npos;
+  const auto draw = draw_keys(n, seed);
+  std::int64_t next = 0;
+  const auto call = [&] {
+    if (marker != std::string::npos) {  // the next key, in redis-benchmark's 12-digit form
+      char digits[16];
+      std::snprintf(digits, sizeof digits, "%012u",
+                    static_cast<unsigned>(draw[static_cast<std::size_t>(next++)]));
+      std::memcpy(args[3].data() + marker, digits, 12);
+    }
+    auto* r = static_cast<redisReply*>(
+        redisCommandArgv(conn.c, static_cast<int>(argv.size()), argv.data(), lens.data()));
+    if (r == nullptr || r->type == REDIS_REPLY_ERROR) {
+      std::cerr << "pipelining_bench: " << args[0] << " failed\n";
+      std::exit(1);
+    }
+    freeReplyObject(r);
+  };
+  const int fd = ::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+  if (fd < 0) {
+    std::cerr << "pipelining_bench: eventfd failed\n";
+    std::exit(1);
+  }
+  std::atomic<int> answered{0};
+  std::atomic<bool> stop{false};
+  std::thread helper([&] {
+    pollfd p{fd, POLLIN, 0};
+    while (!stop.load(std::memory_order_acquire)) {
+      if (::ppoll(&p, 1, nullptr, nullptr) <= 0) continue;
+      std::uint64_t count = 0;
+      if (::read(fd, &count, sizeof count) != static_cast<ssize_t>(sizeof count)) continue;
+      if (stop.load(std::memory_order_acquire)) break;
+      call();
+      answered.store(1, std::memory_order_release);
+      answered.notify_one();
+    }
+  });
+  Result res;
+  res.latency_ns.reserve(static_cast<std::size_t>(n));
+  const std::uint64_t one = 1;
+  const double process0 = cpu_seconds(CLOCK_PROCESS_CPUTIME_ID);
+  const double caller0 = cpu_seconds(CLOCK_THREAD_CPUTIME_ID);
+  const auto start = Clock::now();
+  for (std::int64_t i = 0; i < n; ++i) {
+    const auto t0 = Clock::now();
+    if (via_thread) {
+      if (::write(fd, &one, sizeof one) != static_cast<ssize_t>(sizeof one)) break;
+      answered.wait(0, std::memory_order_acquire);
+      answered.store(0, std::memory_order_relaxed);
+    } else {
+      call();
+    }
+    res.latency_ns.push_back(ns_since(t0));
+  }
+  res.seconds = std::chrono::duration<double>(Clock::now() - start).count();
+  res.caller_cpu = cpu_seconds(CLOCK_THREAD_CPUTIME_ID) - caller0;
+  res.process_cpu = cpu_seconds(CLOCK_PROCESS_CPUTIME_ID) - process0;
+  stop.store(true, std::memory_order_release);
+  [[maybe_unused]] const auto w = ::write(fd, &one, sizeof one);
+  helper.join();
+  ::close(fd);
+  res.decisions = static_cast<std::int64_t>(res.latency_ns.size());
+  res.admitted = res.decisions;
+  return res;
 }
 
 }  // namespace
 
 int main(int argc, char** argv) {
   Args a = parse(argc, argv);
-  if (a.capture) return capture(a);
-  if (a.mode == "ping" || a.mode == "ping-handoff") {
+  if (a.capture) {
+    for (const auto& arg : captured_command(a)) std::cout << arg << "\n";
+    return 0;
+  }
+  if (a.mode == "ping" || a.mode == "ping-handoff" || a.mode == "evalsha") {
     const bool via_thread = a.mode == "ping-handoff";
-    (void)run_ping(a, via_thread, a.warmup);
-    Result r = run_ping(a, via_thread, a.decisions);
+    std::vector<std::string> command;
+    if (a.mode == "evalsha") command = captured_command(a);
+    const auto* cmd = command.empty() ? nullptr : &command;
+    (void)run_direct(a, via_thread, cmd, a.warmup, 1);
+    Result r = run_direct(a, via_thread, cmd, a.decisions, 2);
     print(a, 0, r, -1.0, 0);
     return r.decisions == a.decisions ? 0 : 1;
   }
