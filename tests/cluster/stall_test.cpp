@@ -21,6 +21,7 @@
 
 #include "cluster_admin.hpp"
 #include "redis/listener.hpp"
+#include "redis/traffic.hpp"
 #include "support/cluster_backend.hpp"
 
 using namespace std::chrono_literals;
@@ -40,45 +41,12 @@ ratelimit::RedisClusterOptions stalled_options(const char* tag) {
   return o;
 }
 
-struct Tally {
-  std::chrono::nanoseconds worst{0};
-  std::int64_t decisions = 0;
-  std::int64_t degraded = 0;
-};
+using rltest::ms;
 
-/// 8 threads decide distinct keys, 1 ms apart, for `duration` (see tests/redis/deadline_test).
+/// 8 threads deciding, 1 ms apart (tests/redis/traffic.hpp).
 template <class F>
-Tally hammer(std::chrono::milliseconds duration, F decide) {
-  std::atomic<bool> stop{false};
-  std::vector<Tally> per(8);
-  std::vector<std::thread> pool;
-  for (int t = 0; t < 8; ++t)
-    pool.emplace_back([&, t] {
-      Tally& mine = per[static_cast<std::size_t>(t)];
-      for (int i = 0; !stop.load(); ++i) {
-        const auto t0 = std::chrono::steady_clock::now();
-        const bool degraded = decide(t, i);
-        mine.worst =
-            std::max<std::chrono::nanoseconds>(mine.worst, std::chrono::steady_clock::now() - t0);
-        ++mine.decisions;
-        mine.degraded += degraded ? 1 : 0;
-        std::this_thread::sleep_for(1ms);
-      }
-    });
-  std::this_thread::sleep_for(duration);
-  stop = true;
-  for (auto& th : pool) th.join();
-  Tally all;
-  for (const auto& m : per) {
-    all.worst = std::max(all.worst, m.worst);
-    all.decisions += m.decisions;
-    all.degraded += m.degraded;
-  }
-  return all;
-}
-
-double ms(std::chrono::nanoseconds d) {
-  return std::chrono::duration<double, std::milli>(d).count();
+rltest::Tally hammer(std::chrono::milliseconds duration, F decide) {
+  return rltest::hammer(8, duration, decide);
 }
 
 /// The first decision of `key` that Redis makes (not degraded); polls for up to 10 s.
