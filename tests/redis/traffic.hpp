@@ -22,7 +22,7 @@ struct Tally {
 /// `threads` threads call `decide(thread, i)` (which returns true if degraded), 1 ms apart,
 /// for `duration`; the longest single call and the counts.
 template <class F>
- Tally hammer(int threads, std::chrono::milliseconds duration, F decide) {
+Tally hammer(int threads, std::chrono::milliseconds duration, F decide) {
   std::atomic<bool> stop{false};
   std::vector<Tally> per(static_cast<std::size_t>(threads));
   std::vector<std::thread> pool;
