@@ -22,7 +22,8 @@
 --          ms | a new entry's TTL, ms: ceil(W / 1 ms) + 1
 -- Returns  { admitted (0|1), decision time (us), live units before the decision, newest entry's
 --          time (us, -1 if none), the time of the (live + n - N)-th oldest unit (us, -1 unless
---          that is what a denial waits for) }
+--          that is what a denial waits for), the oldest live entry's time (us, -1 unless the
+--          target was sought: a cache of the denial stays exact until that entry leaves) }
 -- TTL      until the newest entry leaves the window.
 
 local function units(member)
@@ -52,13 +53,14 @@ local function decide(key, A, o)
   local n, limit = tonumber(A[o + 3]), tonumber(A[o + 4])
   local to_drop = live + n - limit
   local admitted = n <= limit and to_drop <= 0
-  local target = -1
+  local target, first_live = -1, -1
   if n <= limit and to_drop > 0 then
     -- Past the header and the expired entries, the oldest live units first.
     local seen, start = 0, 1 + #expired
     while target < 0 do
       local page = redis.call('ZRANGE', key, start, start + 127, 'WITHSCORES')
       if #page == 0 then break end
+      if first_live < 0 and page[2] then first_live = tonumber(page[2]) end
       for i = 1, #page, 2 do
         seen = seen + units(page[i])
         if seen >= to_drop then
@@ -69,7 +71,7 @@ local function decide(key, A, o)
       start = start + 128
     end
   end
-  local r = { admitted and 1 or 0, t, live, live > 0 and newest or -1, target }
+  local r = { admitted and 1 or 0, t, live, live > 0 and newest or -1, target, first_live }
   -- For write; not part of the reply (only the array part is returned).
   r.header, r.cut, r.expired, r.oldest, r.newest, r.newest_units =
     head[1], cut, #expired, oldest, newest, newest_units

@@ -3,6 +3,8 @@
 // with two threads, hammer one key with time frozen; together they must admit exactly the
 // limit, for every algorithm. Then two limiter instances in separate processes walk the same
 // run of time and must never exceed the shared limit.
+#include <pthread.h>
+#include <sys/mman.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -165,4 +167,77 @@ TEST_CASE("Two limiter instances in separate processes never exceed the shared l
     CHECK(nb >= 0);
     CHECK(na + nb == 30);
   }
+}
+
+TEST_CASE("Two instances with over-limit caches never deny what Redis alone would admit",
+          "[redis][concurrent][hot_keys]") {
+  // Issue 14. Two processes, each with the cache on, share one key; they step the same time line
+  // together (a process-shared barrier per step, both stamping the step's time), so Redis never
+  // decides a request at a later time than its own. Whenever a process's decision comes from
+  // its cache, it asks Redis alone (a storage without a cache, same keys) the same request as a
+  // dry run at the same instant: Redis must deny it too. Cached states are older than Redis's,
+  // which only holds more spending, so a denial from the cache that Redis would not give means
+  // the cache answered past the instant Redis alone would first have admitted.
+  auto* shared = static_cast<pthread_barrier_t*>(::mmap(nullptr, sizeof(pthread_barrier_t),
+                                                        PROT_READ | PROT_WRITE,
+                                                        MAP_SHARED | MAP_ANONYMOUS, -1, 0));
+  REQUIRE(shared != MAP_FAILED);
+  pthread_barrierattr_t attr;
+  ::pthread_barrierattr_init(&attr);
+  ::pthread_barrierattr_setpshared(&attr, PTHREAD_PROCESS_SHARED);
+  REQUIRE(::pthread_barrier_init(shared, &attr, 2) == 0);
+  constexpr int steps = 300, per_step = 12;
+  const auto run = [&]<class Algo>(const Shape& shape, std::string tag) {
+    auto options = rltest::test_redis_options(tag);
+    return spawn([&, options, shape]() -> std::int64_t {
+      auto cached_options = options;
+      cached_options.over_limit_cache.enabled = true;
+      RedisStorage cached(cached_options), alone(options);
+      ManualClock clock;
+      auto limiter = Algo::make(shape, cached, clock), plain = Algo::make(shape, alone, clock);
+      std::int64_t hits = 0, wrong = 0;
+      bool failed = false;
+      // Every step meets the barrier, even after a failure: the other process waits there.
+      for (int s = 0; s < steps; ++s) {
+        ::pthread_barrier_wait(shared);
+        if (failed) continue;
+        try {
+          clock.set(std::chrono::milliseconds{10 * s});
+          for (int i = 0; i < per_step; ++i) {
+            // Mostly 1 (the sliding log's cache answers only its denial's cost), some 3.
+            const std::int64_t cost = i % 4 == 3 ? 3 : 1;
+            const auto before = cached.stats().cache_hits;
+            const ratelimit::Decision d = limiter.try_acquire("hot", cost);
+            failed = failed || d.degraded;
+            if (cached.stats().cache_hits == before) continue;
+            ++hits;
+            const ratelimit::Operation dry{cost, true, ratelimit::Decision::never};
+            if (plain.binding().apply("hot", clock.now(), dry).allowed) ++wrong;
+          }
+        } catch (...) {
+          failed = true;
+        }
+      }
+      if (failed) return -1'000'000;
+      return wrong > 0 ? -wrong : hits;
+    });
+  };
+  const auto both = [&]<class Algo>(const Shape& shape) {
+    INFO("algorithm: " << Algo::name);
+    const std::string tag = "two-caches-" + std::string(Algo::Model::Wire::key_tag);
+    const auto a = run.template operator()<Algo>(shape, tag);
+    const auto b = run.template operator()<Algo>(shape, tag);
+    const auto ha = collect(a), hb = collect(b);
+    CHECK(ha > 0);  // > 0: answers came from the cache, and Redis denied each of them too
+    CHECK(hb > 0);
+  };
+  // 10 per second over 3 s of 10 ms steps, 24 requests of cost 1 or 3 per step: over the limit
+  // almost always, with refills (or window ends) every few steps.
+  both.template operator()<rltest::TokenBucketAlgo>({10, ratelimit::per_second(10)});
+  both.template operator()<rltest::LeakyBucketAlgo>({10, ratelimit::per_second(10)});
+  both.template operator()<rltest::FixedWindowAlgo>({10, ratelimit::per_second(10)});
+  both.template operator()<rltest::SlidingLogAlgo>({10, ratelimit::per_second(10)});
+  both.template operator()<rltest::SlidingCounterAlgo>({10, ratelimit::per_second(10)});
+  ::pthread_barrier_destroy(shared);
+  ::munmap(shared, sizeof(pthread_barrier_t));
 }

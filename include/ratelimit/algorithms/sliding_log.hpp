@@ -132,15 +132,18 @@ struct SlidingLogModel {
       out.push_back(margin_ms);
       out.push_back(f.ttl_ms);
     }
-    /// Reply: {admitted, t_us, live, newest_us, target_us}. The model is evaluated on the
-    /// smallest log that decides alike: the unit a denial waits for, then the newest entry.
-    static std::optional<Decision> decode(const Params& p, std::span<const detail::i128> r,
-                                          const Operation& op) {
-      const auto admitted = detail::wire_reply_admitted(r, 0);
+    /// Reply: {admitted, t_us, live, newest_us, target_us, oldest_us}. The state is the smallest
+    /// log that decides `op`'s cost alike: the unit a denial waits for, then the newest entry.
+    /// Exact for that cost only, and only until the oldest live entry leaves the window (the
+    /// log's count is constant until then; see WireState).
+    static std::optional<WireState<State>> state(const Params& p, std::span<const detail::i128> r,
+                                                 const Operation& op) {
       const auto t = detail::wire_reply_time_ns(r, 1);
-      if (!admitted || !t || r.size() < 5 || r[2] < 0 || r[2] > p.limit) return std::nullopt;
+      if (!t || r.size() < 5 || r[2] < 0 || r[2] > p.limit) return std::nullopt;
       const detail::i128 newest = r[3], target = r[4];
-      State s;
+      WireState<State> w{State{}, std::chrono::nanoseconds{*t}, false,
+                         std::chrono::nanoseconds{*t}};
+      State& s = w.state;
       s.last = *t;
       const auto units = static_cast<std::int64_t>(r[2]);
       if (units > 0) {
@@ -152,11 +155,23 @@ struct SlidingLogModel {
           if (target < 0 || target > newest) return std::nullopt;
           s.entries.push_back({static_cast<std::int64_t>(target * 1000), to_drop});
           if (units > to_drop) s.entries.push_back({newest_ns, units - to_drop});
+          // An entry at e is live at t iff e + W > t (in ns: e * 1000 + W).
+          if (r.size() >= 6 && r[5] >= 0 && r[5] <= target)
+            w.until = std::chrono::nanoseconds{static_cast<std::int64_t>(r[5] * 1000) + p.window};
         } else {
           s.entries.push_back({newest_ns, units});
         }
       }
-      const Decision d = SlidingLogModel::apply(p, s, std::chrono::nanoseconds{*t}, op);
+      return w;
+    }
+
+    /// The model evaluated on that state.
+    static std::optional<Decision> decode(const Params& p, std::span<const detail::i128> r,
+                                          const Operation& op) {
+      const auto admitted = detail::wire_reply_admitted(r, 0);
+      auto w = state(p, r, op);
+      if (!admitted || !w) return std::nullopt;
+      const Decision d = SlidingLogModel::apply(p, w->state, w->time, op);
       if (d.allowed != *admitted) return std::nullopt;
       return d;
     }

@@ -43,6 +43,9 @@ namespace ratelimit {
 ///   nullopt if the reply cannot come from the script (a protocol error).
 /// - `fallback(params, divisor)`: a per-instance share of the limit for `local_fallback`.
 /// `M::wire_id` (1..255) identifies the algorithm inside a composed script; unique per registry.
+/// Optional (`StateWire`): `state(params, reply, op)`, the key's state the reply describes, which
+/// lets a storage remember a denial exactly (the over-limit cache,
+/// redis/detail/over_limit_cache.hpp).
 template <class M>
 concept WireModel = Model<M> &&
     requires(const typename M::Params& p, const Operation& op, std::string now_us,
@@ -56,6 +59,30 @@ concept WireModel = Model<M> &&
   M::Wire::args(std::declval<const typename M::Wire::BoundArgs&>(), p, now_us, op, margin, out);
   { M::Wire::decode(p, reply, op) } -> std::same_as<std::optional<Decision>>;
   { M::Wire::fallback(p, std::int64_t{1}) } -> std::same_as<typename M::Params>;
+};
+
+/// What a script's reply says about the key's state, for a storage that answers later requests
+/// from it (the over-limit cache). Exact: for the operations it covers, until `until`,
+/// `M::apply(params, copy of state, t, op)` at any t >= `time` decides exactly as the script would
+/// on the key as it was, had nothing else happened to the key since.
+/// Thread safety: a plain value.
+template <class S>
+struct WireState {
+  S state;                        ///< the state the script decided on, or one deciding alike
+  std::chrono::nanoseconds time;  ///< the decision time (the reply's, ns)
+  /// true: `state` is the key's whole state, good for any operation; false: only for one of the
+  /// reply's cost (the sliding log rebuilds the smallest log that decides that cost alike).
+  bool any_cost = true;
+  /// Decisions from `state` are exact only before this time (ns).
+  std::chrono::nanoseconds until = std::chrono::nanoseconds::max();
+};
+
+/// A wire that can also say what state its reply describes (see `WireState`).
+template <class M>
+concept StateWire = WireModel<M> &&
+    requires(const typename M::Params& p, std::span<const detail::i128> reply,
+             const Operation& op) {
+  { M::Wire::state(p, reply, op) } -> std::same_as<std::optional<WireState<typename M::State>>>;
 };
 
 namespace detail {

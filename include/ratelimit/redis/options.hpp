@@ -70,6 +70,30 @@ struct RedisStats {
   std::uint64_t overloaded = 0;          ///< decisions degraded at once by `max_in_flight`
   std::uint64_t in_flight = 0;           ///< decisions waiting on Redis right now
   bool circuit_open = false;             ///< Redis is currently being avoided
+  std::uint64_t cache_hits = 0;     ///< denials answered by the over-limit cache (Redis not asked)
+  std::uint64_t cache_entries = 0;  ///< keys the over-limit cache holds now
+  std::uint64_t pre_limited = 0;    ///< decisions denied by the local pre-limit (Redis not asked)
+};
+
+/// The over-limit cache (docs/redis.md, "Hot keys"): once Redis denies a key, this instance
+/// remembers the key's state as Redis reported it and answers that key's next requests itself,
+/// with the model's decision on that state, for as long as it denies them; a request it would
+/// admit goes to Redis (one at a time per key: the others wait for its answer). Exact for one
+/// instance: it denies exactly what Redis would deny had nothing else happened to the key, and
+/// never admits. Other instances' spending only makes Redis deny more; their `reset` of a key
+/// reaches this instance when its cached denial ends (its retry_after) or on
+/// `RedisStorage::clear_over_limit_cache`. Single-key decisions only (`try_acquire`, `peek`,
+/// `acquire`, their non-blocking forms; batches teach it but do not ask it; `decide_all` and rule
+/// sets neither). With TimeSource::redis the cached state's time is Redis's: it is advanced by
+/// this host's steady clock from when the request was sent, plus 1 ms and 0.1 % of the entry's
+/// age for the two clocks' drift, so the cache ends its denials early, never late.
+/// Thread safety: a plain value.
+struct RedisOverLimitCacheOptions {
+  /// Off by default: a reset made through another instance would wait for the entry's end.
+  bool enabled = false;
+  /// Keys held at most, 1..10^8, (client key, limiter) pairs; each costs about 300 bytes plus
+  /// its key. When full, the entry that ends first makes room. Keys over 256 bytes are not held.
+  std::size_t capacity = 65'536;
 };
 
 /// TLS to Redis (OpenSSL). Off unless `enabled`; then the server's certificate is verified
@@ -138,9 +162,19 @@ struct RedisOptions {
   /// `failure_policy` (`overloaded`), so a flood of huge keys while Redis stalls stays bounded.
   std::size_t max_in_flight_bytes = std::size_t{256} << 20;
   FailurePolicy failure_policy = FailurePolicy::fail_open;
-  /// local_fallback: the per-instance limit is the shared one divided by this, at least 1
-  /// (limits, capacities and rates; counts round down to at least 1). 1..10^6.
+  /// The per-instance limit (of local_fallback and of `pre_limit`) is the shared one divided by
+  /// this, at least 1 (limits, capacities and rates; counts round down to at least 1), unless a
+  /// binding is given its own (`RedisStorage::bind(name, params, local)`). 1..10^6.
   std::int64_t fallback_divisor = 1;
+  /// The local pre-limit (docs/redis.md, "Hot keys"): every decision is first dry-run on the
+  /// per-instance limit; a request it denies gets that denial (its limit and times are the
+  /// per-instance limit's) without asking Redis; a request Redis admits also spends the
+  /// per-instance limit, one Redis denies does not. Requests in flight together may pass it by
+  /// their number (it is checked before Redis answers); the shared limit stays exact. For
+  /// single-key decisions and `decide_all` (rule sets), not for batches. Off by default.
+  bool pre_limit = false;
+  /// See `RedisOverLimitCacheOptions`.
+  RedisOverLimitCacheOptions over_limit_cache;
   TimeSource time_source = TimeSource::client;
   /// Added to every key's TTL beyond the time its state stops mattering, so a host whose clock
   /// lags (or a fake clock in tests) never sees state vanish early. 0..366 days.

@@ -40,8 +40,10 @@
 #include "detail/client.hpp"
 #include "detail/decimal.hpp"
 #include "detail/keys.hpp"
+#include "detail/over_limit_cache.hpp"
 #include "detail/script.hpp"
 #include "detail/sentinel_client.hpp"
+#include "detail/waiter.hpp"
 #include "options.hpp"
 
 namespace ratelimit {
@@ -63,6 +65,24 @@ struct RedisPartOps {
                                     const Operation& op);
   Decision (*degrade)(const void* binding, std::string_view key, std::chrono::nanoseconds now,
                       const Operation& op);
+  /// The part's per-instance limit (the pre-limit), if the binding has one.
+  std::optional<InMemoryStorage::Part> (*local)(const void* binding, std::string_view key,
+                                                const Operation& op);
+};
+
+/// What a storage's bindings share besides the client: the over-limit cache and the pre-limit's
+/// counter.
+struct HotKeys {
+  explicit HotKeys(const RedisOptions& o)
+      : cache(o.over_limit_cache.enabled ? o.over_limit_cache.capacity : 0) {}
+  OverLimitCache cache;
+  std::atomic<std::uint64_t> pre_limited{0};
+};
+
+/// How a request went to Redis, for what its reply teaches the over-limit cache.
+struct Sent {
+  bool probe = false;      ///< it was its key's probe (see OverLimitCache::lookup)
+  std::int64_t at_ns = 0;  ///< steady clock when it was sent (TimeSource::redis)
 };
 }  // namespace detail
 
@@ -88,42 +108,77 @@ class RedisBinding {
   using Model = M;
 
   /// Decides `key` at `now` (rounded down to a whole us; with TimeSource::redis, Redis's clock).
+  /// With the pre-limit or the over-limit cache on (RedisOptions), a denial may come from them
+  /// without asking Redis.
   Decision apply(std::string_view key, std::chrono::nanoseconds now, const Operation& op) const {
     detail::check_cost(op.cost);
+    Decision d{};
+    if (pre_limited(key, now, op, d)) return d;
+    detail::Sent sent;
+    if (caching()) {
+      for (;;) {
+        std::shared_ptr<detail::OneShot> woken;
+        const auto make_waiter = [&]() -> std::function<void()> {
+          if (detail::on_io_thread) return {};  // must not wait there: ask Redis
+          woken = std::make_shared<detail::OneShot>();
+          return [woken] { woken->notify(); };
+        };
+        const auto found = lookup(key, now, op, d, make_waiter);
+        if (found == detail::OverLimitCache::Found::hit) return d;
+        if (found != detail::OverLimitCache::Found::wait) {
+          sent.probe = found == detail::OverLimitCache::Found::probe;
+          break;
+        }
+        woken->wait();  // another request is asking Redis for this key: then look again
+      }
+      sent.at_ns = steady_ns();
+    }
+    detail::ProbeGuard guard(sent.probe ? &hot_->cache : nullptr, cache_key(key));
     const auto deadline = client_->deadline_from_now();
     std::vector<detail::RedisCall> calls;
     calls.push_back(call(key, now, op));
     auto results = client_->execute(std::move(calls), deadline);
-    return finish(results.front(), key, now, op);
+    guard.dismiss();
+    return finish(results.front(), key, now, op, sent);
   }
 
   /// `apply` without blocking: `done(Decision)` is called exactly once, on the storage's I/O
-  /// thread, or before this returns when Redis is not tried (see core/completion.hpp).
-  /// The key is copied. Throws `std::invalid_argument` for cost < 1 (and never calls `done`).
+  /// thread, or before this returns when Redis is not asked (see core/completion.hpp; from a
+  /// completion, on the I/O thread's next turn). The key is copied. Throws
+  /// `std::invalid_argument` for cost < 1 (and never calls `done`).
   void apply_async(std::string_view key, std::chrono::nanoseconds now, const Operation& op,
                    Completion<Decision> done) const {
     detail::check_cost(op.cost);
-    const auto deadline = client_->deadline_from_now();
-    std::vector<detail::RedisCall> calls;
-    calls.push_back(call(key, now, op));
-    client_->execute_async(std::move(calls), deadline,
-                           [self = *this, k = std::string(key), now, op,
-                            done = std::move(done)](std::vector<detail::RedisResult>&& r) {
-                             Decision d = self.finish(r.front(), k, now, op);
-                             detail::complete_safely(done, std::move(d));
-                           });
+    if (detail::on_io_thread && (caching() || fallback_ready_for_pre_limit())) {
+      // From a completion: the cache or pre-limit would complete inline; a chain of such
+      // decisions must not nest one stack frame per decision.
+      client_->post([self = *this, k = std::string(key), now, op, done = std::move(done)] {
+        self.apply_async_now(k, now, op, done);
+      });
+      return;
+    }
+    apply_async_now(key, now, op, std::move(done));
   }
 
   /// Deletes `key`'s state (DEL of all its Redis keys) and its local fallback state. A failure
   /// is reported (on_failure, counters) but not thrown.
   void reset(std::string_view key) const {
     if (fallback_) fallback_->reset(key);
+    if (caching()) hot_->cache.forget(cache_key(key));
     detail::RedisCall del;
     del.argv.emplace_back("DEL");
     del.argv.push_back(redis_key_of(key, {}));
     del.keys.push_back(del.argv[1]);
     std::vector<detail::RedisCall> calls{std::move(del)};
     (void)client_->execute(std::move(calls), client_->deadline_from_now());
+    // Again: a decision in flight during the DEL may have brought the old state back.
+    if (caching()) hot_->cache.forget(cache_key(key));
+  }
+
+  /// Forgets what the over-limit cache holds for `key` (for this binding's limiter): its next
+  /// request asks Redis. For a reset or a limit raised through another instance.
+  void clear_over_limit_cache(std::string_view key) const {
+    if (caching()) hot_->cache.forget(cache_key(key));
   }
 
   /// The part of an all-or-nothing decision (`RedisStorage::decide_all`). `tag`: the Redis hash
@@ -148,14 +203,16 @@ class RedisBinding {
   friend class RedisStorage;
   friend class RedisBatch;
 
-  RedisBinding(std::shared_ptr<detail::RedisClient> client, InMemoryStorage fallback_storage,
-               std::string_view name, const typename M::Params& params,
-               const std::optional<typename M::Params>& local)
+  RedisBinding(std::shared_ptr<detail::RedisClient> client, std::shared_ptr<detail::HotKeys> hot,
+               InMemoryStorage fallback_storage, std::string_view name,
+               const typename M::Params& params, const std::optional<typename M::Params>& local)
       : client_(std::move(client)),
+        hot_(std::move(hot)),
         params_(params),
         bound_args_(M::Wire::bound_args(params)),
         tail_(detail::redis_key_tail(M::Wire::key_tag, name)) {
-    if (client_->options().failure_policy == FailurePolicy::local_fallback)
+    if (client_->options().failure_policy == FailurePolicy::local_fallback ||
+        client_->options().pre_limit)
       fallback_.emplace(fallback_storage.template bind<M>(
           name, local ? *local : M::Wire::fallback(params, client_->options().fallback_divisor)));
   }
@@ -192,18 +249,185 @@ class RedisBinding {
   }
 
   Decision finish(detail::RedisResult& r, std::string_view key, std::chrono::nanoseconds now,
-                  const Operation& op) const {
+                  const Operation& op, const detail::Sent& sent = {}) const {
+    detail::ProbeGuard guard(sent.probe ? &hot_->cache : nullptr, cache_key(key));
     if (r.failure) return degrade(key, now, op);
-    if (auto d = decode(*r.reply, op)) return *d;
-    client_->report({RedisFailureKind::protocol,
-                     "unexpected reply from the " + std::string(M::name) + " script"});
-    return degrade(key, now, op);
+    const auto ints = detail::reply_ints(*r.reply);
+    std::optional<Decision> d;
+    if (ints) d = M::Wire::decode(params_, *ints, op);
+    if (!d) {
+      client_->report({RedisFailureKind::protocol,
+                       "unexpected reply from the " + std::string(M::name) + " script"});
+      return degrade(key, now, op);
+    }
+    client_->count_decision();
+    if (caching()) {
+      guard.dismiss();
+      learn(key, *ints, op, *d, sent, now);
+    }
+    // The pre-limit spends what Redis admitted (a denial spends nothing of it). Requests in
+    // flight together may find it spent already: Redis has admitted them, so they stand.
+    if (pre_limit_on() && d->allowed && !op.peek) (void)fallback_->apply(key, now, op);
+    return *d;
+  }
+
+  // --- the pre-limit and the over-limit cache (RedisOptions; docs/redis.md "Hot keys") ---
+
+  bool caching() const noexcept {
+    if constexpr (StateWire<M>)
+      return client_->options().over_limit_cache.enabled;
+    else
+      return false;
+  }
+  bool pre_limit_on() const noexcept { return client_->options().pre_limit; }
+  bool fallback_ready_for_pre_limit() const noexcept { return pre_limit_on(); }
+  bool redis_time() const noexcept { return client_->options().time_source == TimeSource::redis; }
+  static std::int64_t steady_ns() noexcept {
+    return std::chrono::duration_cast<std::chrono::nanoseconds>(
+               std::chrono::steady_clock::now().time_since_epoch())
+        .count();
+  }
+  detail::CacheKey cache_key(std::string_view key) const noexcept { return {tail_, key}; }
+
+  /// True, with the pre-limit's denial in `d`, if the per-instance limit denies `op` now.
+  bool pre_limited(std::string_view key, std::chrono::nanoseconds now, const Operation& op,
+                   Decision& d) const {
+    if (!pre_limit_on()) return false;
+    Operation dry = op;
+    dry.peek = true;
+    d = fallback_->apply(key, now, dry);
+    if (d.allowed) return false;
+    hot_->pre_limited.fetch_add(1, std::memory_order_relaxed);
+    return true;
+  }
+
+  /// What the cache holds for one key of this binding: the state Redis reported, on its time.
+  struct Cached final : detail::CachedState {
+    Cached(const typename M::Params& p, const typename M::State& s, std::chrono::nanoseconds t,
+           std::int64_t sent_at, std::int64_t c, bool any, std::chrono::nanoseconds u)
+        : params(p), state(s), time(t), anchor_ns(sent_at), cost(c), any_cost(any), until(u) {}
+    typename M::Params params;  ///< decided with these (a binding with others asks Redis)
+    typename M::State state;
+    std::chrono::nanoseconds time;  ///< the state's time (the client's clock, or Redis's)
+    std::int64_t anchor_ns;         ///< TimeSource::redis: steady clock when it was asked
+    std::int64_t cost;              ///< !any_cost: the only cost `state` decides
+    bool any_cost;
+    std::chrono::nanoseconds until;  ///< `state` decides exactly only before this time
+  };
+
+  /// The earliest Redis time that may be now, for an entry asked at steady `anchor` (sent
+  /// then, so Redis's clock read `time` at or after it): elapsed time plus the drift margin.
+  static std::chrono::nanoseconds redis_now(const Cached& c, std::int64_t steady) noexcept {
+    const std::int64_t age = steady > c.anchor_ns ? steady - c.anchor_ns : 0;
+    return c.time + std::chrono::nanoseconds{age + 1'000'000 + age / 1000};
+  }
+
+  template <class MakeWaiter>
+  detail::OverLimitCache::Found lookup(std::string_view key, std::chrono::nanoseconds now,
+                                       const Operation& op, Decision& d,
+                                       MakeWaiter&& make_waiter) const {
+    if constexpr (!StateWire<M>) {
+      return detail::OverLimitCache::Found::none;  // never cached (caching() is false)
+    } else {
+      const std::int64_t steady = redis_time() ? steady_ns() : 0;
+      const auto eval = [&](const detail::CachedState& base) -> std::optional<Decision> {
+        const auto& c = static_cast<const Cached&>(base);
+        if (!(c.params == params_) || (!c.any_cost && c.cost != op.cost)) return std::nullopt;
+        const auto t = redis_time() ? redis_now(c, steady) : now;
+        if (t >= c.until) return std::nullopt;
+        typename M::State s = c.state;
+        Decision r = M::apply(params_, s, t, op);
+        if (r.allowed) return std::nullopt;
+        return r;
+      };
+      return hot_->cache.lookup(cache_key(key), eval, d, std::forward<MakeWaiter>(make_waiter));
+    }
+  }
+
+  /// Teaches the cache what Redis's reply `ints` (decided as `d`) says about `key`.
+  void learn(std::string_view key, std::span<const detail::i128> ints, const Operation& op,
+             const Decision& d, const detail::Sent& sent, std::chrono::nanoseconds now) const {
+    if constexpr (StateWire<M>) {
+      auto& cache = hot_->cache;
+      const auto ck = cache_key(key);
+      auto w = M::Wire::state(params_, ints, op);
+      const std::int64_t local_now = redis_time() ? steady_ns() : now.count();
+      // The entry's end on the cache's time line (the client's clock, or the steady clock).
+      const auto local_end = [&](std::chrono::nanoseconds end) {
+        return redis_time() ? sent.at_ns + (end - w->time).count() : end.count();
+      };
+      const auto keep = [&](const typename M::State& s, std::chrono::nanoseconds retry) {
+        const auto end = std::min(w->time + retry, w->until);
+        cache.learn(ck,
+                    std::make_unique<Cached>(params_, s, w->time, sent.at_ns, op.cost, w->any_cost,
+                                             w->until),
+                    local_end(end), true, sent.probe, local_now);
+      };
+      if (!w) {
+        if (sent.probe) cache.release(ck);
+      } else if (!d.allowed) {
+        if (d.retry_after == Decision::never) {
+          if (sent.probe) cache.release(ck);  // a cost over the limit: nothing to remember
+        } else {
+          keep(w->state, d.retry_after);
+        }
+      } else if (op.peek) {
+        if (sent.probe) cache.release(ck);  // nothing changed in Redis
+      } else if (w->any_cost) {
+        // The state Redis wrote: remembered while it denies even one unit.
+        typename M::State after = w->state;
+        (void)M::apply(params_, after, w->time, op);
+        typename M::State probe = after;
+        const Decision next = M::apply(params_, probe, w->time, Operation{1, true});
+        if (!next.allowed && next.retry_after != Decision::never)
+          keep(after, next.retry_after);
+        else
+          cache.learn(ck, nullptr, 0, false, sent.probe, local_now);
+      } else {
+        cache.learn(ck, nullptr, 0, false, sent.probe, local_now);  // the log changed: forget
+      }
+    } else {
+      (void)key, (void)ints, (void)op, (void)d, (void)sent, (void)now;
+    }
+  }
+
+  /// `apply_async`'s work, once it may complete here.
+  void apply_async_now(std::string_view key, std::chrono::nanoseconds now, const Operation& op,
+                       Completion<Decision> done) const {
+    Decision d{};
+    if (pre_limited(key, now, op, d)) return detail::complete_safely(done, std::move(d));
+    detail::Sent sent;
+    if (caching()) {
+      const auto make_waiter = [&]() -> std::function<void()> {
+        // Looked up again when the key's probe is back.
+        return [self = *this, k = std::string(key), now, op, done = std::move(done)] {
+          self.apply_async(k, now, op, done);
+        };
+      };
+      const auto found = lookup(key, now, op, d, make_waiter);
+      if (found == detail::OverLimitCache::Found::hit)
+        return detail::complete_safely(done, std::move(d));
+      if (found == detail::OverLimitCache::Found::wait) return;
+      sent.probe = found == detail::OverLimitCache::Found::probe;
+      sent.at_ns = steady_ns();
+    }
+    detail::ProbeGuard guard(sent.probe ? &hot_->cache : nullptr, cache_key(key));
+    const auto deadline = client_->deadline_from_now();
+    std::vector<detail::RedisCall> calls;
+    calls.push_back(call(key, now, op));
+    auto finish_here = [self = *this, k = std::string(key), now, op, sent,
+                        done = std::move(done)](std::vector<detail::RedisResult>&& r) {
+      Decision d = self.finish(r.front(), k, now, op, sent);
+      detail::complete_safely(done, std::move(d));
+    };
+    guard.dismiss();  // from here the completion settles the probe, exactly once
+    client_->execute_async(std::move(calls), deadline, std::move(finish_here));
   }
 
   Decision degrade(std::string_view key, std::chrono::nanoseconds now, const Operation& op) const {
     client_->count_degraded();
     Decision d{};
-    if (fallback_) {
+    if (client_->options().failure_policy == FailurePolicy::local_fallback) {
       d = fallback_->apply(key, now, op);
       d.degraded = true;
       return d;
@@ -239,9 +463,15 @@ class RedisBinding {
       },
       [](const void* b, std::string_view key, std::chrono::nanoseconds now, const Operation& op) {
         return self(b).degrade(key, now, op);
+      },
+      [](const void* b, std::string_view key,
+         const Operation& op) -> std::optional<InMemoryStorage::Part> {
+        if (!self(b).fallback_) return std::nullopt;
+        return self(b).fallback_->part(key, op);
       }};
 
   std::shared_ptr<detail::RedisClient> client_;
+  std::shared_ptr<detail::HotKeys> hot_;
   typename M::Params params_;
   typename M::Wire::BoundArgs bound_args_;
   std::string tail_;
@@ -272,7 +502,9 @@ class RedisStorage {
   RedisStorage() : RedisStorage(RedisOptions{}) {}
 
   /// A storage on `options.host:options.port`.
-  explicit RedisStorage(RedisOptions options) : client_(make_client(std::move(options))) {}
+  explicit RedisStorage(RedisOptions options)
+      : client_(make_client(std::move(options))),
+        hot_(std::make_shared<detail::HotKeys>(client_->options())) {}
 
   /// The binding type for model `M`.
   template <WireModel M>
@@ -285,15 +517,16 @@ class RedisStorage {
   /// Throws `std::invalid_argument` naming the field for params outside the range.
   template <WireModel M>
   RedisBinding<M> bind(std::string_view name, const typename M::Params& params) {
-    return RedisBinding<M>(client_, fallback_, name, params, std::nullopt);
+    return RedisBinding<M>(client_, hot_, fallback_, name, params, std::nullopt);
   }
 
-  /// As above, with an explicit per-instance limit for `FailurePolicy::local_fallback` instead
-  /// of the shared one divided by `fallback_divisor` (e.g. `TokenBucketModel::make_params(...)`).
+  /// As above, with an explicit per-instance limit (for `FailurePolicy::local_fallback` and the
+  /// pre-limit) instead of the shared one divided by `fallback_divisor` (e.g.
+  /// `TokenBucketModel::make_params(...)`).
   template <WireModel M>
   RedisBinding<M> bind(std::string_view name, const typename M::Params& params,
                        const typename M::Params& local_fallback) {
-    return RedisBinding<M>(client_, fallback_, name, params, local_fallback);
+    return RedisBinding<M>(client_, hot_, fallback_, name, params, local_fallback);
   }
 
   /// Decides every part at `now` in one script (lua/multi.lua), all or nothing (see
@@ -314,8 +547,11 @@ class RedisStorage {
     const auto deadline = client_->deadline_from_now();
     std::vector<detail::RedisCall> calls;
     calls.push_back(multi_call(parts, now));
+    if (pre_limited(parts, now, out)) return false;
     auto results = client_->execute(std::move(calls), deadline);
-    return read_all(parts, now, results.front(), out);
+    const bool all = read_all(parts, now, results.front(), out);
+    if (all) spend_pre_limit(parts, now);
+    return all;
   }
 
   /// `decide_all` without blocking: `done(decisions, all_admitted)` is called exactly once,
@@ -349,11 +585,19 @@ class RedisStorage {
     const auto deadline = client_->deadline_from_now();
     std::vector<detail::RedisCall> calls;
     calls.push_back(multi_call(parts, now));
+    if (std::vector<Decision> local(parts.size()); pre_limited(parts, now, local)) {
+      try {
+        done(std::move(local), false);
+      } catch (...) {  // see core/completion.hpp
+      }
+      return;
+    }
     client_->execute_async(std::move(calls), deadline,
                            [self = *this, held, now,
                             done = std::move(done)](std::vector<detail::RedisResult>&& results) {
                              std::vector<Decision> out(held->parts.size());
                              const bool all = self.read_all(held->parts, now, results.front(), out);
+                             if (all) self.spend_pre_limit(held->parts, now);
                              try {
                                done(std::move(out), all);
                              } catch (...) {  // see core/completion.hpp
@@ -362,14 +606,25 @@ class RedisStorage {
   }
 
   /// Counters since construction (shared by every copy).
-  RedisStats stats() const noexcept { return client_->stats(); }
+  RedisStats stats() const noexcept {
+    RedisStats s = client_->stats();
+    s.cache_hits = hot_->cache.hits();
+    s.cache_entries = hot_->cache.size();
+    s.pre_limited = hot_->pre_limited.load(std::memory_order_relaxed);
+    return s;
+  }
+
+  /// Empties the over-limit cache: every key's next request asks Redis (after a reset or a limit
+  /// raised through another instance, say). Thread safety: safe from many threads.
+  void clear_over_limit_cache() const { hot_->cache.clear(); }
 
   /// The options it was built with.
   const RedisOptions& options() const noexcept { return client_->options(); }
 
  protected:
   /// The cluster hook: RedisClusterStorage is a RedisStorage whose client routes by slot.
-  explicit RedisStorage(std::shared_ptr<detail::RedisClient> client) : client_(std::move(client)) {}
+  explicit RedisStorage(std::shared_ptr<detail::RedisClient> client)
+      : client_(std::move(client)), hot_(std::make_shared<detail::HotKeys>(client_->options())) {}
 
  private:
   friend class RedisBatch;
@@ -379,6 +634,45 @@ class RedisStorage {
     if (options.sentinel.sentinels.empty())
       return std::make_shared<detail::RedisClient>(std::move(options));
     return std::make_shared<detail::RedisSentinelClient>(std::move(options));
+  }
+
+  /// The parts' per-instance limits (the pre-limit), each with `peek` as given; empty when the
+  /// pre-limit is off, or when two parts share one per-instance counter (same limiter and key
+  /// under different tags: one in-process key, which decide_all refuses), where it is skipped.
+  std::vector<InMemoryStorage::Part> local_parts(std::span<const Part> parts, bool peek) const {
+    std::vector<InMemoryStorage::Part> local;
+    if (!client_->options().pre_limit) return local;
+    local.reserve(parts.size());
+    for (const Part& p : parts) {
+      Operation op = p.op;
+      op.peek = peek || op.peek;
+      auto l = p.ops->local(p.binding, p.key, op);
+      if (!l) return {};
+      local.push_back(*l);
+    }
+    for (std::size_t i = 0; i < local.size(); ++i)
+      for (std::size_t j = 0; j < i; ++j)
+        if (parts[i].binding == parts[j].binding && parts[i].key == parts[j].key) return {};
+    return local;
+  }
+
+  /// True, with every part's per-instance decision in `out`, if the pre-limit denies the parts
+  /// (all or nothing, like the shared decision; nothing is spent).
+  bool pre_limited(std::span<const Part> parts, std::chrono::nanoseconds now,
+                   std::span<Decision> out) const {
+    const auto local = local_parts(parts, true);
+    if (local.empty() || fallback_.decide_all(local, now, out)) return false;
+    hot_->pre_limited.fetch_add(1, std::memory_order_relaxed);
+    return true;
+  }
+
+  /// After Redis admitted every part: the pre-limit spends them too (all or nothing; parts in
+  /// flight together may find it spent already, which they may, being admitted).
+  void spend_pre_limit(std::span<const Part> parts, std::chrono::nanoseconds now) const {
+    const auto local = local_parts(parts, false);
+    if (local.empty()) return;
+    std::vector<Decision> scratch(local.size());
+    (void)fallback_.decide_all(local, now, scratch);
   }
 
   /// The one script call that decides every part (lua/multi.lua). Throws as `decide_all`.
@@ -448,7 +742,10 @@ class RedisStorage {
   }
 
   std::shared_ptr<detail::RedisClient> client_;
-  InMemoryStorage fallback_;  ///< local_fallback's per-instance state (a handle: shared too)
+  std::shared_ptr<detail::HotKeys> hot_;  ///< the over-limit cache, the pre-limit's counter
+  /// Per-instance state (local_fallback, pre-limit): a handle, shared by copies; mutable as
+  /// the client is (deciding changes what it refers to, never the storage object).
+  mutable InMemoryStorage fallback_;
 };
 
 static_assert(

@@ -81,18 +81,26 @@ struct GcraWire {
     }
   }
 
-  /// Reply: {admitted, t_us, at_us, at_rem}; the model is evaluated on the state the script saw.
+  /// Reply: {admitted, t_us, at_us, at_rem}: the key's whole state at t (see WireState).
+  static std::optional<WireState<GcraState>> state(const GcraParams& p, std::span<const i128> r,
+                                                   const Operation&) {
+    const auto t = wire_reply_time_ns(r, 1);
+    constexpr i128 max_at_us = (max_wire_time_ns + max_refill_time.count()) / 1000 + 1;
+    if (!t || r.size() < 4 || r[2] < 0 || r[2] > max_at_us || r[3] < 0 ||
+        r[3] >= i128{1000} * p.count)
+      return std::nullopt;
+    return WireState<GcraState>{GcraState{static_cast<std::int64_t>(r[2] * 1000 + r[3] / p.count),
+                                          static_cast<std::int64_t>(r[3] % p.count), *t},
+                                std::chrono::nanoseconds{*t}};
+  }
+
+  /// The model evaluated on the state the script saw.
   static std::optional<Decision> decode(const GcraParams& p, std::span<const i128> r,
                                         const Operation& op) {
     const auto admitted = wire_reply_admitted(r, 0);
-    const auto t = wire_reply_time_ns(r, 1);
-    constexpr i128 max_at_us = (max_wire_time_ns + max_refill_time.count()) / 1000 + 1;
-    if (!admitted || !t || r.size() < 4 || r[2] < 0 || r[2] > max_at_us || r[3] < 0 ||
-        r[3] >= i128{1000} * p.count)
-      return std::nullopt;
-    GcraState s{static_cast<std::int64_t>(r[2] * 1000 + r[3] / p.count),
-                static_cast<std::int64_t>(r[3] % p.count), *t};
-    const Decision d = M::apply(p, s, std::chrono::nanoseconds{*t}, op);
+    auto s = state(p, r, op);
+    if (!admitted || !s) return std::nullopt;
+    const Decision d = M::apply(p, s->state, s->time, op);
     if (d.allowed != *admitted) return std::nullopt;
     return d;
   }

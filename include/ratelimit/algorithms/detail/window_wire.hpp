@@ -72,13 +72,13 @@ struct WindowWire : WindowWireBase {
     out.emplace_back(Sliding ? "s" : "f");
   }
 
-  /// Reply: {admitted, t_us, c, p} as seen from t's window; the model is evaluated on the
-  /// state that gives those counts at t.
-  static std::optional<Decision> decode(const WindowParams& p, std::span<const i128> r,
-                                        const Operation& op) {
-    const auto admitted = wire_reply_admitted(r, 0);
+  /// Reply: {admitted, t_us, c, p} as seen from t's window: the state that gives those counts at
+  /// t, which decides every later time exactly as the key's (see WireState).
+  static std::optional<WireState<typename M::State>> state(const WindowParams& p,
+                                                           std::span<const i128> r,
+                                                           const Operation&) {
     const auto t = wire_reply_time_ns(r, 1);
-    if (!admitted || !t || r.size() < 4 || r[2] < 0 || r[2] > p.limit || r[3] < 0 ||
+    if (!t || r.size() < 4 || r[2] < 0 || r[2] > p.limit || r[3] < 0 ||
         r[3] > (Sliding ? p.limit : 0))
       return std::nullopt;
     typename M::State s;
@@ -86,7 +86,16 @@ struct WindowWire : WindowWireBase {
       s = {*t, static_cast<std::int64_t>(r[2]), static_cast<std::int64_t>(r[3])};
     else
       s = {*t, static_cast<std::int64_t>(r[2])};
-    const Decision d = M::apply(p, s, std::chrono::nanoseconds{*t}, op);
+    return WireState<typename M::State>{s, std::chrono::nanoseconds{*t}};
+  }
+
+  /// The model evaluated on that state.
+  static std::optional<Decision> decode(const WindowParams& p, std::span<const i128> r,
+                                        const Operation& op) {
+    const auto admitted = wire_reply_admitted(r, 0);
+    auto s = state(p, r, op);
+    if (!admitted || !s) return std::nullopt;
+    const Decision d = M::apply(p, s->state, s->time, op);
     if (d.allowed != *admitted) return std::nullopt;
     return d;
   }

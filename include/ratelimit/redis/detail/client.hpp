@@ -84,6 +84,9 @@ inline void check_redis_options(const RedisOptions& o) {
   if (o.max_in_flight_bytes < (std::size_t{1} << 20))
     invalid("max_in_flight_bytes", static_cast<std::int64_t>(o.max_in_flight_bytes),
             "must be >= 1 MiB (1048576)");
+  if (o.over_limit_cache.capacity < 1 || o.over_limit_cache.capacity > 100'000'000)
+    invalid("over_limit_cache.capacity", static_cast<std::int64_t>(o.over_limit_cache.capacity),
+            "must be in [1, 100000000]");
   if (o.fallback_divisor < 1 || o.fallback_divisor > 1'000'000)
     invalid("fallback_divisor", o.fallback_divisor, "must be in [1, 1000000]");
   if (o.ttl_margin < milliseconds{0} || o.ttl_margin > std::chrono::hours{24 * 366})
@@ -155,6 +158,12 @@ class RedisClient : public std::enable_shared_from_this<RedisClient> {
       return;
     }
     begin(std::move(calls), deadline, std::move(done));
+  }
+
+  /// Runs `fn` on the I/O thread's next turn (a continuation that must not nest in the caller's
+  /// stack: one started from a completion).
+  void post(std::function<void()> fn) {
+    loop_->post_at(std::chrono::steady_clock::now(), std::move(fn));
   }
 
   /// `execute_async` and a wait for its results. On an I/O thread (inside a completion of any

@@ -1,0 +1,287 @@
+#pragma once
+/// @file redis/detail/over_limit_cache.hpp
+/// The over-limit cache: what Redis last said about keys it denied, so that this instance
+/// answers their next requests itself (RedisOptions::over_limit_cache).
+///
+/// This file is the container, blind to models: a bounded, sharded map from (binding, client
+/// key) to a type-erased cached state, and the "one request at a time asks Redis" rule for a
+/// key whose cached state would admit. RedisBinding (redis/storage.hpp) decides with the model
+/// on the cached state, so the cache's answers are the model's: a denial answered here is the
+/// denial Redis would give if nothing else had happened to the key (others' spending only makes
+/// Redis deny more), and nothing is ever admitted here.
+
+#include <algorithm>
+#include <array>
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <string_view>
+#include <unordered_map>
+#include <utility>
+#include <vector>
+
+#include "../../core/decision.hpp"
+#include "../../memory/detail/hash.hpp"
+
+namespace ratelimit::detail {
+
+/// A cached state; RedisBinding<M> knows its real type (a key's entry is only ever read by
+/// bindings of one model: the binding's key tail names the algorithm).
+struct CachedState {
+  virtual ~CachedState() = default;
+};
+
+/// Which entry: the binding's Redis key tail (algorithm and limiter name) and the client key.
+struct CacheKey {
+  std::string_view tail;
+  std::string_view key;
+};
+
+/// Thread safety: every member is safe from many threads. Waiters (see `lookup`) run on the
+/// thread that settles the probe they waited for, after its shard's lock is released.
+class OverLimitCache {
+ public:
+  /// What `lookup` found.
+  enum class Found {
+    none,   ///< no usable entry: ask Redis
+    hit,    ///< a denial, answered from the cache
+    probe,  ///< the cached state would admit: the caller asks Redis for the key, alone, and
+            ///< must then call `learn` or `release` with probe = true
+    wait,   ///< another request is asking Redis for this key: `waiter` runs when it is back
+  };
+
+  /// Keys longer than this are never cached, so the cache's memory stays bounded by its
+  /// capacity whatever the keys (at most max_key_size + about 300 bytes per entry).
+  static constexpr std::size_t max_key_size = 256;
+
+  /// `capacity` entries at most (0: nothing is cached).
+  explicit OverLimitCache(std::size_t capacity)
+      : per_shard_(capacity == 0 ? 0 : (capacity + shard_count - 1) / shard_count) {}
+
+  /// Looks `k` up. `eval(const CachedState&)` returns the denial the state gives (its
+  /// std::optional<Decision>; nullopt: it would admit, or it cannot tell). When another request
+  /// is asking Redis for the key, `make_waiter()` gives what to run once it is back (called
+  /// under the shard's lock, so it must only allocate); an empty function gives `none` (the
+  /// caller cannot wait: an I/O thread).
+  template <class Eval, class MakeWaiter>
+  Found lookup(const CacheKey& k, Eval&& eval, Decision& out, MakeWaiter&& make_waiter) {
+    if (per_shard_ == 0 || k.key.size() > max_key_size) return Found::none;
+    const std::uint64_t h = hash(k);
+    Shard& s = shard_of(h);
+    std::lock_guard lock(s.mutex);
+    const auto it = s.map.find(Probe{h, k});
+    if (it == s.map.end()) return Found::none;
+    Entry& e = it->second;
+    if (auto d = eval(*e.state)) {
+      out = *d;
+      hits_.fetch_add(1, std::memory_order_relaxed);
+      return Found::hit;
+    }
+    if (e.probing) {
+      std::function<void()> waiter = make_waiter();
+      if (!waiter) return Found::none;
+      e.waiters.push_back(std::move(waiter));
+      return Found::wait;
+    }
+    e.probing = true;
+    return Found::probe;
+  }
+
+  /// Records what Redis said about `k`: `state` (null: forget the key), exact until `expires`
+  /// (on the cache's time line: the entry may be dropped for room after it). `create`: insert
+  /// the key if absent. `probe`: the caller was the key's probe (its waiters are released).
+  /// `now` (the same time line) lets expired entries make room first.
+  void learn(const CacheKey& k, std::unique_ptr<CachedState> state, std::int64_t expires,
+             bool create, bool probe, std::int64_t now) {
+    if (per_shard_ == 0 || k.key.size() > max_key_size) return;
+    std::vector<std::function<void()>> woken;
+    {
+      const std::uint64_t h = hash(k);
+      Shard& s = shard_of(h);
+      std::lock_guard lock(s.mutex);
+      auto it = s.map.find(Probe{h, k});
+      if (it != s.map.end()) {
+        Entry& e = it->second;
+        // A reply that was not the probe's must not take the entry from under the probe.
+        if (state == nullptr && (!e.probing || probe)) {
+          woken = std::move(e.waiters);
+          erase(s, it);
+        } else {
+          if (state != nullptr) {
+            e.state = std::move(state);
+            s.by_expiry.erase(e.by_expiry);
+            e.by_expiry = s.by_expiry.emplace(expires, &it->first);
+          }
+          if (probe) {
+            e.probing = false;
+            woken = std::move(e.waiters);
+          }
+        }
+      } else if (state != nullptr && create) {
+        insert(s, h, k, std::move(state), expires, now, woken);
+      }
+    }
+    for (auto& w : woken) run(w);
+  }
+
+  /// The probe of `k` ended without an answer (Redis failed): its waiters go on by themselves.
+  void release(const CacheKey& k) {
+    if (per_shard_ == 0 || k.key.size() > max_key_size) return;
+    std::vector<std::function<void()>> woken;
+    {
+      const std::uint64_t h = hash(k);
+      Shard& s = shard_of(h);
+      std::lock_guard lock(s.mutex);
+      auto it = s.map.find(Probe{h, k});
+      if (it == s.map.end()) return;
+      it->second.probing = false;
+      woken = std::move(it->second.waiters);
+    }
+    for (auto& w : woken) run(w);
+  }
+
+  /// Forgets `k` (a reset through this instance); its waiters go on.
+  void forget(const CacheKey& k) { learn(k, nullptr, 0, false, true, 0); }
+
+  /// Forgets every key.
+  void clear() {
+    for (Shard& s : shards_) {
+      std::vector<std::function<void()>> woken;
+      {
+        std::lock_guard lock(s.mutex);
+        for (auto& [key, e] : s.map)
+          for (auto& w : e.waiters) woken.push_back(std::move(w));
+        size_.fetch_sub(s.map.size(), std::memory_order_relaxed);
+        s.map.clear();
+        s.by_expiry.clear();
+      }
+      for (auto& w : woken) run(w);
+    }
+  }
+
+  /// Decisions answered from the cache so far.
+  std::uint64_t hits() const noexcept { return hits_.load(std::memory_order_relaxed); }
+  /// Keys held now.
+  std::uint64_t size() const noexcept { return size_.load(std::memory_order_relaxed); }
+
+ private:
+  static constexpr std::size_t shard_count = 16;
+
+  /// A key as stored: the tail's bytes then the client key's, and its hash.
+  struct StoredKey {
+    std::string bytes;
+    std::size_t tail_size;
+    std::uint64_t hash;
+  };
+  /// A key looked up (no copy).
+  struct Probe {
+    std::uint64_t hash;
+    CacheKey key;
+  };
+  struct Hash {
+    using is_transparent = void;
+    std::size_t operator()(const StoredKey& k) const noexcept { return k.hash; }
+    std::size_t operator()(const Probe& k) const noexcept { return k.hash; }
+  };
+  struct Equal {
+    using is_transparent = void;
+    static bool same(const StoredKey& a, const CacheKey& b) noexcept {
+      const std::string_view bytes = a.bytes;
+      return a.tail_size == b.tail.size() && bytes.size() == b.tail.size() + b.key.size() &&
+             bytes.substr(0, a.tail_size) == b.tail && bytes.substr(a.tail_size) == b.key;
+    }
+    bool operator()(const StoredKey& a, const StoredKey& b) const noexcept {
+      return a.tail_size == b.tail_size && a.bytes == b.bytes;
+    }
+    bool operator()(const StoredKey& a, const Probe& b) const noexcept { return same(a, b.key); }
+    bool operator()(const Probe& a, const StoredKey& b) const noexcept { return same(b, a.key); }
+  };
+  struct Entry {
+    std::unique_ptr<CachedState> state;
+    std::multimap<std::int64_t, const StoredKey*>::iterator by_expiry;
+    bool probing = false;
+    std::vector<std::function<void()>> waiters;
+  };
+  struct Shard {
+    std::mutex mutex;
+    std::unordered_map<StoredKey, Entry, Hash, Equal> map;
+    std::multimap<std::int64_t, const StoredKey*> by_expiry;  ///< soonest first
+  };
+  using Iterator = std::unordered_map<StoredKey, Entry, Hash, Equal>::iterator;
+
+  /// The client key's keyed hash (flooding-resistant: see memory/detail/hash.hpp), mixed with
+  /// the tail's, which the client does not choose.
+  std::uint64_t hash(const CacheKey& k) const noexcept {
+    return hash_(k.key) ^ (hash_(k.tail) * 0x9e3779b97f4a7c15ULL);
+  }
+  Shard& shard_of(std::uint64_t h) noexcept { return shards_[h >> 60]; }
+
+  void erase(Shard& s, Iterator it) {
+    s.by_expiry.erase(it->second.by_expiry);
+    s.map.erase(it);
+    size_.fetch_sub(1, std::memory_order_relaxed);
+  }
+
+  /// Inserts under the shard's lock: expired entries leave first; when still full, the entry
+  /// that expires first leaves if it expires before the new one (else the new one is dropped).
+  void insert(Shard& s, std::uint64_t h, const CacheKey& k, std::unique_ptr<CachedState> state,
+              std::int64_t expires, std::int64_t now, std::vector<std::function<void()>>& woken) {
+    const auto drop_first = [&] {
+      const auto it = s.map.find(*s.by_expiry.begin()->second);
+      for (auto& w : it->second.waiters) woken.push_back(std::move(w));
+      erase(s, it);
+    };
+    // At most a few per insert, so an insert's work stays bounded.
+    for (int i = 0; i < 4 && !s.by_expiry.empty() && s.by_expiry.begin()->first <= now; ++i)
+      drop_first();
+    if (s.map.size() >= per_shard_) {
+      if (s.by_expiry.begin()->first >= expires) return;
+      drop_first();
+    }
+    std::string bytes;
+    bytes.reserve(k.tail.size() + k.key.size());
+    bytes.append(k.tail).append(k.key);
+    auto [it, inserted] = s.map.try_emplace(StoredKey{std::move(bytes), k.tail.size(), h}, Entry{});
+    it->second.state = std::move(state);
+    it->second.by_expiry = s.by_expiry.emplace(expires, &it->first);
+    if (inserted) size_.fetch_add(1, std::memory_order_relaxed);
+  }
+
+  static void run(std::function<void()>& f) noexcept {
+    try {
+      f();
+    } catch (...) {  // a waiter is a decision's continuation: its own errors are its own
+    }
+  }
+
+  const std::size_t per_shard_;
+  SipKeyHash hash_;
+  std::array<Shard, shard_count> shards_;
+  std::atomic<std::uint64_t> hits_{0}, size_{0};
+};
+
+/// Releases a key's probe unless dismissed: a probe that ends by an exception must not leave
+/// its waiters waiting. Thread safety: one thread.
+class ProbeGuard {
+ public:
+  /// Guards `key`'s probe in `cache` (null: nothing to guard).
+  ProbeGuard(OverLimitCache* cache, CacheKey key) noexcept : cache_(cache), key_(key) {}
+  ~ProbeGuard() {
+    if (cache_ != nullptr) cache_->release(key_);
+  }
+  ProbeGuard(const ProbeGuard&) = delete;
+  ProbeGuard& operator=(const ProbeGuard&) = delete;
+  /// The probe is settled elsewhere.
+  void dismiss() noexcept { cache_ = nullptr; }
+
+ private:
+  OverLimitCache* cache_;
+  CacheKey key_;
+};
+
+}  // namespace ratelimit::detail

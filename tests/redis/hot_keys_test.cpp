@@ -1,0 +1,265 @@
+// Issue 14: the over-limit cache and the local pre-limit in front of Redis (one thread; the
+// flood and the two-instance tests are in async_test.cpp and contention_test.cpp).
+// Time comes from ManualClock (whole ms) unless a test is about Redis's own clock.
+#include <chrono>
+#include <cstdint>
+#include <random>
+#include <string>
+#include <vector>
+
+#include <catch2/catch.hpp>
+#include <ratelimit/fixed_window.hpp>
+#include <ratelimit/manual_clock.hpp>
+#include <ratelimit/redis.hpp>
+#include <ratelimit/token_bucket.hpp>
+
+#include "support/algorithms.hpp"
+#include "support/redis_backend.hpp"
+
+using namespace std::chrono_literals;
+using ratelimit::Decision;
+using ratelimit::ManualClock;
+using ratelimit::Operation;
+using ratelimit::RedisOptions;
+using ratelimit::RedisStorage;
+using rltest::Shape;
+
+namespace {
+
+RedisOptions cache_options(std::string_view tag) {
+  RedisOptions o = rltest::test_redis_options(tag);
+  o.over_limit_cache.enabled = true;
+  return o;
+}
+
+/// One random step of the comparison: a cost from 1 to limit + 1 (half of them 1, so that the
+/// sliding log, cached for one cost, repeats it), one in eight a peek.
+struct Step {
+  std::int64_t cost;
+  bool peek;
+};
+Step random_step(std::mt19937_64& rng, std::int64_t limit) {
+  const bool one = rng() % 2 == 0;
+  const auto cost = one ? 1 : static_cast<std::int64_t>(1 + rng() % (limit + 1));
+  return {cost, rng() % 8 == 0};
+}
+
+template <class L>
+Decision decide(L& limiter, std::chrono::nanoseconds now, const Step& s) {
+  return limiter.binding().apply("k", now, Operation{s.cost, s.peek, Decision::never});
+}
+
+}  // namespace
+
+TEST_CASE("The over-limit cache decides exactly as Redis for one instance, every algorithm",
+          "[redis][hot_keys]") {
+  rltest::for_each_algorithm([]<class Algo>() {
+    INFO("algorithm: " << Algo::name);
+    // 5 per second (buckets: capacity 5 refilled at 5/s; windows: 5 per 1 s window).
+    const Shape shape{5, ratelimit::per_second(5)};
+    ManualClock clock;
+    RedisStorage plain(rltest::test_redis_options("nocache")), cached(cache_options("cache"));
+    auto a = Algo::make(shape, plain, clock), b = Algo::make(shape, cached, clock);
+    std::mt19937_64 rng(14);
+    constexpr int steps = 600;
+    for (int i = 0; i < steps; ++i) {
+      clock.advance(std::chrono::milliseconds(rng() % 120));  // 0..119 ms: 0..0.6 refills
+      const Step s = random_step(rng, shape.limit);
+      INFO("step " << i << " at " << clock.now().count() << " ns, cost " << s.cost
+                   << (s.peek ? " (peek)" : ""));
+      const Decision without = decide(a, clock.now(), s), with = decide(b, clock.now(), s);
+      REQUIRE(with == without);
+    }
+    const auto st = cached.stats();
+    CHECK(st.degraded_decisions == 0);
+    // Every request was answered once, by Redis or by the cache.
+    CHECK(st.decisions + st.cache_hits == static_cast<std::uint64_t>(steps));
+    if constexpr (ratelimit::StateWire<typename Algo::Model>)
+      CHECK(st.cache_hits > 0);  // the comparison did exercise the cache
+    else
+      CHECK(st.cache_hits == 0);  // a model without WireState::state is never cached
+  });
+}
+
+TEST_CASE("With Redis's clock the cache denies exactly what Redis denies", "[redis][hot_keys]") {
+  rltest::for_each_algorithm([]<class Algo>() {
+    INFO("algorithm: " << Algo::name);
+    // 5 per 366 days: no refill or window end can fall inside the few ms this runs, so every
+    // decision's outcome and counts depend on the requests only, whatever Redis's clock reads.
+    // (A fixed window ends at multiples of 366 days since 1970: the next is in February 2027;
+    // a run straddling that instant would see both storages' windows end, at different steps.)
+    const Shape shape{5, ratelimit::Rate{5, std::chrono::hours{24 * 366}}};
+    RedisOptions po = rltest::test_redis_options("rtnocache"), co = cache_options("rtcache");
+    po.time_source = co.time_source = ratelimit::TimeSource::redis;
+    ManualClock clock;
+    RedisStorage plain(po), cached(co);
+    auto a = Algo::make(shape, plain, clock), b = Algo::make(shape, cached, clock);
+    std::mt19937_64 rng(15);
+    constexpr int steps = 200;
+    for (int i = 0; i < steps; ++i) {
+      const Step s = random_step(rng, shape.limit);
+      INFO("step " << i << ", cost " << s.cost << (s.peek ? " (peek)" : ""));
+      const Decision without = decide(a, clock.now(), s), with = decide(b, clock.now(), s);
+      // The times in a decision are read on Redis's clock a few us apart: not compared.
+      REQUIRE(with.allowed == without.allowed);
+      REQUIRE(with.limit == without.limit);
+      REQUIRE(with.remaining == without.remaining);
+      REQUIRE((with.retry_after == Decision::never) == (without.retry_after == Decision::never));
+    }
+    if constexpr (ratelimit::StateWire<typename Algo::Model>) CHECK(cached.stats().cache_hits > 0);
+  });
+}
+
+TEST_CASE("A reset, a cleared cache or other parameters send the next request to Redis",
+          "[redis][hot_keys]") {
+  ManualClock clock;
+  RedisStorage cached(cache_options("clear")), other(rltest::test_redis_options("unused"));
+  RedisOptions same_prefix = rltest::test_redis_options("unused");
+  same_prefix.key_prefix = cached.options().key_prefix;
+  RedisStorage elsewhere(same_prefix);  // another instance: same Redis keys, no cache
+  // Capacity 2, refilled at 1 per hour.
+  const ratelimit::TokenBucketConfig config{2, ratelimit::Rate{1, std::chrono::hours{1}}};
+  ratelimit::TokenBucket<ManualClock, RedisStorage> tb(config, cached, clock);
+  ratelimit::TokenBucket<ManualClock, RedisStorage> tb_elsewhere(config, elsewhere, clock);
+  CHECK(tb.try_acquire("k"));
+  CHECK(tb.try_acquire("k"));  // empty now: this admission's state is remembered
+  CHECK(cached.stats().cache_entries == 1);
+  CHECK_FALSE(tb.try_acquire("k"));
+  CHECK(cached.stats().cache_hits == 1);
+  CHECK(cached.stats().decisions == 2);
+
+  // Another instance resets the key: this one's entry lasts until its retry_after (1 hour)...
+  tb_elsewhere.reset("k");
+  CHECK_FALSE(tb.try_acquire("k"));
+  CHECK(cached.stats().cache_hits == 2);
+  // ...or until the cache is cleared: the next request then asks Redis, which admits.
+  cached.clear_over_limit_cache();
+  CHECK(cached.stats().cache_entries == 0);
+  CHECK(tb.try_acquire("k"));
+  CHECK(tb.try_acquire("k"));
+  CHECK_FALSE(tb.try_acquire("k"));  // from the cache again (the second admission emptied it)
+  CHECK(cached.stats().cache_hits == 3);
+
+  // A reset through this instance forgets the key at once.
+  tb.reset("k");
+  CHECK(cached.stats().cache_entries == 0);
+  CHECK(tb.try_acquire("k"));
+  CHECK(tb.try_acquire("k"));
+  // The binding's own call does the same for one key.
+  tb_elsewhere.reset("k");
+  tb.binding().clear_over_limit_cache("k");
+  CHECK(tb.try_acquire("k"));
+
+  // Other parameters on the same key (a raised limit) are decided by Redis, not by the entry
+  // cached with the old ones.
+  CHECK(tb.try_acquire("k"));
+  CHECK_FALSE(tb.try_acquire("k"));  // both tokens spent since the reset: from the cache
+  const auto hits = cached.stats().cache_hits;
+  const auto raised = tb.binding().with_params(
+      ratelimit::TokenBucketModel::make_params({4, ratelimit::Rate{1, std::chrono::hours{1}}}));
+  // Spent 2 of capacity 4 at the same instant: 2 left, so a cost-2 request is admitted.
+  CHECK(raised.apply("k", clock.now(), Operation{2, false, Decision::never}).allowed);
+  CHECK(cached.stats().cache_hits == hits);
+}
+
+TEST_CASE("The over-limit cache's memory is bounded: a capacity, and no long keys",
+          "[redis][hot_keys]") {
+  ManualClock clock;
+  RedisOptions o = cache_options("capacity");
+  o.over_limit_cache.capacity = 16;
+  RedisStorage cached(o);
+  ratelimit::FixedWindow<ManualClock, RedisStorage> fw(ratelimit::per_minute(1), cached, clock);
+  // 200 keys each denied once (1 per minute: the second request is denied): at most 16 kept.
+  for (int i = 0; i < 200; ++i) {
+    const std::string key = "client-" + std::to_string(i);
+    CHECK(fw.try_acquire(key));
+    CHECK_FALSE(fw.try_acquire(key));
+  }
+  CHECK(cached.stats().cache_entries <= 16);
+  CHECK(cached.stats().cache_entries > 0);
+  // A key over 256 bytes is never held: its denials keep asking Redis.
+  RedisStorage fresh(cache_options("longkey"));
+  ratelimit::FixedWindow<ManualClock, RedisStorage> fw2(ratelimit::per_minute(1), fresh, clock);
+  const std::string long_key(257, 'x');
+  CHECK(fw2.try_acquire(long_key));
+  CHECK_FALSE(fw2.try_acquire(long_key));
+  CHECK_FALSE(fw2.try_acquire(long_key));
+  CHECK(fresh.stats().cache_entries == 0);
+  CHECK(fresh.stats().cache_hits == 0);
+  CHECK(fresh.stats().decisions == 3);
+
+  RedisOptions bad = cache_options("bad");
+  bad.over_limit_cache.capacity = 0;
+  CHECK_THROWS_WITH(RedisStorage(bad), Catch::Contains("over_limit_cache.capacity"));
+}
+
+TEST_CASE("The pre-limit denies locally, and spends only what Redis admitted",
+          "[redis][hot_keys][pre_limit]") {
+  ManualClock clock;
+  RedisOptions o = rltest::test_redis_options("prelimit");
+  o.pre_limit = true;
+  o.fallback_divisor = 2;
+  RedisStorage local(o);
+  RedisOptions same = rltest::test_redis_options("unused");
+  same.key_prefix = o.key_prefix;
+  RedisStorage elsewhere(same);  // another instance, no pre-limit
+  // Shared: 10 per minute; per instance: 10 / 2 = 5 per minute.
+  ratelimit::FixedWindow<ManualClock, RedisStorage> fw(ratelimit::per_minute(10), local, clock);
+  ratelimit::FixedWindow<ManualClock, RedisStorage> fw_elsewhere(ratelimit::per_minute(10),
+                                                                 elsewhere, clock);
+  for (int i = 0; i < 5; ++i) CHECK(fw.try_acquire("k"));
+  const Decision sixth = fw.try_acquire("k");
+  CHECK_FALSE(sixth.allowed);
+  CHECK(sixth.limit == 5);  // the per-instance limit's denial
+  CHECK(sixth.remaining == 0);
+  CHECK(sixth.retry_after == 60s);  // the window started at 0 and ends at 60 s
+  CHECK(local.stats().pre_limited == 1);
+  CHECK(local.stats().decisions == 5);           // the sixth never reached Redis
+  CHECK(fw_elsewhere.peek("k").remaining == 5);  // 10 - 5 spent in Redis
+
+  // The next window: the other instance spends all 10 first; Redis then denies this one's
+  // request, which must not spend the per-instance limit.
+  clock.advance(60s);
+  for (int i = 0; i < 10; ++i) CHECK(fw_elsewhere.try_acquire("k"));
+  CHECK_FALSE(fw.try_acquire("k"));                        // Redis's denial
+  CHECK(local.stats().decisions == 6);                     // it did ask Redis
+  CHECK(local.stats().pre_limited == 1);                   // not the pre-limit
+  fw_elsewhere.reset("k");                                 // the shared count is 0 again
+  for (int i = 0; i < 5; ++i) CHECK(fw.try_acquire("k"));  // the local 5 are whole
+  CHECK_FALSE(fw.try_acquire("k"));
+  CHECK(local.stats().pre_limited == 2);
+}
+
+TEST_CASE("The pre-limit decides a rule set's parts all or nothing",
+          "[redis][hot_keys][pre_limit]") {
+  RedisOptions o = rltest::test_redis_options("prelimitall");
+  o.pre_limit = true;
+  RedisStorage storage(o);
+  using ratelimit::FixedWindowModel;
+  const auto shared = FixedWindowModel::from_rate(ratelimit::per_minute(10));
+  // Explicit per-instance limits: 2 for "a", 5 for "b" (shared: 10 each).
+  auto a = storage.bind<FixedWindowModel>("a", shared,
+                                          FixedWindowModel::from_rate(ratelimit::per_minute(2)));
+  auto b = storage.bind<FixedWindowModel>("b", shared,
+                                          FixedWindowModel::from_rate(ratelimit::per_minute(5)));
+  const Operation one{1, false, Decision::never};
+  const std::vector<RedisStorage::Part> parts{a.part("k", one), b.part("k", one)};
+  std::vector<Decision> out(2);
+  CHECK(storage.decide_all(parts, 0ns, out));
+  CHECK(storage.decide_all(parts, 0ns, out));
+  CHECK_FALSE(storage.decide_all(parts, 0ns, out));  // "a" has spent its local 2
+  CHECK(storage.stats().pre_limited == 1);
+  CHECK(storage.stats().decisions == 4);  // 2 requests x 2 parts; the third never sent
+  CHECK(out[0].limit == 2);               // the per-instance decisions
+  CHECK(out[0].remaining == 0);
+  CHECK(out[1].limit == 5);
+  CHECK(out[1].remaining == 3);  // 5 - 2: "b" spent nothing for the denied request
+  // Redis holds 2 per part: 10 - 2 = 8 left in each (seen without a pre-limit: through this
+  // storage a peek would get the per-instance answer).
+  RedisOptions same = rltest::test_redis_options("unused");
+  same.key_prefix = o.key_prefix;
+  RedisStorage elsewhere(same);
+  const Operation peek{1, true, Decision::never};
+  CHECK(elsewhere.bind<FixedWindowModel>("a", shared).apply("k", 0ns, peek).remaining == 8);
+  CHECK(elsewhere.bind<FixedWindowModel>("b", shared).apply("k", 0ns, peek).remaining == 8);
+}
