@@ -210,7 +210,8 @@ class RedisBinding {
         hot_(std::move(hot)),
         params_(params),
         bound_args_(M::Wire::bound_args(params)),
-        tail_(detail::redis_key_tail(M::Wire::key_tag, name)) {
+        tail_(detail::redis_key_tail(M::Wire::key_tag, name)),
+        tail_hash_(hot_->cache.tail_hash(tail_)) {
     if (client_->options().failure_policy == FailurePolicy::local_fallback ||
         client_->options().pre_limit)
       fallback_.emplace(fallback_storage.template bind<M>(
@@ -287,7 +288,9 @@ class RedisBinding {
                std::chrono::steady_clock::now().time_since_epoch())
         .count();
   }
-  detail::CacheKey cache_key(std::string_view key) const noexcept { return {tail_, key}; }
+  detail::CacheKey cache_key(std::string_view key) const noexcept {
+    return {tail_, key, tail_hash_};
+  }
 
   /// True, with the pre-limit's denial in `d`, if the per-instance limit denies `op` now.
   bool pre_limited(std::string_view key, std::chrono::nanoseconds now, const Operation& op,
@@ -475,6 +478,7 @@ class RedisBinding {
   typename M::Params params_;
   typename M::Wire::BoundArgs bound_args_;
   std::string tail_;
+  std::uint64_t tail_hash_;  ///< the over-limit cache's hash of tail_
   std::optional<typename InMemoryStorage::BindingOf<M>> fallback_;
 };
 

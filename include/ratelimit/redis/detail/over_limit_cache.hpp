@@ -37,9 +37,11 @@ struct CachedState {
 };
 
 /// Which entry: the binding's Redis key tail (algorithm and limiter name) and the client key.
+/// `tail` is kept for messages and debugging; the tail's hash identifies it.
 struct CacheKey {
   std::string_view tail;
   std::string_view key;
+  std::uint64_t tail_hash;  ///< `OverLimitCache::tail_hash(tail)`, computed once per binding
 };
 
 /// Thread safety: every member is safe from many threads. Waiters (see `lookup`) run on the
@@ -74,12 +76,23 @@ class OverLimitCache {
     const std::uint64_t h = hash(k);
     Shard& s = shard_of(h);
     std::lock_guard lock(s.mutex);
-    const auto it = s.map.find(Probe{h, k});
-    if (it == s.map.end()) return Found::none;
-    Entry& e = it->second;
+    // A flooded key is looked up again and again: the shard's last hit goes first (skipping
+    // the table's modulo and bucket chase).
+    Entry* found = s.last != nullptr && s.last_key->hash == h && Equal::same(*s.last_key, k)
+                       ? s.last
+                       : nullptr;
+    if (found == nullptr) {
+      const auto it = s.map.find(Probe{h, k});
+      if (it == s.map.end()) return Found::none;
+      found = &it->second;
+      s.last = found;
+      s.last_key = &it->first;
+    }
+    Entry& e = *found;
     if (auto d = eval(*e.state)) {
       out = *d;
-      hits_.fetch_add(1, std::memory_order_relaxed);
+      // Under the shard's lock: a plain store, not a locked add, on the hot path.
+      s.hits.store(s.hits.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
       return Found::hit;
     }
     if (e.probing) {
@@ -157,6 +170,7 @@ class OverLimitCache {
         for (auto& [key, e] : s.map)
           for (auto& w : e.waiters) woken.push_back(std::move(w));
         size_.fetch_sub(s.map.size(), std::memory_order_relaxed);
+        s.last = nullptr;
         s.map.clear();
         s.by_expiry.clear();
       }
@@ -164,18 +178,29 @@ class OverLimitCache {
     }
   }
 
+  /// What a binding keeps to name its keys: its tail's share of every key's hash.
+  std::uint64_t tail_hash(std::string_view tail) const noexcept {
+    return hash_(tail) * 0x9e3779b97f4a7c15ULL;
+  }
+
   /// Decisions answered from the cache so far.
-  std::uint64_t hits() const noexcept { return hits_.load(std::memory_order_relaxed); }
+  std::uint64_t hits() const noexcept {
+    std::uint64_t n = 0;
+    for (const Shard& s : shards_) n += s.hits.load(std::memory_order_relaxed);
+    return n;
+  }
   /// Keys held now.
   std::uint64_t size() const noexcept { return size_.load(std::memory_order_relaxed); }
 
  private:
   static constexpr std::size_t shard_count = 16;
 
-  /// A key as stored: the tail's bytes then the client key's, and its hash.
+  /// A key as stored: the client key's bytes, the tail's hash standing for the tail (tails are
+  /// the library's, never a client's: a collision of two of one process's 64-bit keyed hashes
+  /// is not a risk worth a second compare), and the whole key's hash.
   struct StoredKey {
     std::string bytes;
-    std::size_t tail_size;
+    std::uint64_t tail_hash;
     std::uint64_t hash;
   };
   /// A key looked up (no copy).
@@ -191,12 +216,11 @@ class OverLimitCache {
   struct Equal {
     using is_transparent = void;
     static bool same(const StoredKey& a, const CacheKey& b) noexcept {
-      const std::string_view bytes = a.bytes;
-      return a.tail_size == b.tail.size() && bytes.size() == b.tail.size() + b.key.size() &&
-             bytes.substr(0, a.tail_size) == b.tail && bytes.substr(a.tail_size) == b.key;
+      return a.tail_hash == b.tail_hash && a.bytes.size() == b.key.size() &&
+             equal_bytes(a.bytes.data(), b.key.data(), b.key.size());
     }
     bool operator()(const StoredKey& a, const StoredKey& b) const noexcept {
-      return a.tail_size == b.tail_size && a.bytes == b.bytes;
+      return a.tail_hash == b.tail_hash && a.bytes == b.bytes;
     }
     bool operator()(const StoredKey& a, const Probe& b) const noexcept { return same(a, b.key); }
     bool operator()(const Probe& a, const StoredKey& b) const noexcept { return same(b, a.key); }
@@ -211,17 +235,19 @@ class OverLimitCache {
     std::mutex mutex;
     std::unordered_map<StoredKey, Entry, Hash, Equal> map;
     std::multimap<std::int64_t, const StoredKey*> by_expiry;  ///< soonest first
+    std::atomic<std::uint64_t> hits{0};                       ///< written under `mutex`
+    Entry* last = nullptr;  ///< the last entry found (null after it is erased)
+    const StoredKey* last_key = nullptr;
   };
   using Iterator = std::unordered_map<StoredKey, Entry, Hash, Equal>::iterator;
 
   /// The client key's keyed hash (flooding-resistant: see memory/detail/hash.hpp), mixed with
   /// the tail's, which the client does not choose.
-  std::uint64_t hash(const CacheKey& k) const noexcept {
-    return hash_(k.key) ^ (hash_(k.tail) * 0x9e3779b97f4a7c15ULL);
-  }
+  std::uint64_t hash(const CacheKey& k) const noexcept { return hash_(k.key) ^ k.tail_hash; }
   Shard& shard_of(std::uint64_t h) noexcept { return shards_[h >> 60]; }
 
   void erase(Shard& s, Iterator it) {
+    if (s.last == &it->second) s.last = nullptr;
     s.by_expiry.erase(it->second.by_expiry);
     s.map.erase(it);
     size_.fetch_sub(1, std::memory_order_relaxed);
@@ -232,7 +258,7 @@ class OverLimitCache {
   void insert(Shard& s, std::uint64_t h, const CacheKey& k, std::unique_ptr<CachedState> state,
               std::int64_t expires, std::int64_t now, std::vector<std::function<void()>>& woken) {
     const auto drop_first = [&] {
-      const auto it = s.map.find(*s.by_expiry.begin()->second);
+      const auto it = s.map.find(*s.by_expiry.begin()->second);  // always there: kept in step
       for (auto& w : it->second.waiters) woken.push_back(std::move(w));
       erase(s, it);
     };
@@ -243,10 +269,7 @@ class OverLimitCache {
       if (s.by_expiry.begin()->first >= expires) return;
       drop_first();
     }
-    std::string bytes;
-    bytes.reserve(k.tail.size() + k.key.size());
-    bytes.append(k.tail).append(k.key);
-    auto [it, inserted] = s.map.try_emplace(StoredKey{std::move(bytes), k.tail.size(), h}, Entry{});
+    auto [it, inserted] = s.map.try_emplace(StoredKey{std::string(k.key), k.tail_hash, h}, Entry{});
     it->second.state = std::move(state);
     it->second.by_expiry = s.by_expiry.emplace(expires, &it->first);
     if (inserted) size_.fetch_add(1, std::memory_order_relaxed);
@@ -262,7 +285,7 @@ class OverLimitCache {
   const std::size_t per_shard_;
   SipKeyHash hash_;
   std::array<Shard, shard_count> shards_;
-  std::atomic<std::uint64_t> hits_{0}, size_{0};
+  std::atomic<std::uint64_t> size_{0};
 };
 
 /// Releases a key's probe unless dismissed: a probe that ends by an exception must not leave
@@ -270,7 +293,7 @@ class OverLimitCache {
 class ProbeGuard {
  public:
   /// Guards `key`'s probe in `cache` (null: nothing to guard).
-  ProbeGuard(OverLimitCache* cache, CacheKey key) noexcept : cache_(cache), key_(key) {}
+  ProbeGuard(OverLimitCache* cache, const CacheKey& key) noexcept : cache_(cache), key_(key) {}
   ~ProbeGuard() {
     if (cache_ != nullptr) cache_->release(key_);
   }
