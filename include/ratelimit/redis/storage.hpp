@@ -114,6 +114,8 @@ class RedisBinding {
     detail::check_cost(op.cost);
     Decision d{};
     if (pre_limited(key, now, op, d)) return d;
+    // Taken first: waiting for another request's answer counts against this decision's time.
+    const auto deadline = client_->deadline_from_now();
     detail::Sent sent;
     if (caching()) {
       for (;;) {
@@ -134,7 +136,6 @@ class RedisBinding {
       sent.at_ns = steady_ns();
     }
     detail::ProbeGuard guard(sent.probe ? &hot_->cache : nullptr, cache_key(key));
-    const auto deadline = client_->deadline_from_now();
     std::vector<detail::RedisCall> calls;
     calls.push_back(call(key, now, op));
     auto results = client_->execute(std::move(calls), deadline);
@@ -149,15 +150,15 @@ class RedisBinding {
   void apply_async(std::string_view key, std::chrono::nanoseconds now, const Operation& op,
                    Completion<Decision> done) const {
     detail::check_cost(op.cost);
-    if (detail::on_io_thread && (caching() || fallback_ready_for_pre_limit())) {
+    const auto deadline = client_->deadline_from_now();
+    if (detail::on_io_thread && (caching() || pre_limit_on())) {
       // From a completion: the cache or pre-limit would complete inline; a chain of such
       // decisions must not nest one stack frame per decision.
-      client_->post([self = *this, k = std::string(key), now, op, done = std::move(done)] {
-        self.apply_async_now(k, now, op, done);
-      });
+      client_->post([self = *this, k = std::string(key), now, op, done = std::move(done),
+                     deadline] { self.apply_async_now(k, now, op, done, deadline); });
       return;
     }
-    apply_async_now(key, now, op, std::move(done));
+    apply_async_now(key, now, op, std::move(done), deadline);
   }
 
   /// Deletes `key`'s state (DEL of all its Redis keys) and its local fallback state. A failure
@@ -272,6 +273,19 @@ class RedisBinding {
     return *d;
   }
 
+  /// A waiter's continuation (see apply_async_now): looked up again with its first deadline,
+  /// on the I/O thread's next turn when run there.
+  void resume_async(std::string_view key, std::chrono::nanoseconds now, const Operation& op,
+                    Completion<Decision> done,
+                    std::chrono::steady_clock::time_point deadline) const {
+    if (detail::on_io_thread) {
+      client_->post([self = *this, k = std::string(key), now, op, done = std::move(done),
+                     deadline] { self.apply_async_now(k, now, op, done, deadline); });
+      return;
+    }
+    apply_async_now(key, now, op, std::move(done), deadline);
+  }
+
   // --- the pre-limit and the over-limit cache (RedisOptions; docs/redis.md "Hot keys") ---
 
   bool caching() const noexcept {
@@ -281,7 +295,6 @@ class RedisBinding {
       return false;
   }
   bool pre_limit_on() const noexcept { return client_->options().pre_limit; }
-  bool fallback_ready_for_pre_limit() const noexcept { return pre_limit_on(); }
   bool redis_time() const noexcept { return client_->options().time_source == TimeSource::redis; }
   static std::int64_t steady_ns() noexcept {
     return std::chrono::duration_cast<std::chrono::nanoseconds>(
@@ -366,7 +379,9 @@ class RedisBinding {
                                              w->until),
                     local_end(end), true, sent.probe, local_now);
       };
-      if (!w) {
+      if (!w || (redis_time() && sent.at_ns == 0)) {
+        // Unreadable, or on Redis's clock without the instant it was sent (a batch's call):
+        // nothing to anchor the state's time to here.
         if (sent.probe) cache.release(ck);
       } else if (!d.allowed) {
         if (d.retry_after == Decision::never) {
@@ -394,17 +409,18 @@ class RedisBinding {
     }
   }
 
-  /// `apply_async`'s work, once it may complete here.
+  /// `apply_async`'s work, once it may complete here, by the decision's `deadline`.
   void apply_async_now(std::string_view key, std::chrono::nanoseconds now, const Operation& op,
-                       Completion<Decision> done) const {
+                       Completion<Decision> done,
+                       std::chrono::steady_clock::time_point deadline) const {
     Decision d{};
     if (pre_limited(key, now, op, d)) return detail::complete_safely(done, std::move(d));
     detail::Sent sent;
     if (caching()) {
       const auto make_waiter = [&]() -> std::function<void()> {
         // Looked up again when the key's probe is back.
-        return [self = *this, k = std::string(key), now, op, done = std::move(done)] {
-          self.apply_async(k, now, op, done);
+        return [self = *this, k = std::string(key), now, op, done = std::move(done), deadline] {
+          self.resume_async(k, now, op, done, deadline);
         };
       };
       const auto found = lookup(key, now, op, d, make_waiter);
@@ -415,7 +431,6 @@ class RedisBinding {
       sent.at_ns = steady_ns();
     }
     detail::ProbeGuard guard(sent.probe ? &hot_->cache : nullptr, cache_key(key));
-    const auto deadline = client_->deadline_from_now();
     std::vector<detail::RedisCall> calls;
     calls.push_back(call(key, now, op));
     auto finish_here = [self = *this, k = std::string(key), now, op, sent,
