@@ -346,15 +346,15 @@ class RedisBinding {
       return detail::OverLimitCache::Found::none;  // never cached (caching() is false)
     } else {
       const std::int64_t steady = redis_time() ? steady_ns() : 0;
-      const auto eval = [&](const detail::CachedState& base) -> std::optional<Decision> {
+      using Verdict = detail::OverLimitCache::Verdict;
+      const auto eval = [&](const detail::CachedState& base, Decision& out) {
         const auto& c = static_cast<const Cached&>(base);
-        if (!(c.params == params_) || (!c.any_cost && c.cost != op.cost)) return std::nullopt;
+        if (!(c.params == params_) || (!c.any_cost && c.cost != op.cost)) return Verdict::unknown;
         const auto t = redis_time() ? redis_now(c, steady) : now;
-        if (t >= c.until) return std::nullopt;
+        if (t >= c.until) return Verdict::unknown;
         typename M::State s = c.state;
-        Decision r = M::apply(params_, s, t, op);
-        if (r.allowed) return std::nullopt;
-        return r;
+        out = M::apply(params_, s, t, op);
+        return out.allowed ? Verdict::admit : Verdict::deny;
       };
       return hot_->cache.lookup(cache_key(key), eval, d, std::forward<MakeWaiter>(make_waiter));
     }

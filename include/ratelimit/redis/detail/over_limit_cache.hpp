@@ -65,11 +65,18 @@ class OverLimitCache {
   explicit OverLimitCache(std::size_t capacity)
       : per_shard_(capacity == 0 ? 0 : (capacity + shard_count - 1) / shard_count) {}
 
-  /// Looks `k` up. `eval(const CachedState&)` returns the denial the state gives (its
-  /// std::optional<Decision>; nullopt: it would admit, or it cannot tell). When another request
-  /// is asking Redis for the key, `make_waiter()` gives what to run once it is back (called
-  /// under the shard's lock, so it must only allocate); an empty function gives `none` (the
-  /// caller cannot wait: an I/O thread).
+  /// What a cached state says about one request.
+  enum class Verdict {
+    deny,     ///< denied, exactly (the decision is filled in)
+    admit,    ///< it would admit: Redis must decide, one request per key at a time
+    unknown,  ///< it cannot tell (another cost, other parameters, too late): ask Redis freely
+  };
+
+  /// Looks `k` up. `eval(const CachedState&, Decision&)` gives the state's `Verdict` on the
+  /// request (filling in the decision when it denies). When another request is asking Redis
+  /// for the key and the state would admit, `make_waiter()` gives what to run once that
+  /// request is back (called under the shard's lock, so it must only allocate); an empty
+  /// function gives `none` (the caller cannot wait: an I/O thread).
   template <class Eval, class MakeWaiter>
   Found lookup(const CacheKey& k, Eval&& eval, Decision& out, MakeWaiter&& make_waiter) {
     if (per_shard_ == 0 || k.key.size() > max_key_size) return Found::none;
@@ -89,8 +96,9 @@ class OverLimitCache {
       s.last_key = &it->first;
     }
     Entry& e = *found;
-    if (auto d = eval(*e.state)) {
-      out = *d;
+    const Verdict v = eval(*e.state, out);
+    if (v == Verdict::unknown) return Found::none;
+    if (v == Verdict::deny) {
       // Under the shard's lock: a plain store, not a locked add, on the hot path.
       s.hits.store(s.hits.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
       return Found::hit;
