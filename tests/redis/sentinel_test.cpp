@@ -177,3 +177,68 @@ TEST_CASE(
   rltest::RedisAdmin promoted(setup.replica().endpoint());
   CHECK(promoted.scan(options.key_prefix + "{new}*").size() == 1);
 }
+
+TEST_CASE("Sentinels and the primary each get their own credentials", "[redis][sentinel][acl]") {
+  // One primary and one sentinel (no failover here: a sentinel answers GET-MASTER-ADDR-BY-NAME
+  // for the primary it is configured with at once). Each has an ACL user of its own beside its
+  // open default user; a wrong password for either is refused by that server (WRONGPASS), so a
+  // storage that decides only with both right has sent each its own credentials.
+  rltest::TempDir dir;
+  rltest::ThrowawayRedis primary;
+  rltest::RedisAdmin(primary.endpoint())
+      .run({"ACL", "SETUSER", "limiter", "on", ">data-secret", "~*", "+@all"});
+  rltest::SentinelProcess sentinel(dir.path(), "m", primary.endpoint().port,
+                                   {"user watcher on >sentinel-secret +@all"});
+  const auto options_with = [&](std::string sentinel_password, std::string data_password) {
+    ratelimit::RedisOptions o;
+    o.sentinel.sentinels = {sentinel.address()};
+    o.sentinel.master_name = "m";
+    o.sentinel.username = "watcher";
+    o.sentinel.password = std::move(sentinel_password);
+    o.username = "limiter";
+    o.password = std::move(data_password);
+    o.key_prefix = rltest::unique_prefix("sentinel-acl");
+    o.failure_policy = ratelimit::FailurePolicy::fail_closed;
+    o.connect_timeout = 2s;
+    o.command_timeout = 5s;
+    return o;
+  };
+  ratelimit::ManualClock clock;
+  const auto first_decision = [&](const ratelimit::RedisOptions& o, rltest::FailureLog& log) {
+    auto with_log = o;
+    with_log.on_failure = log.callback();
+    ratelimit::RedisStorage storage(with_log);
+    // Capacity 3 at 1 per second: a fresh key's first request leaves 2, full again in 1 s.
+    SentinelBucket bucket({3, ratelimit::per_second(1)}, storage, clock);
+    return bucket.try_acquire("k");
+  };
+  SECTION("both right: Redis decides") {
+    rltest::FailureLog log;
+    CHECK(first_decision(options_with("sentinel-secret", "data-secret"), log) ==
+          rltest::admitted(3, 2, 1s));
+    CHECK(log.count(ratelimit::RedisFailureKind::connect) == 0);
+  }
+  SECTION("the sentinel's password wrong: refused by the sentinel, degraded") {
+    rltest::FailureLog log;
+    const auto d = first_decision(options_with("wrong", "data-secret"), log);
+    CHECK(d.degraded);
+    CHECK_FALSE(d.allowed);  // fail_closed
+    CHECK(log.count(ratelimit::RedisFailureKind::connect) >= 1);
+    bool named = false;
+    for (const auto& f : log.snapshot()) {
+      UNSCOPED_INFO("on_failure: " << f.message);
+      named = named || f.message.find("WRONGPASS") != std::string::npos;
+    }
+    CHECK(named);
+  }
+  SECTION("the primary's password wrong: refused by the primary, degraded") {
+    rltest::FailureLog log;
+    const auto d = first_decision(options_with("sentinel-secret", "wrong"), log);
+    CHECK(d.degraded);
+    CHECK(log.count(ratelimit::RedisFailureKind::connect) >= 1);
+    bool named = false;
+    for (const auto& f : log.snapshot())
+      named = named || f.message.find("WRONGPASS") != std::string::npos;
+    CHECK(named);
+  }
+}

@@ -229,10 +229,12 @@ inline std::string reply_text(const redisReply* r) {
 
 /// A sentinel process (`redis-server <conf> --sentinel`) on a free loopback port, with its
 /// own config file (sentinels rewrite theirs, so it must be writable) monitoring the primary
-/// at `primary_port` as "m": quorum 2, down after 500 ms, failover timeout 2 s.
+/// at `primary_port` as "m": quorum 2, down after 500 ms, failover timeout 2 s. `extra`: more
+/// config lines (an ACL user of the sentinel's own, say).
 class SentinelProcess {
  public:
-  SentinelProcess(const std::string& dir, const std::string& master_name, int primary_port)
+  SentinelProcess(const std::string& dir, const std::string& master_name, int primary_port,
+                  const std::vector<std::string>& extra = {})
       : port_(free_loopback_port()), conf_(dir + "/sentinel-" + std::to_string(port_) + ".conf") {
     const std::string port = std::to_string(port_);
     const std::string primary = "127.0.0.1 " + std::to_string(primary_port);
@@ -244,6 +246,7 @@ class SentinelProcess {
     conf += "sentinel monitor " + master_name + " " + primary + " 2\n";
     conf += "sentinel down-after-milliseconds " + master_name + " 500\n";
     conf += "sentinel failover-timeout " + master_name + " 2000\n";
+    for (const auto& line : extra) conf += line + "\n";
     write_file(conf_, conf);
     start();
   }

@@ -67,9 +67,9 @@ class RedisSentinelClient final : public RedisClient {
     }
     loop().post_at(op->deadline, [this, op] {
       if (unpark(op))
-        fail_all(op,
-                 {RedisFailureKind::connect, "no sentinel named the primary of \"" +
-                                                 options().sentinel.master_name + "\" in time"});
+        fail_all(op, {RedisFailureKind::connect, "no sentinel named the primary of \"" +
+                                                     options().sentinel.master_name + "\" in time" +
+                                                     last_reasons()});
     });
     discover_in_background(std::chrono::nanoseconds{0});
   }
@@ -128,6 +128,7 @@ class RedisSentinelClient final : public RedisClient {
 
   /// Asks sentinel k (then k + 1, ...) for the primary's address, each with its own budget.
   void ask(std::size_t k) {
+    if (k == 0) reasons_.clear();
     if (k >= sentinels_.size()) return discovered(nullptr);
     auto req = std::make_unique<IoRequest>();
     append_command(req->wire,
@@ -148,6 +149,17 @@ class RedisSentinelClient final : public RedisClient {
         } catch (const std::invalid_argument&) {  // not an address: ask the next one
         }
       }
+      // Why this sentinel did not name it, for the failure's message (a refused password, an
+      // unknown master name, no answer).
+      // An I/O error names the sentinel itself.
+      const std::string why =
+          o.error        ? std::string(o.error->what())
+          : r == nullptr ? options().sentinel.sentinels[k] + ": no reply"
+          : r->type == REDIS_REPLY_ERROR
+              ? options().sentinel.sentinels[k] + ": " + std::string(r->str, r->len)
+          : r->type == REDIS_REPLY_NIL ? options().sentinel.sentinels[k] + ": does not monitor it"
+                                       : options().sentinel.sentinels[k] + ": an unexpected reply";
+      reasons_ += (reasons_.empty() ? "" : "; ") + why;
       ask(k + 1);
     };
     loop().submit(sentinels_[k], std::move(req));
@@ -156,6 +168,10 @@ class RedisSentinelClient final : public RedisClient {
   /// The inquiry's result (null: no sentinel knew): route there, and send what waited.
   void discovered(RedisNodeClient* primary) {
     if (primary != nullptr) primary_.store(primary, std::memory_order_release);
+    {
+      std::lock_guard lock(reasons_mutex_);
+      last_reasons_ = primary != nullptr ? std::string() : reasons_;
+    }
     std::vector<OpPtr> waiting;
     {
       std::lock_guard lock(parked_mutex_);
@@ -167,7 +183,8 @@ class RedisSentinelClient final : public RedisClient {
         send_to(*primary, op);
       else
         fail_all(op, {RedisFailureKind::connect, "no sentinel named the primary of \"" +
-                                                     options().sentinel.master_name + "\""});
+                                                     options().sentinel.master_name + "\"" +
+                                                     last_reasons()});
     }
   }
 
@@ -182,7 +199,16 @@ class RedisSentinelClient final : public RedisClient {
     return *primaries_.back();
   }
 
+  /// " (why each sentinel did not name the primary)" of the last inquiry that found none.
+  std::string last_reasons() const {
+    std::lock_guard lock(reasons_mutex_);
+    return last_reasons_.empty() ? std::string() : " (" + last_reasons_ + ")";
+  }
+
   std::vector<IoNode*> sentinels_;
+  std::string reasons_;  ///< the running inquiry's (one at a time: `discovering_`)
+  mutable std::mutex reasons_mutex_;
+  std::string last_reasons_;  ///< guarded by reasons_mutex_
   std::atomic<RedisNodeClient*> primary_{nullptr};
   std::mutex nodes_mutex_;
   std::vector<std::unique_ptr<RedisNodeClient>> primaries_;
