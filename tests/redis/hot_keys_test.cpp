@@ -3,8 +3,10 @@
 // Time comes from ManualClock (whole ms) unless a test is about Redis's own clock.
 #include <chrono>
 #include <cstdint>
+#include <future>
 #include <random>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include <catch2/catch.hpp>
@@ -13,6 +15,8 @@
 #include <ratelimit/redis.hpp>
 #include <ratelimit/token_bucket.hpp>
 
+#include "redis_admin.hpp"
+#include "servers.hpp"
 #include "support/algorithms.hpp"
 #include "support/redis_backend.hpp"
 
@@ -64,6 +68,9 @@ TEST_CASE("The over-limit cache decides exactly as Redis for one instance, every
     constexpr int steps = 600;
     for (int i = 0; i < steps; ++i) {
       clock.advance(std::chrono::milliseconds(rng() % 120));  // 0..119 ms: 0..0.6 refills
+      if (rng() % 10 == 0)  // one step in ten, the clock steps back up to 199 ms
+        clock.set(std::max(std::chrono::nanoseconds{0},
+                           clock.now() - std::chrono::milliseconds(rng() % 200)));
       const Step s = random_step(rng, shape.limit);
       INFO("step " << i << " at " << clock.now().count() << " ns, cost " << s.cost
                    << (s.peek ? " (peek)" : ""));
@@ -165,6 +172,18 @@ TEST_CASE("A reset, a cleared cache or other parameters send the next request to
 TEST_CASE("The over-limit cache's memory is bounded: a capacity, and no long keys",
           "[redis][hot_keys]") {
   ManualClock clock;
+  for (const std::size_t capacity : {1, 5, 17}) {
+    // 40 keys each denied once: never more than the capacity held, whatever the shards.
+    RedisOptions small = cache_options("small");
+    small.over_limit_cache.capacity = capacity;
+    RedisStorage s(small);
+    ratelimit::FixedWindow<ManualClock, RedisStorage> f(ratelimit::per_minute(1), s, clock);
+    for (int i = 0; i < 40; ++i) {
+      CHECK(f.try_acquire("c" + std::to_string(i)));
+      CHECK_FALSE(f.try_acquire("c" + std::to_string(i)));
+    }
+    CHECK(s.stats().cache_entries <= capacity);
+  }
   RedisOptions o = cache_options("capacity");
   o.over_limit_cache.capacity = 16;
   RedisStorage cached(o);
@@ -262,4 +281,96 @@ TEST_CASE("The pre-limit decides a rule set's parts all or nothing",
   const Operation peek{1, true, Decision::never};
   CHECK(elsewhere.bind<FixedWindowModel>("a", shared).apply("k", 0ns, peek).remaining == 8);
   CHECK(elsewhere.bind<FixedWindowModel>("b", shared).apply("k", 0ns, peek).remaining == 8);
+}
+
+TEST_CASE("A dry run never waits on the cache, and its answer refreshes the key's entry",
+          "[redis][hot_keys]") {
+  ManualClock clock;
+  RedisStorage cached(cache_options("peek"));
+  // Capacity 2 at 2 per second: both tokens back 1 s after they were spent.
+  ratelimit::TokenBucket<ManualClock, RedisStorage> tb({2, ratelimit::per_second(2)}, cached,
+                                                       clock);
+  CHECK(tb.try_acquire("k"));
+  CHECK(tb.try_acquire("k"));
+  CHECK(cached.stats().cache_entries == 1);  // empty: remembered
+  clock.advance(10s);                        // long refilled: the entry would admit
+  // A peek asks Redis (no waiting for a probe), and its answer, full, ends the entry.
+  CHECK(tb.peek("k").remaining == 2);
+  CHECK(cached.stats().cache_entries == 0);
+  CHECK(cached.stats().cache_hits == 0);
+}
+
+TEST_CASE("A request that waited for its key's probe completes on the I/O thread",
+          "[redis][hot_keys]") {
+  // A blocking caller's request is the key's probe while Redis is paused; a non-blocking
+  // request for the key waits for it. Its completion must run on the storage's I/O thread,
+  // never inside the blocking caller's call.
+  rltest::ThrowawayRedis server;
+  RedisOptions o = cache_options("thread");
+  o.host = server.endpoint().host;
+  o.port = server.endpoint().port;
+  RedisStorage cached(o);
+  ManualClock clock;
+  // Capacity 1 at 1 per second: spent at 0, back at 1 s.
+  ratelimit::TokenBucket<ManualClock, RedisStorage> tb({1, ratelimit::per_second(1)}, cached,
+                                                       clock);
+  CHECK(tb.try_acquire("k"));
+  CHECK(cached.stats().cache_entries == 1);
+  clock.advance(2s);  // the entry would admit: the next request is the probe
+  server.pause();
+  // (Assertions only on this thread: Catch2 is not thread-safe.)
+  std::thread::id blocking_thread;
+  bool probe_admitted = false;
+  std::thread blocking([&] {
+    blocking_thread = std::this_thread::get_id();
+    probe_admitted = tb.try_acquire("k").allowed;  // the probe: Redis answers once resumed
+  });
+  const bool sent = rltest::poll_until([&] { return cached.stats().in_flight == 1; }, 10s);
+  std::promise<std::pair<std::thread::id, bool>> ran;
+  tb.try_acquire_async("k", 1, [&](Decision d) {
+    ran.set_value({std::this_thread::get_id(), d.allowed});
+  });
+  server.resume();
+  blocking.join();
+  REQUIRE(sent);
+  const auto [id, waiter_admitted] = ran.get_future().get();
+  CHECK(probe_admitted);
+  CHECK_FALSE(waiter_admitted);  // the probe spent the token: denied, from the probe's answer
+  CHECK(id != blocking_thread);
+  CHECK(id != std::this_thread::get_id());
+}
+
+TEST_CASE("The pre-limit never decides for a failed Redis, and skips parts it cannot tell apart",
+          "[redis][hot_keys][pre_limit]") {
+  using ratelimit::FixedWindowModel;
+  const auto three = FixedWindowModel::from_rate(ratelimit::per_minute(3));
+  const Operation one{1, false, Decision::never};
+  SECTION("fail_open, Redis down: degraded admissions, none spent or denied locally") {
+    RedisOptions o = rltest::test_redis_options("prefail");
+    o.port = rltest::free_loopback_port();  // nobody listens
+    o.pre_limit = true;
+    o.failure_policy = ratelimit::FailurePolicy::fail_open;
+    o.command_timeout = 50ms;
+    o.connect_timeout = 50ms;
+    RedisStorage down(o);
+    auto b = down.bind<FixedWindowModel>("a", three);
+    const std::vector<RedisStorage::Part> parts{b.part("k", one)};
+    std::vector<Decision> out(1);
+    for (int i = 0; i < 5; ++i) {  // 5 > the local 3: every one still fail_open's admission
+      CHECK(down.decide_all(parts, 0ns, out));
+      CHECK(out[0].degraded);
+    }
+    CHECK(down.stats().pre_limited == 0);
+  }
+  SECTION("one limiter and key under two tags: two Redis counters, one local one") {
+    RedisOptions o = rltest::test_redis_options("pretags");
+    o.pre_limit = true;
+    RedisStorage storage(o);
+    auto b = storage.bind<FixedWindowModel>("a", three);
+    const auto copy = b;
+    const std::vector<RedisStorage::Part> parts{b.part("k", one, "t1"), copy.part("k", one, "t2")};
+    std::vector<Decision> out(2);
+    CHECK(storage.decide_all(parts, 0ns, out));  // decided by Redis, pre-limit skipped
+    CHECK(storage.stats().decisions == 2);
+  }
 }

@@ -118,10 +118,14 @@ class RedisBinding {
     const auto deadline = client_->deadline_from_now();
     detail::Sent sent;
     if (caching()) {
+      // Waits at most once: after another request's answer, this one looks again and asks
+      // Redis itself if it must (a failed probe must not line its waiters up again, one round
+      // trip each). Never on an I/O thread, which must not block.
+      bool may_wait = !detail::on_io_thread;
       for (;;) {
         std::shared_ptr<detail::OneShot> woken;
         const auto make_waiter = [&]() -> std::function<void()> {
-          if (detail::on_io_thread) return {};  // must not wait there: ask Redis
+          if (!may_wait) return {};
           woken = std::make_shared<detail::OneShot>();
           return [woken] { woken->notify(); };
         };
@@ -132,6 +136,7 @@ class RedisBinding {
           break;
         }
         woken->wait();  // another request is asking Redis for this key: then look again
+        may_wait = false;
       }
       sent.at_ns = steady_ns();
     }
@@ -155,10 +160,10 @@ class RedisBinding {
       // From a completion: the cache or pre-limit would complete inline; a chain of such
       // decisions must not nest one stack frame per decision.
       client_->post([self = *this, k = std::string(key), now, op, done = std::move(done),
-                     deadline] { self.apply_async_now(k, now, op, done, deadline); });
+                     deadline] { self.apply_async_now(k, now, op, done, deadline, true); });
       return;
     }
-    apply_async_now(key, now, op, std::move(done), deadline);
+    apply_async_now(key, now, op, std::move(done), deadline, true);
   }
 
   /// Deletes `key`'s state (DEL of all its Redis keys) and its local fallback state. A failure
@@ -273,19 +278,6 @@ class RedisBinding {
     return *d;
   }
 
-  /// A waiter's continuation (see apply_async_now): looked up again with its first deadline,
-  /// on the I/O thread's next turn when run there.
-  void resume_async(std::string_view key, std::chrono::nanoseconds now, const Operation& op,
-                    Completion<Decision> done,
-                    std::chrono::steady_clock::time_point deadline) const {
-    if (detail::on_io_thread) {
-      client_->post([self = *this, k = std::string(key), now, op, done = std::move(done),
-                     deadline] { self.apply_async_now(k, now, op, done, deadline); });
-      return;
-    }
-    apply_async_now(key, now, op, std::move(done), deadline);
-  }
-
   // --- the pre-limit and the over-limit cache (RedisOptions; docs/redis.md "Hot keys") ---
 
   bool caching() const noexcept {
@@ -350,13 +342,18 @@ class RedisBinding {
       const auto eval = [&](const detail::CachedState& base, Decision& out) {
         const auto& c = static_cast<const Cached&>(base);
         if (!(c.params == params_) || (!c.any_cost && c.cost != op.cost)) return Verdict::unknown;
+        // Before the state's time (a clock stepped back, an earlier explicit time), Redis
+        // decides at the key's latest admitted time, which the reply did not say.
+        if (!redis_time() && now < c.time) return Verdict::unknown;
         const auto t = redis_time() ? redis_now(c, steady) : now;
         if (t >= c.until) return Verdict::unknown;
         typename M::State s = c.state;
         out = M::apply(params_, s, t, op);
         return out.allowed ? Verdict::admit : Verdict::deny;
       };
-      return hot_->cache.lookup(cache_key(key), eval, d, std::forward<MakeWaiter>(make_waiter));
+      // A dry run never probes: its answer changes nothing that others should wait for.
+      return hot_->cache.lookup(cache_key(key), eval, d, std::forward<MakeWaiter>(make_waiter),
+                                !op.peek);
     }
   }
 
@@ -389,9 +386,11 @@ class RedisBinding {
         } else {
           keep(w->state, d.retry_after);
         }
-      } else if (op.peek) {
-        if (sent.probe) cache.release(ck);  // nothing changed in Redis
-      } else if (w->any_cost) {
+      } else if (op.peek || !w->any_cost) {
+        // Admitted: a dry run, or a log that changed in a way the reply does not say. The
+        // entry no longer denies (or no longer says what Redis holds): forget it.
+        cache.learn(ck, nullptr, 0, false, sent.probe, local_now);
+      } else {
         // The state Redis wrote: remembered while it denies even one unit.
         typename M::State after = w->state;
         (void)M::apply(params_, after, w->time, op);
@@ -401,26 +400,30 @@ class RedisBinding {
           keep(after, next.retry_after);
         else
           cache.learn(ck, nullptr, 0, false, sent.probe, local_now);
-      } else {
-        cache.learn(ck, nullptr, 0, false, sent.probe, local_now);  // the log changed: forget
       }
     } else {
       (void)key, (void)ints, (void)op, (void)d, (void)sent, (void)now;
     }
   }
 
-  /// `apply_async`'s work, once it may complete here, by the decision's `deadline`.
+  /// `apply_async`'s work, once it may complete here, by the decision's `deadline`;
+  /// `may_wait`: it may wait for its key's probe (once: see apply).
   void apply_async_now(std::string_view key, std::chrono::nanoseconds now, const Operation& op,
-                       Completion<Decision> done,
-                       std::chrono::steady_clock::time_point deadline) const {
+                       Completion<Decision> done, std::chrono::steady_clock::time_point deadline,
+                       bool may_wait) const {
     Decision d{};
     if (pre_limited(key, now, op, d)) return detail::complete_safely(done, std::move(d));
     detail::Sent sent;
     if (caching()) {
       const auto make_waiter = [&]() -> std::function<void()> {
-        // Looked up again when the key's probe is back.
+        if (!may_wait) return {};
+        // Looked up again when the key's probe is back, on the I/O thread's next turn
+        // whatever thread settles the probe (a blocking caller, a reset): completions run on
+        // the I/O thread, never inside another caller's call.
         return [self = *this, k = std::string(key), now, op, done = std::move(done), deadline] {
-          self.resume_async(k, now, op, done, deadline);
+          self.client_->post([self, k, now, op, done, deadline] {
+            self.apply_async_now(k, now, op, done, deadline, false);
+          });
         };
       };
       const auto found = lookup(key, now, op, d, make_waiter);
@@ -569,7 +572,7 @@ class RedisStorage {
     if (pre_limited(parts, now, out)) return false;
     auto results = client_->execute(std::move(calls), deadline);
     const bool all = read_all(parts, now, results.front(), out);
-    if (all) spend_pre_limit(parts, now);
+    if (all) spend_pre_limit(parts, now, out);
     return all;
   }
 
@@ -616,7 +619,7 @@ class RedisStorage {
                             done = std::move(done)](std::vector<detail::RedisResult>&& results) {
                              std::vector<Decision> out(held->parts.size());
                              const bool all = self.read_all(held->parts, now, results.front(), out);
-                             if (all) self.spend_pre_limit(held->parts, now);
+                             if (all) self.spend_pre_limit(held->parts, now, out);
                              try {
                                done(std::move(out), all);
                              } catch (...) {  // see core/completion.hpp
@@ -656,8 +659,7 @@ class RedisStorage {
   }
 
   /// The parts' per-instance limits (the pre-limit), each with `peek` as given; empty when the
-  /// pre-limit is off, or when two parts share one per-instance counter (same limiter and key
-  /// under different tags: one in-process key, which decide_all refuses), where it is skipped.
+  /// pre-limit is off.
   std::vector<InMemoryStorage::Part> local_parts(std::span<const Part> parts, bool peek) const {
     std::vector<InMemoryStorage::Part> local;
     if (!client_->options().pre_limit) return local;
@@ -669,10 +671,19 @@ class RedisStorage {
       if (!l) return {};
       local.push_back(*l);
     }
-    for (std::size_t i = 0; i < local.size(); ++i)
-      for (std::size_t j = 0; j < i; ++j)
-        if (parts[i].binding == parts[j].binding && parts[i].key == parts[j].key) return {};
     return local;
+  }
+
+  /// Decides the per-instance parts; nullopt when they cannot be decided together: two parts on
+  /// one per-instance counter (one limiter and key under two tags, which Redis keeps apart),
+  /// where the pre-limit is skipped.
+  std::optional<bool> decide_local(std::span<const InMemoryStorage::Part> local,
+                                   std::chrono::nanoseconds now, std::span<Decision> out) const {
+    try {
+      return fallback_.decide_all(local, now, out);
+    } catch (const std::invalid_argument&) {
+      return std::nullopt;
+    }
   }
 
   /// True, with every part's per-instance decision in `out`, if the pre-limit denies the parts
@@ -680,18 +691,25 @@ class RedisStorage {
   bool pre_limited(std::span<const Part> parts, std::chrono::nanoseconds now,
                    std::span<Decision> out) const {
     const auto local = local_parts(parts, true);
-    if (local.empty() || fallback_.decide_all(local, now, out)) return false;
+    if (local.empty()) return false;
+    std::vector<Decision> dry(local.size());
+    if (decide_local(local, now, dry).value_or(true)) return false;
+    std::copy(dry.begin(), dry.end(), out.begin());
     hot_->pre_limited.fetch_add(1, std::memory_order_relaxed);
     return true;
   }
 
-  /// After Redis admitted every part: the pre-limit spends them too (all or nothing; parts in
-  /// flight together may find it spent already, which they may, being admitted).
-  void spend_pre_limit(std::span<const Part> parts, std::chrono::nanoseconds now) const {
+  /// After Redis itself admitted every part (`decided`: none degraded: a failure policy's
+  /// admission is not Redis's), the pre-limit spends them too, all or nothing; parts in
+  /// flight together may find it spent already, which they may, being admitted.
+  void spend_pre_limit(std::span<const Part> parts, std::chrono::nanoseconds now,
+                       std::span<const Decision> decided) const {
+    for (std::size_t i = 0; i < parts.size(); ++i)
+      if (decided[i].degraded) return;
     const auto local = local_parts(parts, false);
     if (local.empty()) return;
     std::vector<Decision> scratch(local.size());
-    (void)fallback_.decide_all(local, now, scratch);
+    (void)decide_local(local, now, scratch);
   }
 
   /// The one script call that decides every part (lua/multi.lua). Throws as `decide_all`.

@@ -62,8 +62,7 @@ class OverLimitCache {
   static constexpr std::size_t max_key_size = 256;
 
   /// `capacity` entries at most (0: nothing is cached).
-  explicit OverLimitCache(std::size_t capacity)
-      : per_shard_(capacity == 0 ? 0 : (capacity + shard_count - 1) / shard_count) {}
+  explicit OverLimitCache(std::size_t capacity) : capacity_(capacity) {}
 
   /// What a cached state says about one request.
   enum class Verdict {
@@ -77,9 +76,12 @@ class OverLimitCache {
   /// for the key and the state would admit, `make_waiter()` gives what to run once that
   /// request is back (called under the shard's lock, so it must only allocate); an empty
   /// function gives `none` (the caller cannot wait: an I/O thread).
+  /// `may_probe` false (a dry run, whose answer changes nothing to wait for): a state that
+  /// would admit gives `none`.
   template <class Eval, class MakeWaiter>
-  Found lookup(const CacheKey& k, Eval&& eval, Decision& out, MakeWaiter&& make_waiter) {
-    if (per_shard_ == 0 || k.key.size() > max_key_size) return Found::none;
+  Found lookup(const CacheKey& k, Eval&& eval, Decision& out, MakeWaiter&& make_waiter,
+               bool may_probe = true) {
+    if (capacity_ == 0 || k.key.size() > max_key_size) return Found::none;
     const std::uint64_t h = hash(k);
     Shard& s = shard_of(h);
     std::lock_guard lock(s.mutex);
@@ -97,7 +99,7 @@ class OverLimitCache {
     }
     Entry& e = *found;
     const Verdict v = eval(*e.state, out);
-    if (v == Verdict::unknown) return Found::none;
+    if (v == Verdict::unknown || (v == Verdict::admit && !may_probe)) return Found::none;
     if (v == Verdict::deny) {
       // Under the shard's lock: a plain store, not a locked add, on the hot path.
       s.hits.store(s.hits.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
@@ -119,51 +121,37 @@ class OverLimitCache {
   /// `now` (the same time line) lets expired entries make room first.
   void learn(const CacheKey& k, std::unique_ptr<CachedState> state, std::int64_t expires,
              bool create, bool probe, std::int64_t now) {
-    if (per_shard_ == 0 || k.key.size() > max_key_size) return;
-    std::vector<std::function<void()>> woken;
-    {
-      const std::uint64_t h = hash(k);
-      Shard& s = shard_of(h);
-      std::lock_guard lock(s.mutex);
-      auto it = s.map.find(Probe{h, k});
-      if (it != s.map.end()) {
-        Entry& e = it->second;
-        // A reply that was not the probe's must not take the entry from under the probe.
-        if (state == nullptr && (!e.probing || probe)) {
-          woken = std::move(e.waiters);
-          erase(s, it);
-        } else {
-          if (state != nullptr) {
-            e.state = std::move(state);
-            s.by_expiry.erase(e.by_expiry);
-            e.by_expiry = s.by_expiry.emplace(expires, &it->first);
-          }
-          if (probe) {
-            e.probing = false;
-            woken = std::move(e.waiters);
-          }
-        }
-      } else if (state != nullptr && create) {
-        insert(s, h, k, std::move(state), expires, now, woken);
+    with_entry(k, [&](Shard& s, Iterator it, std::uint64_t h, Woken& woken) {
+      if (it == s.map.end()) {
+        if (state != nullptr && create) insert(s, h, k, std::move(state), expires, now, woken);
+        return;
       }
-    }
-    for (auto& w : woken) run(w);
+      Entry& e = it->second;
+      // A reply that was not the probe's must not take the entry from under the probe.
+      if (state == nullptr && (!e.probing || probe)) {
+        woken = std::move(e.waiters);
+        erase(s, it);
+        return;
+      }
+      if (state != nullptr) {
+        e.state = std::move(state);
+        s.by_expiry.erase(e.by_expiry);
+        e.by_expiry = s.by_expiry.emplace(expires, &it->first);
+      }
+      if (probe) {
+        e.probing = false;
+        woken = std::move(e.waiters);
+      }
+    });
   }
 
   /// The probe of `k` ended without an answer (Redis failed): its waiters go on by themselves.
   void release(const CacheKey& k) {
-    if (per_shard_ == 0 || k.key.size() > max_key_size) return;
-    std::vector<std::function<void()>> woken;
-    {
-      const std::uint64_t h = hash(k);
-      Shard& s = shard_of(h);
-      std::lock_guard lock(s.mutex);
-      auto it = s.map.find(Probe{h, k});
+    with_entry(k, [](Shard& s, Iterator it, std::uint64_t, Woken& woken) {
       if (it == s.map.end()) return;
       it->second.probing = false;
       woken = std::move(it->second.waiters);
-    }
-    for (auto& w : woken) run(w);
+    });
   }
 
   /// Forgets `k` (a reset through this instance); its waiters go on.
@@ -254,33 +242,54 @@ class OverLimitCache {
   std::uint64_t hash(const CacheKey& k) const noexcept { return hash_(k.key) ^ k.tail_hash; }
   Shard& shard_of(std::uint64_t h) noexcept { return shards_[h >> 60]; }
 
-  void erase(Shard& s, Iterator it) {
+  using Woken = std::vector<std::function<void()>>;
+
+  /// Runs `f(shard, k's entry or end, k's hash, woken)` under the shard's lock, then the
+  /// waiters `f` put in `woken`, after the lock is released (they may look the key up again).
+  template <class F>
+  void with_entry(const CacheKey& k, F&& f) {
+    if (capacity_ == 0 || k.key.size() > max_key_size) return;
+    Woken woken;
+    {
+      const std::uint64_t h = hash(k);
+      Shard& s = shard_of(h);
+      std::lock_guard lock(s.mutex);
+      f(s, s.map.find(Probe{h, k}), h, woken);
+    }
+    for (auto& w : woken) run(w);
+  }
+
+  /// `counted` false: the caller keeps the key's place in the count (see insert).
+  void erase(Shard& s, Iterator it, bool counted = true) {
     if (s.last == &it->second) s.last = nullptr;
     s.by_expiry.erase(it->second.by_expiry);
     s.map.erase(it);
-    size_.fetch_sub(1, std::memory_order_relaxed);
+    if (counted) size_.fetch_sub(1, std::memory_order_acq_rel);
   }
 
-  /// Inserts under the shard's lock: expired entries leave first; when still full, the entry
-  /// that expires first leaves if it expires before the new one (else the new one is dropped).
+  /// Inserts under the shard's lock: this shard's expired entries leave first; when the cache
+  /// is full, the shard's entry that ends first leaves if it ends before the new one (else the
+  /// new one is not kept). The count is reserved before inserting, so `capacity` holds across
+  /// shards.
   void insert(Shard& s, std::uint64_t h, const CacheKey& k, std::unique_ptr<CachedState> state,
-              std::int64_t expires, std::int64_t now, std::vector<std::function<void()>>& woken) {
-    const auto drop_first = [&] {
+              std::int64_t expires, std::int64_t now, Woken& woken) {
+    const auto drop_first = [&](bool counted) {
       const auto it = s.map.find(*s.by_expiry.begin()->second);  // always there: kept in step
       for (auto& w : it->second.waiters) woken.push_back(std::move(w));
-      erase(s, it);
+      erase(s, it, counted);
     };
     // At most a few per insert, so an insert's work stays bounded.
     for (int i = 0; i < 4 && !s.by_expiry.empty() && s.by_expiry.begin()->first <= now; ++i)
-      drop_first();
-    if (s.map.size() >= per_shard_) {
-      if (s.by_expiry.begin()->first >= expires) return;
-      drop_first();
+      drop_first(true);
+    if (size_.fetch_add(1, std::memory_order_acq_rel) >= capacity_) {
+      size_.fetch_sub(1, std::memory_order_acq_rel);
+      if (s.by_expiry.empty() || s.by_expiry.begin()->first >= expires) return;
+      drop_first(false);  // its place in the count passes to the new key
     }
     auto [it, inserted] = s.map.try_emplace(StoredKey{std::string(k.key), k.tail_hash, h}, Entry{});
     it->second.state = std::move(state);
     it->second.by_expiry = s.by_expiry.emplace(expires, &it->first);
-    if (inserted) size_.fetch_add(1, std::memory_order_relaxed);
+    if (!inserted) size_.fetch_sub(1, std::memory_order_acq_rel);  // not reached: k was absent
   }
 
   static void run(std::function<void()>& f) noexcept {
@@ -290,7 +299,7 @@ class OverLimitCache {
     }
   }
 
-  const std::size_t per_shard_;
+  const std::size_t capacity_;
   SipKeyHash hash_;
   std::array<Shard, shard_count> shards_;
   std::atomic<std::uint64_t> size_{0};
