@@ -1,0 +1,72 @@
+#pragma once
+/// @file core/all_of.hpp
+/// Several limiters on one key decided as one: a request admitted only if every limiter admits
+/// it, spending from each; denied by one, it spends nothing from any (e.g. a rate beside a
+/// calendar quota). The limiters' common storage is the unit of atomicity (`decide_all`, see
+/// core/storage.hpp): in process under the keys' shard locks, on Redis as one script.
+
+#include <algorithm>
+#include <array>
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <span>
+#include <string_view>
+#include <type_traits>
+
+#include "clock.hpp"
+#include "decision.hpp"
+#include "detail/validate.hpp"
+#include "storage.hpp"
+
+namespace ratelimit {
+
+/// What `try_acquire_all` decided: `allowed` for the request, and each limiter's decision in
+/// the order the limiters were given (when denied, each is its dry run: the key as it is).
+/// Thread safety: a plain value.
+template <std::size_t N>
+struct AllOfDecision {
+  bool allowed = false;                 ///< every limiter admitted, and each spent the cost
+  std::array<Decision, N> decisions{};  ///< one per limiter, in argument order
+
+  /// Same as `allowed`.
+  explicit operator bool() const noexcept { return allowed; }
+};
+
+/// Decides one request of `cost` units for `key` under every limiter at `now` (a reading of the
+/// limiters' clock), all or nothing, in one `decide_all` of their storage. The limiters must
+/// share one storage (one `InMemoryStorage`, or one `RedisStorage` whose copies they hold; a
+/// Redis decision across two storages degrades by the failure policy) and differ in algorithm
+/// or name (a key decided twice throws `std::invalid_argument`). On Redis Cluster the parts
+/// share the key's hash tag, so one slot. A `now` outside [0, 2^62] ns is clamped.
+/// Throws `std::invalid_argument` if cost < 1; a storage may throw per its failure policy.
+/// Thread safety: safe from many threads, atomic with every other decision on these keys.
+template <class First, class... Rest>
+AllOfDecision<1 + sizeof...(Rest)> try_acquire_all(std::string_view key, std::int64_t cost,
+                                                   std::chrono::nanoseconds now, First& first,
+                                                   Rest&... rest) {
+  using S = std::remove_cvref_t<decltype(first.storage())>;
+  static_assert((std::is_same_v<S, std::remove_cvref_t<decltype(rest.storage())>> && ...),
+                "ratelimit::try_acquire_all: the limiters must have the same Storage type");
+  static_assert(MultiKeyStorage<S>,
+                "ratelimit::try_acquire_all: the Storage must decide several keys at once");
+  detail::check_cost(cost);
+  now = std::clamp(now, std::chrono::nanoseconds{0}, max_clock_time);
+  const Operation op{cost, false, Decision::never};
+  const std::array<typename S::Part, 1 + sizeof...(Rest)> parts{
+      first.binding().part(key, op, key), rest.binding().part(key, op, key)...};
+  AllOfDecision<1 + sizeof...(Rest)> out;
+  out.allowed = first.storage().decide_all(std::span<const typename S::Part>(parts), now,
+                                           std::span<Decision>(out.decisions));
+  return out;
+}
+
+/// As above at the first limiter's clock reading (`first.clock().now()`): give limiters that
+/// share a clock (copies of one `ManualClock`, or `SystemClock`).
+template <class First, class... Rest>
+AllOfDecision<1 + sizeof...(Rest)> try_acquire_all(std::string_view key, std::int64_t cost,
+                                                   First& first, Rest&... rest) {
+  return try_acquire_all(key, cost, first.clock().now(), first, rest...);
+}
+
+}  // namespace ratelimit
