@@ -142,3 +142,15 @@ TEST_CASE("The calendar extension of rules files refuses what it cannot mean",
   CHECK(params.calendar.first_day() == std::chrono::Sunday);
   CHECK(params.calendar.time_zone() == "UTC");
 }
+
+#if defined(RATELIMIT_TEST_WITH_REDIS) && !defined(RATELIMIT_TEST_WITH_CLUSTER)
+TEST_CASE("A rule set with a quota rule refuses a Redis storage on Redis's clock",
+          "[calendar][quota][rules][redis]") {
+  ratelimit::RedisOptions options = rltest::test_redis_options("quota-rules");
+  options.time_source = ratelimit::TimeSource::redis;
+  CHECK_THROWS_WITH((ratelimit::RuleSet<ratelimit::RedisStorage, ManualClock, QuotaAlgorithms>(
+                        ratelimit::Rules::from_string<QuotaAlgorithms>(quota_rules),
+                        ratelimit::RedisStorage(options))),
+                    Catch::StartsWith("options.time_source = redis: algorithm calendar_quota"));
+}
+#endif

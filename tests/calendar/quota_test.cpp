@@ -139,6 +139,8 @@ TEMPLATE_LIST_TEST_CASE(
   CHECK(both.decisions[0].remaining == 3);
   CHECK_FALSE(both.decisions[1].allowed);
   CHECK(both.decisions[1].retry_after == 1s);
+  CHECK(both.decision().retry_after == 1s);  // the rate speaks for the request
+  CHECK_FALSE(both.decision().allowed);
   CHECK(quota.peek(key).remaining == 3);
   // 1 s later one token: admitted (quota 2 left); 2 s later two tokens: two more (quota 0).
   clock.advance(1s);
@@ -154,6 +156,7 @@ TEMPLATE_LIST_TEST_CASE(
   CHECK_FALSE(both.decisions[0].allowed);
   CHECK(both.decisions[0].retry_after == 10h + 59min + 55s);
   CHECK(both.decisions[1].allowed);
+  CHECK(both.decision().retry_after == 10h + 59min + 55s);  // the quota speaks
   CHECK(rate.peek(key).remaining == 2);
   // At the next local midnight (23:00 UTC) both admit again: the quota has 5 - 1 = 4 left.
   clock.set(at_utc(2023, 10, 29, 23));
@@ -161,6 +164,9 @@ TEMPLATE_LIST_TEST_CASE(
   CHECK(both.allowed);
   CHECK(both.decisions[0].remaining == 4);
   CHECK(both.decisions[0].reset_after == 24h);  // Monday the 30th: 24 h
+  // Admitted: the rate (1 token left of 2) speaks, having fewer remaining than the quota (4).
+  CHECK(both.decision().allowed);
+  CHECK(both.decision().remaining == 1);
 }
 
 TEST_CASE("A calendar quota refuses a bad limit or zone naming the field", "[calendar][errors]") {

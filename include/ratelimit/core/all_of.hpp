@@ -29,6 +29,25 @@ struct AllOfDecision {
   bool allowed = false;                 ///< every limiter admitted, and each spent the cost
   std::array<Decision, N> decisions{};  ///< one per limiter, in argument order
 
+  /// The decision that speaks for the request, with `allowed` the request's: a denial with the
+  /// longest `retry_after` (`never` first), else the admission with the fewest remaining (ties:
+  /// the later `reset_after`), i.e. the limit the client meets first.
+  Decision decision() const noexcept {
+    std::size_t best = 0;
+    for (std::size_t i = 1; i < N; ++i) {
+      const Decision& a = decisions[i];
+      const Decision& b = decisions[best];
+      const bool more = a.allowed != b.allowed ? !a.allowed
+                        : !a.allowed           ? a.retry_after > b.retry_after
+                                     : a.remaining < b.remaining || (a.remaining == b.remaining &&
+                                                                     a.reset_after > b.reset_after);
+      if (more) best = i;
+    }
+    Decision d = decisions[best];
+    d.allowed = allowed;
+    return d;
+  }
+
   /// Same as `allowed`.
   explicit operator bool() const noexcept { return allowed; }
 };
