@@ -141,7 +141,10 @@ class Calendar {
   CalendarUnit unit() const noexcept { return unit_; }
   /// The zone's IANA name as given ("UTC" for a default-constructed calendar). A link such as
   /// "US/Eastern" keeps its own name and has its target's periods.
-  std::string_view time_zone() const noexcept { return zone_ ? zone_->name() : "UTC"; }
+  std::string_view time_zone() const noexcept {
+    if (zone_ == nullptr) return "UTC";
+    return zone_->name();  // a string of the zone database, alive as long as the program
+  }
   /// The first day of a week.
   std::chrono::weekday first_day() const noexcept { return std::chrono::weekday{first_day_}; }
 

@@ -34,15 +34,8 @@ struct AllOfDecision {
   /// the later `reset_after`), i.e. the limit the client meets first.
   Decision decision() const noexcept {
     std::size_t best = 0;
-    for (std::size_t i = 1; i < N; ++i) {
-      const Decision& a = decisions[i];
-      const Decision& b = decisions[best];
-      const bool more = a.allowed != b.allowed ? !a.allowed
-                        : !a.allowed           ? a.retry_after > b.retry_after
-                                     : a.remaining < b.remaining || (a.remaining == b.remaining &&
-                                                                     a.reset_after > b.reset_after);
-      if (more) best = i;
-    }
+    for (std::size_t i = 1; i < N; ++i)
+      if (more_restrictive(decisions[i], decisions[best])) best = i;
     Decision d = decisions[best];
     d.allowed = allowed;
     return d;
@@ -50,6 +43,16 @@ struct AllOfDecision {
 
   /// Same as `allowed`.
   explicit operator bool() const noexcept { return allowed; }
+
+ private:
+  /// Whether `a` says more about the request's fate than `b` (the rule of `decision()`; the
+  /// same as the HTTP headers' choice, http/headers.hpp, which this layer cannot include).
+  static constexpr bool more_restrictive(const Decision& a, const Decision& b) noexcept {
+    if (a.allowed != b.allowed) return !a.allowed;
+    if (!a.allowed) return a.retry_after > b.retry_after;
+    return a.remaining < b.remaining ||
+           (a.remaining == b.remaining && a.reset_after > b.reset_after);
+  }
 };
 
 /// Decides one request of `cost` units for `key` under every limiter at `now` (a reading of the
