@@ -130,6 +130,8 @@ struct CalendarQuotaModel {
     return std::nullopt;
   }
 
+  /// Decides `op` at `now` (ns since the Unix epoch) on `s` (see the struct comment); updates
+  /// `s` only when it admits a non-peek operation. Thread safety: pure.
   static Decision apply(const Params& p, State& s, std::chrono::nanoseconds now,
                         const Operation& op) noexcept {
     const std::int64_t t = now.count() > s.last ? now.count() : s.last;
@@ -161,6 +163,7 @@ struct CalendarQuotaModel {
     return d;
   }
 
+  /// True when `s` counts nothing at `now`: empty, or its period has ended. Thread safety: pure.
   static bool is_fresh(const Params&, const State& s, std::chrono::nanoseconds now) noexcept {
     const std::int64_t t = now.count() > s.last ? now.count() : s.last;
     return s.count == 0 || t >= s.end;
@@ -175,13 +178,17 @@ struct CalendarQuotaModel {
     /// its own (`TimeSource::redis`) refuses this model at `bind`.
     static constexpr bool needs_client_time = true;
 
+    /// What every call repeats: N as text.
     struct BoundArgs {
       std::string limit;
     };
+    /// Checks N (1..10^9; throws `std::invalid_argument` naming `params.limit`).
     static BoundArgs bound_args(const Params& p) {
       detail::check_count("params.limit", p.limit);
       return {std::to_string(p.limit)};
     }
+    /// One call's ARGV (lua/quota.lua): now_us, the end of now's period (us), n, N, peek,
+    /// the TTL margin.
     static void args(const BoundArgs& b, const Params& p, std::string now_us, const Operation& op,
                      const std::string& margin_ms, std::vector<std::string>& out) {
       // now_us is the client's whole-us time (never empty: see needs_client_time). Period

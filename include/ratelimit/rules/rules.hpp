@@ -153,7 +153,7 @@ struct Rule {
   LimitSpec limit_spec() const noexcept { return LimitSpec{rate, unit, time_zone, first_day}; }
   /// Whether the limit uses the calendar extension (a week or month unit, a time zone or a
   /// first day), which only an algorithm with `from_limit` takes.
-  bool calendar() const noexcept {
+  bool uses_calendar() const noexcept {
     return unit == "week" || unit == "month" || !time_zone.empty() || !first_day.empty();
   }
 };
@@ -369,7 +369,7 @@ class Rules {
         } catch (const std::invalid_argument& e) {
           throw std::invalid_argument(where + e.what());
         }
-      } else if (rule.calendar()) {
+      } else if (rule.uses_calendar()) {
         throw std::invalid_argument(
             where + "rate_limit.algorithm = \"" + std::string(M::name) +
             "\": takes no week or month unit, time_zone or first_day (extensions of calendar "
