@@ -6,11 +6,14 @@
 #include <catch2/catch.hpp>
 
 #include <chrono>
+#include <cstdint>
+#include <random>
 #include <stdexcept>
 #include <string>
 
 #include <date/date.h>
 #include <ratelimit/calendar_quota.hpp>
+#include <ratelimit/fixed_window.hpp>
 #include <ratelimit/testing/manual_clock.hpp>
 #include <ratelimit/token_bucket.hpp>
 
@@ -167,6 +170,38 @@ TEMPLATE_LIST_TEST_CASE(
   // Admitted: the rate (1 token left of 2) speaks, having fewer remaining than the quota (4).
   CHECK(both.decision().allowed);
   CHECK(both.decision().remaining == 1);
+}
+
+TEMPLATE_LIST_TEST_CASE("A daily quota in UTC decides as a fixed window of 24 h, every field",
+                        "[calendar][quota][differential]", Backends) {
+  // UTC days are the 24-h windows of the Unix epoch, so from the epoch on a quota of N per UTC
+  // day and FixedWindow(per_day(N)) are the same limit: 2,000 random steps (waits of 0 to 4 h
+  // in whole ms, costs 1 to N + 1, peeks and resets) must give equal Decisions.
+  constexpr std::int64_t n = 5;
+  ManualClock clock;
+  auto storage = TestType::make();
+  using Storage = typename TestType::Storage;
+  CalendarQuota<ManualClock, Storage> quota({.limit = n, .unit = CalendarUnit::day}, storage, clock,
+                                            "utc-quota");
+  ratelimit::FixedWindow<ManualClock, Storage> window(ratelimit::per_day(n), storage, clock,
+                                                      "utc-window");
+  std::mt19937_64 rng(20261201);
+  for (int step = 0; step < 2000; ++step) {
+    clock.advance(std::chrono::milliseconds{
+        std::uniform_int_distribution<std::int64_t>(0, 4 * 3'600'000)(rng)});
+    const auto key = "k" + std::to_string(rng() % 3);
+    const int what = static_cast<int>(rng() % 10);
+    INFO("step " << step << ", key " << key << ", t = " << clock.now().count() << " ns");
+    if (what == 0) {
+      CHECK(quota.peek(key) == window.peek(key));
+    } else if (what == 1) {
+      quota.reset(key);
+      window.reset(key);
+    } else {
+      const auto cost = std::uniform_int_distribution<std::int64_t>(1, n + 1)(rng);
+      REQUIRE(quota.try_acquire(key, cost) == window.try_acquire(key, cost));
+    }
+  }
 }
 
 TEST_CASE("A calendar quota refuses a bad limit or zone naming the field", "[calendar][errors]") {
