@@ -172,6 +172,33 @@ TEMPLATE_LIST_TEST_CASE(
   CHECK(both.decision().remaining == 1);
 }
 
+TEMPLATE_LIST_TEST_CASE("A quota decides at both ends of the clock range", "[calendar][quota]",
+                        Backends) {
+  ManualClock clock;  // at 0: 1970-01-01 00:00 UTC = 1969-12-31 19:00 EST in New York
+  CalendarQuota<ManualClock, typename TestType::Storage> quota(
+      {.limit = 1, .unit = CalendarUnit::day, .time_zone = "America/New_York"}, TestType::make(),
+      clock, "range");
+  // The New York day began before the epoch and ends at 1970-01-01 00:00 EST = 05:00 UTC.
+  CHECK(quota.try_acquire("k").reset_after == 5h);
+  CHECK(quota.try_acquire("k").retry_after == 5h);
+  // At the clock's last reading, 2^62 ns = 2116-02-20 23:53:38.427387904 UTC, a month in UTC
+  // ends at 2116-03-01 00:00 UTC (2116 is a leap year: February has 29 days), past the range.
+  // Regression: the Redis reply's period end was read as a clock time, so past 2^62 ns it was
+  // refused as a protocol error and the decision degraded.
+  CalendarQuota<ManualClock, typename TestType::Storage> monthly(
+      {.limit = 1, .unit = CalendarUnit::month}, TestType::make(), clock, "range-month");
+  clock.set(ratelimit::max_clock_time);
+  const auto to_march = at_utc(2116, 3, 1) - ratelimit::max_clock_time;
+  CHECK(to_march > 8 * 24h);  // 8 days 0 h 6 min 21.57... s
+  // Redis decides at whole microseconds: 2^62 ns rounded down to a us is 904 ns earlier.
+  const auto expected = to_march + (ratelimit::max_clock_time % TestType::resolution);
+  const Decision d = monthly.try_acquire("k");
+  CHECK(d.allowed);
+  CHECK(d.reset_after == expected);
+  CHECK_FALSE(d.degraded);
+  CHECK(monthly.try_acquire("k").retry_after == expected);
+}
+
 TEMPLATE_LIST_TEST_CASE("A daily quota in UTC decides as a fixed window of 24 h, every field",
                         "[calendar][quota][differential]", Backends) {
   // UTC days are the 24-h windows of the Unix epoch, so from the epoch on a quota of N per UTC

@@ -211,10 +211,13 @@ struct CalendarQuotaModel {
                                           const Operation& op) {
       const auto admitted = detail::wire_reply_admitted(r, 0);
       const auto t = detail::wire_reply_time_ns(r, 1);
-      const auto end = detail::wire_reply_time_ns(r, 3);
-      if (!admitted || !t || !end || r.size() < 4 || r[2] < 0 || r[2] > p.limit || *end <= *t)
+      // A period ends after the decision time, at most 32 days (a month and a DST hour) later,
+      // which can be past the clock range's end (2^62 ns).
+      constexpr detail::i128 max_end_us = detail::max_wire_time_ns / 1000 + 32LL * 86'400'000'000;
+      if (!admitted || !t || r.size() < 4 || r[2] < 0 || r[2] > p.limit || r[3] <= *t / 1000 ||
+          r[3] > max_end_us)
         return std::nullopt;
-      State s{*t, *end, static_cast<std::int64_t>(r[2])};
+      State s{*t, static_cast<std::int64_t>(r[3] * 1000), static_cast<std::int64_t>(r[2])};
       const Decision d = apply(p, s, std::chrono::nanoseconds{*t}, op);
       if (d.allowed != *admitted) return std::nullopt;
       return d;
