@@ -7,6 +7,8 @@
 
 #include <chrono>
 #include <cstdint>
+#include <future>
+#include <memory>
 #include <random>
 #include <stdexcept>
 #include <string>
@@ -229,6 +231,49 @@ TEMPLATE_LIST_TEST_CASE("A daily quota in UTC decides as a fixed window of 24 h,
       REQUIRE(quota.try_acquire(key, cost) == window.try_acquire(key, cost));
     }
   }
+}
+
+TEMPLATE_LIST_TEST_CASE("A quota and a rate decided without blocking, all or nothing",
+                        "[calendar][quota][all_of][async]", Backends) {
+  // 1 per month in Kolkata (UTC+5:30) beside a bucket of 5 refilled at 5 per second, from
+  // 2023-06-15 00:00 UTC (05:30 IST); June ends at 2023-06-30 18:30 UTC: 15 days 18.5 h away.
+  ManualClock clock;
+  clock.set(at_utc(2023, 6, 15));
+  auto storage = TestType::make();
+  using Storage = typename TestType::Storage;
+  auto quota = std::make_unique<CalendarQuota<ManualClock, Storage>>(
+      ratelimit::CalendarQuotaOptions{
+          .limit = 1, .unit = CalendarUnit::month, .time_zone = "Asia/Kolkata"},
+      storage, clock, "async-quota");
+  ratelimit::TokenBucket<ManualClock, Storage> rate(
+      {.capacity = 5, .refill = ratelimit::per_second(5)}, storage, clock, "async-rate");
+  const auto decide = [&] {
+    std::promise<ratelimit::AllOfDecision<2>> promise;
+    auto future = promise.get_future();
+    ratelimit::try_acquire_all_async(
+        "k", 1, [&promise](ratelimit::AllOfDecision<2> d) { promise.set_value(d); }, *quota, rate);
+    return future.get();
+  };
+  auto d = decide();
+  REQUIRE(d.allowed);
+  CHECK(d.decisions[0].reset_after == 15 * 24h + 18h + 30min);
+  CHECK(d.decisions[1].remaining == 4);
+  // Denied by the quota until the month's end; the bucket spends nothing (still 4).
+  d = decide();
+  CHECK_FALSE(d.allowed);
+  CHECK(d.decision().retry_after == 15 * 24h + 18h + 30min);
+  CHECK(rate.peek("k").remaining == 4);
+  // The call copies the bindings: a limiter destroyed once the call returns is not needed.
+  std::promise<ratelimit::AllOfDecision<2>> promise;
+  auto future = promise.get_future();
+  ratelimit::try_acquire_all_async(
+      "k", 1, [&promise](ratelimit::AllOfDecision<2> r) { promise.set_value(r); }, *quota, rate);
+  quota.reset();
+  CHECK_FALSE(future.get().allowed);
+  // A bad cost throws before anything is sent.
+  CHECK_THROWS_AS(ratelimit::try_acquire_all_async(
+                      "k", 0, [](ratelimit::AllOfDecision<2>) {}, rate, rate),
+                  std::invalid_argument);
 }
 
 TEST_CASE("A calendar quota refuses a bad limit or zone naming the field", "[calendar][errors]") {

@@ -8,13 +8,20 @@
 #include <algorithm>
 #include <array>
 #include <chrono>
+#include <concepts>
 #include <cstddef>
 #include <cstdint>
+#include <functional>
+#include <memory>
 #include <span>
 #include <string_view>
+#include <tuple>
 #include <type_traits>
+#include <utility>
+#include <vector>
 
 #include "clock.hpp"
+#include "completion.hpp"
 #include "decision.hpp"
 #include "detail/validate.hpp"
 #include "storage.hpp"
@@ -89,6 +96,49 @@ template <class First, class... Rest>
 AllOfDecision<1 + sizeof...(Rest)> try_acquire_all(std::string_view key, std::int64_t cost,
                                                    First& first, Rest&... rest) {
   return try_acquire_all(key, cost, first.clock().now(), first, rest...);
+}
+
+/// `try_acquire_all` without blocking, at the first limiter's clock reading: returns at once
+/// and hands the `AllOfDecision` to `done` exactly once, on a Redis storage's I/O thread (one
+/// composed script, pipelined with the other threads' decisions) or here before this returns
+/// (in process, or when Redis is not tried); see core/completion.hpp for the thread rule. The
+/// limiters' bindings are copied for the call, so the limiters need not outlive it. Throws
+/// `std::invalid_argument` (and never calls `done`) as `try_acquire_all` does.
+/// Thread safety: safe from many threads.
+template <class F, class First, class... Rest>
+requires std::invocable<F&, AllOfDecision<1 + sizeof...(Rest)>>
+void try_acquire_all_async(std::string_view key, std::int64_t cost, F&& done, First& first,
+                           Rest&... rest) {
+  constexpr std::size_t n = 1 + sizeof...(Rest);
+  using S = std::remove_cvref_t<decltype(first.storage())>;
+  using Part = typename S::Part;
+  auto complete = detail::make_completion<AllOfDecision<n>>(std::forward<F>(done));
+  const auto now = std::clamp(first.clock().now(), std::chrono::nanoseconds{0}, max_clock_time);
+  if constexpr (requires(const S& s, std::function<void(std::vector<Decision>&&, bool)> f) {
+                  s.decide_all_async(std::span<const Part>{}, now, f);
+                }) {
+    static_assert((std::is_same_v<S, std::remove_cvref_t<decltype(rest.storage())>> && ...),
+                  "ratelimit::try_acquire_all_async: the limiters must have the same Storage type");
+    detail::check_cost(cost);
+    // The parts refer to their bindings until `done`: copies that ride along with the call.
+    auto bindings = std::make_shared<std::tuple<std::remove_cvref_t<decltype(first.binding())>,
+                                                std::remove_cvref_t<decltype(rest.binding())>...>>(
+        first.binding(), rest.binding()...);
+    const Operation op{cost, false, Decision::never};
+    const auto parts = std::apply(
+        [&](const auto&... b) { return std::array<Part, n>{b.part(key, op, key)...}; }, *bindings);
+    first.storage().decide_all_async(std::span<const Part>(parts), now,
+                                     [bindings, complete](std::vector<Decision>&& ds, bool all) {
+                                       AllOfDecision<n> out;
+                                       out.allowed = all;
+                                       for (std::size_t i = 0; i < n && i < ds.size(); ++i)
+                                         out.decisions[i] = ds[i];
+                                       detail::complete_safely(complete, std::move(out));
+                                     });
+  } else {  // a storage that decides in process: the decision is ready now
+    AllOfDecision<n> out = try_acquire_all(key, cost, now, first, rest...);
+    detail::complete_safely(complete, std::move(out));
+  }
 }
 
 }  // namespace ratelimit
