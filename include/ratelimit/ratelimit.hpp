@@ -1,13 +1,16 @@
 #pragma once
 /// @file ratelimit.hpp
 /// Everything in process: the five algorithms, the clocks, the in-memory storage and, for tests,
-/// ManualClock. The Redis storage is separate (`ratelimit/redis.hpp`, target `ratelimit::redis`).
+/// ManualClock, and `try_acquire_all` (several limiters on one key, all or nothing). The Redis
+/// storage is separate (`ratelimit/redis.hpp`, target `ratelimit::redis`), and so is the
+/// calendar quota (`ratelimit/calendar_quota.hpp`, target `ratelimit::calendar`).
 
 #include "algorithms/fixed_window.hpp"
 #include "algorithms/leaky_bucket.hpp"
 #include "algorithms/sliding_counter.hpp"
 #include "algorithms/sliding_log.hpp"
 #include "algorithms/token_bucket.hpp"
+#include "core/all_of.hpp"
 #include "core/clock.hpp"
 #include "core/decision.hpp"
 #include "core/rate.hpp"

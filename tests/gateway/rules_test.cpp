@@ -295,7 +295,7 @@ TEST_CASE("Invalid rules files name the line and the problem", "[rules][errors]"
   CHECK(error_of("domain: d\ndescriptors:\n  - key: a\n    rate_limit: {unit: fortnight, "
                  "requests_per_unit: 1}\n") ==
         "rules.yaml:4: rate_limit.unit = \"fortnight\": unknown unit (expected second, minute, "
-        "hour or day)");
+        "hour, day, week or month)");
   CHECK(error_of("domain: d\ndescriptors:\n  - value: x\n    rate_limit: {unit: second, "
                  "requests_per_unit: 1}\n") == "rules.yaml:3: missing field `key`");
   CHECK(error_of("domain: d\ndescriptors:\n  - key: a\n    rate_limit:\n      unit: second\n"
@@ -315,7 +315,7 @@ TEST_CASE("Invalid rules files name the line and the problem", "[rules][errors]"
   CHECK(error_of("domain: d\ndescriptors:\n  - key: a\n    rate_limit: {unit: second, "
                  "requests_per_units: 1}\n") ==
         "rules.yaml:4: unknown field \"requests_per_units\" (expected one of: unit, "
-        "requests_per_unit, algorithm, name, unlimited)");
+        "requests_per_unit, algorithm, name, unlimited, time_zone, first_day)");
   CHECK(error_of("descriptors:\n  - key: a\n    rate_limit: {unit: second, requests_per_unit: "
                  "1}\n") == "rules.yaml:1: missing field `domain`");
   CHECK(error_of("domain: d\ndescriptors:\n  - key: a\n    rate_limit: {unit: second, "

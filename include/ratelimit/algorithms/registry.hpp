@@ -35,6 +35,37 @@ concept RegisteredModel = WireModel<M> && requires(const Rate& r) {
   { M::from_rate(r) } -> std::same_as<typename M::Params>;
 };
 
+/// Everything a rules file says about one limit, for a model whose parameters need more than
+/// its rate (the calendar quota's time zone). The views point into the rules' own strings.
+/// Thread safety: a plain value.
+struct LimitSpec {
+  /// `requests_per_unit` per `unit` (a week is 7 days; a month is given its longest, 31 days).
+  Rate rate;
+  /// `rate_limit.unit`, lower case: second, minute, hour, day, week or month.
+  std::string_view unit;
+  /// `rate_limit.time_zone` (an extension), an IANA name; empty when absent.
+  std::string_view time_zone;
+  /// `rate_limit.first_day` (an extension), "monday" .. "sunday"; empty when absent.
+  std::string_view first_day;
+};
+
+/// Whether model `M` reads a whole `LimitSpec` (`M::from_limit(spec)`, optional) rather than
+/// only its rate; such a model also takes week and month units and the calendar fields.
+template <class M>
+concept LimitSpecModel = requires(const LimitSpec& spec) {
+  { M::from_limit(spec) } -> std::same_as<typename M::Params>;
+};
+
+/// The parameters of a rules-file limit for model `M`: `M::from_limit(spec)` if it has one,
+/// else `M::from_rate(spec.rate)`. Throws what they throw (`std::invalid_argument`).
+template <RegisteredModel M>
+typename M::Params params_from_limit(const LimitSpec& spec) {
+  if constexpr (LimitSpecModel<M>)
+    return M::from_limit(spec);
+  else
+    return M::from_rate(spec.rate);
+}
+
 /// A list of algorithms (see the file comment). Names and wire ids must be unique.
 /// Thread safety: compile-time only; the functions are pure.
 template <RegisteredModel... Ms>

@@ -42,6 +42,8 @@ namespace ratelimit {
 /// - `decode(params, reply, op)`: the Decision from the script's reply (its integers, exact), or
 ///   nullopt if the reply cannot come from the script (a protocol error).
 /// - `fallback(params, divisor)`: a per-instance share of the limit for `local_fallback`.
+/// - optional `needs_client_time` (true): the arguments are computed from the client's time,
+///   so a storage deciding on its own clock (Redis's `TimeSource::redis`) refuses it at `bind`.
 /// `M::wire_id` (1..255) identifies the algorithm inside a composed script; unique per registry.
 /// Optional (`StateWire`): `state(params, reply, op)`, the key's state the reply describes, which
 /// lets a storage remember a denial exactly (the over-limit cache,

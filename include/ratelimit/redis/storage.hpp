@@ -218,6 +218,14 @@ class RedisBinding {
         bound_args_(M::Wire::bound_args(params)),
         tail_(detail::redis_key_tail(M::Wire::key_tag, name)),
         tail_hash_(hot_->cache.tail_hash(tail_)) {
+    // A model whose script needs the client's time (the calendar quota: the client computes
+    // the period, Redis has no time-zone data) cannot run on Redis's own clock.
+    if constexpr (requires { M::Wire::needs_client_time; })
+      if (M::Wire::needs_client_time && client_->options().time_source == TimeSource::redis)
+        throw std::invalid_argument(
+            "options.time_source = redis: algorithm " + std::string(M::name) +
+            " needs the client's time (its periods are computed by the client, Redis has no "
+            "time-zone data); use TimeSource::client with SystemClock");
     if (client_->options().failure_policy == FailurePolicy::local_fallback ||
         client_->options().pre_limit)
       fallback_.emplace(fallback_storage.template bind<M>(

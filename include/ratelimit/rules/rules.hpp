@@ -29,9 +29,12 @@
 /// 0 to 10^9; optional `name`; or `unlimited: true`) and optional nested `descriptors`.
 /// Extensions: `rate_limit.algorithm` (sliding_counter, the default, token_bucket,
 /// leaky_bucket, fixed_window or sliding_log; a bucket gets capacity or queue size
-/// `requests_per_unit`, refilled or drained at `requests_per_unit` per `unit`), and the
-/// top-level `client_keys` (see "Per client and shared rules"). `requests_per_unit: 0` blocks
-/// every matching request (denied with `retry_after == Decision::never`).
+/// `requests_per_unit`, refilled or drained at `requests_per_unit` per `unit`), the
+/// top-level `client_keys` (see "Per client and shared rules"), and for calendar algorithms
+/// (`algorithm: calendar_quota`, in the registry `QuotaAlgorithms` of ratelimit/calendar_quota.hpp)
+/// the units `week` and `month` and the fields `time_zone` (IANA name, default UTC) and
+/// `first_day` (of a week, default monday); other algorithms refuse those. `requests_per_unit: 0`
+/// blocks every matching request (denied with `retry_after == Decision::never`).
 ///
 /// ## Matching
 /// A request is one list of descriptor entries, e.g. `{{"api_key", K}, {"path", "/login"}}` or
@@ -123,6 +126,13 @@ struct Rule {
   std::vector<Step> path;
   /// requests_per_unit per unit; count 0 blocks every request.
   Rate rate;
+  /// `rate_limit.unit` as read, lower case ("second" .. "day"; "week" and "month" for calendar
+  /// algorithms only, an extension).
+  std::string unit;
+  /// Extension for calendar algorithms: `rate_limit.time_zone` (IANA name), or empty.
+  std::string time_zone;
+  /// Extension for calendar algorithms: `rate_limit.first_day` of a week, or empty.
+  std::string first_day;
   Algorithm algorithm = Algorithm::sliding_counter;
   /// Whether the counters are per client (see the file comment).
   bool per_client = false;
@@ -138,6 +148,14 @@ struct Rule {
   QuotaPolicy policy() const { return QuotaPolicy{name, rate.count, rate.period}; }
   /// true for `requests_per_unit: 0`.
   bool blocks() const noexcept { return rate.count == 0; }
+  /// What the file says about this limit, for the algorithm's parameters
+  /// (`params_from_limit`, algorithms/registry.hpp). Points into this rule.
+  LimitSpec limit_spec() const noexcept { return LimitSpec{rate, unit, time_zone, first_day}; }
+  /// Whether the limit uses the calendar extension (a week or month unit, a time zone or a
+  /// first day), which only an algorithm with `from_limit` takes.
+  bool uses_calendar() const noexcept {
+    return unit == "week" || unit == "month" || !time_zone.empty() || !first_day.empty();
+  }
 };
 
 /// A rule that applies to one request, and which counter of it.
@@ -174,6 +192,9 @@ inline void flatten(const std::string& domain, const std::vector<std::string>& c
     Rule r;
     r.path = path;
     r.rate = node.rate;
+    r.unit = node.unit;
+    r.time_zone = node.time_zone;
+    r.first_day = node.first_day;
     r.algorithm = node.algorithm;
     r.line = node.line;
     for (const auto& s : path)
@@ -247,6 +268,7 @@ class Rules {
     std::vector<Rule::Step> path;
     for (detail::RuleNode& n : r.roots_)
       detail::flatten(r.domain_, r.client_keys_, n, path, r.rules_);
+    for (const Rule& rule : r.rules_) check_params<Registry>(rule, source);
     std::unordered_map<std::string_view, int> names_seen;  // linear time, not pairs
     for (const Rule& rule : r.rules_) {
       const auto [it, fresh] = names_seen.emplace(rule.name, rule.line);
@@ -330,6 +352,29 @@ class Rules {
                         std::string_view value) noexcept {
     return std::any_of(nodes.begin(), nodes.end(), [&](const detail::RuleNode& n) {
       return n.has_value && n.key == key && n.value == value;
+    });
+  }
+
+  /// The calendar extension goes with an algorithm that reads it (`LimitSpecModel`), whose
+  /// parameters are checked here so that a bad zone is reported with its line.
+  template <class Registry>
+  static void check_params(const Rule& rule, const std::string& source) {
+    const std::string where = source + ":" + std::to_string(rule.line) + ": ";
+    Registry::visit(rule.algorithm.name, [&]<class M>() {
+      if constexpr (LimitSpecModel<M>) {
+        LimitSpec spec = rule.limit_spec();
+        if (spec.rate.count == 0) spec.rate.count = 1;  // a blocking rule: check the rest
+        try {
+          (void)M::from_limit(spec);
+        } catch (const std::invalid_argument& e) {
+          throw std::invalid_argument(where + e.what());
+        }
+      } else if (rule.uses_calendar()) {
+        throw std::invalid_argument(
+            where + "rate_limit.algorithm = \"" + std::string(M::name) +
+            "\": takes no week or month unit, time_zone or first_day (extensions of calendar "
+            "algorithms such as calendar_quota)");
+      }
     });
   }
 
@@ -585,7 +630,7 @@ class RuleSet {
     if (r.blocks()) return nullptr;
     std::unique_ptr<AnyBinding> out;
     const bool known = Registry::visit(r.algorithm.name, [&]<class M>() {
-      auto b = storage_.template bind<M>(r.id, M::from_rate(r.rate));
+      auto b = storage_.template bind<M>(r.id, params_from_limit<M>(r.limit_spec()));
       out = std::make_unique<BindingOf<decltype(b)>>(std::move(b));
     });
     if (!known)

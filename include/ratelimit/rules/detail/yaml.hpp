@@ -38,6 +38,9 @@ struct RuleNode {
   bool has_limit = false;  ///< a `rate_limit` with a limit (not `unlimited: true`)
   std::string name;        ///< `rate_limit.name`, or empty
   Rate rate{0, std::chrono::nanoseconds{0}};
+  std::string unit;       ///< `rate_limit.unit`, lower case
+  std::string time_zone;  ///< `rate_limit.time_zone` (extension), or empty
+  std::string first_day;  ///< `rate_limit.first_day` (extension), or empty
   Algorithm algorithm = Algorithm::sliding_counter;
   int line = 0;
   std::ptrdiff_t rule_index = -1;  ///< position of its Rule in Rules::rules(), if has_limit
@@ -137,7 +140,7 @@ class RulesReader {
     YAML::Node node;
     bool given = false;
   };
-  using Fields = std::array<Field, 5>;
+  using Fields = std::array<Field, 7>;  // the most fields a mapping has (rate_limit's)
   Fields fields(const YAML::Node& map, std::initializer_list<std::string_view> known) const {
     Fields out;
     for (const auto& kv : map) {
@@ -237,14 +240,17 @@ class RulesReader {
   void rate_limit(const YAML::Node& rl, RuleNode& node) {
     const int line = line_of(rl, node.line);
     if (!rl.IsMap()) fail(line, "rate_limit must be a mapping with `unit` and `requests_per_unit`");
-    const Fields f = fields(rl, {"unit", "requests_per_unit", "algorithm", "name", "unlimited"});
+    const Fields f = fields(rl, {"unit", "requests_per_unit", "algorithm", "name", "unlimited",
+                                 "time_zone", "first_day"});
     node.name = scalar(f[3], "name", line, false);
     if (const YAML::Node& u = f[4].node; f[4].given) {
       if (!u.IsScalar() || (u.Scalar() != "true" && u.Scalar() != "false"))
         fail(line_of(u, line), "rate_limit.unlimited must be true or false");
       if (u.Scalar() == "true") {
-        if (f[0].given || f[1].given || f[2].given)
-          fail(line, "rate_limit.unlimited: true takes no unit, requests_per_unit or algorithm");
+        if (f[0].given || f[1].given || f[2].given || f[5].given || f[6].given)
+          fail(line,
+               "rate_limit.unlimited: true takes no unit, requests_per_unit, algorithm, "
+               "time_zone or first_day");
         return;
       }
     }
@@ -262,9 +268,16 @@ class RulesReader {
       node.rate.period = hours{1};
     else if (lower == "day")
       node.rate.period = hours{24};
+    else if (lower == "week")  // extension: calendar algorithms only (checked by the registry)
+      node.rate.period = hours{24 * 7};
+    else if (lower == "month")  // extension: its longest length, 31 days
+      node.rate.period = hours{24 * 31};
     else
       fail(unit_line, "rate_limit.unit = " + quoted(unit) +
-                          ": unknown unit (expected second, minute, hour or day)");
+                          ": unknown unit (expected second, minute, hour, day, week or month)");
+    node.unit = lower;
+    node.time_zone = scalar(f[5], "time_zone", line, false);
+    node.first_day = scalar(f[6], "first_day", line, false);
 
     const std::string rpu = scalar(f[1], "requests_per_unit", line, true);
     const int rpu_line = line_of(f[1].node, line);
