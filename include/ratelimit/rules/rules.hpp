@@ -71,6 +71,7 @@
 #include <functional>
 #include <future>
 #include <memory>
+#include <optional>
 #include <span>
 #include <sstream>
 #include <stdexcept>
@@ -109,16 +110,31 @@ struct DescriptorEntry {
 /// One limit of a rules file: a descriptor with a `rate_limit`, identified by its path.
 /// Thread safety: immutable once loaded.
 struct Rule {
-  /// One level of the path: a key, and the value it requires (`has_value`) or any value.
+  /// One level of the path: a key, and the value it requires (`has_value`), a wildcard pattern
+  /// (`wildcard`) or any value.
   struct Step {
     std::string key;
+    /// The exact value, or the wildcard pattern (each `*` any run of characters).
     std::string value;
     bool has_value = false;
+    /// `value` holds a `*`.
+    bool wildcard = false;
+    /// `share_threshold: true` (only with a wildcard): every matching value shares the counter.
+    bool shared = false;
+    /// Whether the request's value at this step is part of the counter key: no value, or a
+    /// wildcard without `share_threshold` (each matching value has its own counter).
+    bool varies() const noexcept { return !has_value || (wildcard && !shared); }
   };
 
   /// `rate_limit.name`, else the path written as `key` or `key=value` joined by '|'
-  /// (e.g. "path=/login|api_key"). Unique within a rules file.
+  /// (e.g. "path=/login|api_key"). Unique within a domain.
   std::string name;
+  /// `rate_limit.name` as written, "" if none: only a limit named in the file can be named by
+  /// another's `replaces`.
+  std::string given_name;
+  /// `rate_limit.replaces[].name`: the limits this one replaces when both apply to a request
+  /// (descriptor-list matching, `RuleSet::decide(const RateLimitRequest&)`, only).
+  std::vector<std::string> replaces;
   /// The descriptors from the top level down to this one.
   std::vector<Step> path;
   /// requests_per_unit per unit; count 0 blocks every request.
@@ -126,11 +142,24 @@ struct Rule {
   Algorithm algorithm = Algorithm::sliding_counter;
   /// Whether the counters are per client (see the file comment).
   bool per_client = false;
-  /// Line of the descriptor in the rules file (1-based).
+  /// `shadow_mode: true`: decided and spent as if enforced, but its denial never denies the
+  /// request (descriptor-list matching; the flat `decide` enforces it like any limit).
+  bool shadow_mode = false;
+  /// `quota_mode: true`: its denial denies the request only when every quota-mode limit of the
+  /// request denies (descriptor-list matching; the flat `decide` enforces it like any limit).
+  bool quota_mode = false;
+  /// `detailed_metric` and `value_to_metric`: kept for the caller's metrics; the library
+  /// keeps no metrics and decides the same either way.
+  bool detailed_metric = false;
+  bool value_to_metric = false;
+  /// `metadata`, as YAML flow text ("" if none): kept for the caller, never interpreted.
+  std::string metadata;
+  /// The rules source (file name) and line of the descriptor (1-based).
+  std::string source;
   int line = 0;
-  /// Stable identity used as the storage's limiter name: the domain and the path, each part
-  /// length-prefixed (two different paths never share counters; the same file loaded by
-  /// several processes shares them).
+  /// Stable identity used as the storage's limiter name: the domain, the path and the unit,
+  /// each part length-prefixed (two different paths or units never share counters; the same
+  /// file loaded by several processes, or reloaded with this limit unchanged, shares them).
   std::string id;
 
   /// The policy as advertised in `RateLimit-Policy`: name, quota = requests_per_unit, window =
@@ -145,8 +174,9 @@ struct Rule {
 /// `Rules` has its own rules), valid while that object lives.
 struct RuleMatch {
   const Rule* rule = nullptr;
-  /// The counter within the rule: the request's values for the rule's catch-all descriptors,
-  /// each length-prefixed ("" for a rule whose descriptors all name a value).
+  /// The counter within the rule: the request's values for the rule's varying descriptors (no
+  /// value, or a wildcard without `share_threshold`), each length-prefixed ("" for a rule
+  /// whose descriptors all name a value or a shared wildcard).
   std::string key;
   /// "key=value" of the client for a per-client rule, "" for a shared one.
   std::string client;
@@ -158,6 +188,29 @@ struct RuleMatch {
   std::string tag;
 };
 
+/// Where one descriptor of a descriptor-list request lands (`Rules::lookup`).
+/// Thread safety: a plain value; `rule` points into the `Rules` that looked it up.
+struct DescriptorMatch {
+  /// The limit that applies: the one of the descriptor where the last entry lands; null when
+  /// the entries leave the tree, land on a descriptor without a limit, or on an unlimited one.
+  const Rule* rule = nullptr;
+  /// The last entry landed on `rate_limit: {unlimited: true}`.
+  bool unlimited = false;
+  /// The landing descriptor's `rate_limit.name` and `replaces` (also for an unlimited one,
+  /// whose `replaces` count as in the reference).
+  std::string name;
+  std::vector<std::string> replaces;
+  /// The counter within `rule` (see `RuleMatch::key`).
+  std::string key;
+};
+
+/// One rules source: a name for error messages (e.g. the file name) and its YAML text.
+/// Thread safety: a plain value.
+struct RulesSource {
+  std::string name;
+  std::string text;
+};
+
 namespace detail {
 
 inline void append_field(std::string& out, std::string_view s) {
@@ -167,8 +220,10 @@ inline void append_field(std::string& out, std::string_view s) {
 }
 
 inline void flatten(const std::string& domain, const std::vector<std::string>& client_keys,
-                    RuleNode& node, std::vector<Rule::Step>& path, std::vector<Rule>& out) {
-  path.push_back({node.key, node.value, node.has_value});
+                    const std::vector<std::string>& sources, RuleNode& node,
+                    std::vector<Rule::Step>& path, std::vector<Rule>& out) {
+  path.push_back(
+      {node.key, node.value, node.has_value, node.wildcard, node.wildcard && node.share_threshold});
   if (node.has_limit) {
     node.rule_index = static_cast<std::ptrdiff_t>(out.size());
     Rule r;
@@ -176,8 +231,16 @@ inline void flatten(const std::string& domain, const std::vector<std::string>& c
     r.rate = node.rate;
     r.algorithm = node.algorithm;
     r.line = node.line;
+    r.source = sources[node.file];
+    r.given_name = node.name;
+    r.replaces = node.replaces;
+    r.shadow_mode = node.shadow_mode;
+    r.quota_mode = node.quota_mode;
+    r.detailed_metric = node.detailed_metric;
+    r.value_to_metric = node.value_to_metric;
+    r.metadata = node.metadata;
     for (const auto& s : path)
-      if (!s.has_value &&
+      if (s.varies() &&
           std::find(client_keys.begin(), client_keys.end(), s.key) != client_keys.end())
         r.per_client = true;
     r.id = "rules:";
@@ -189,6 +252,9 @@ inline void flatten(const std::string& domain, const std::vector<std::string>& c
       else
         r.id += '*';
     }
+    // The unit: a limit whose unit changes starts afresh (its counts meant another window).
+    r.id += '@';
+    r.id += std::to_string(std::chrono::duration_cast<std::chrono::seconds>(r.rate.period).count());
     if (!node.name.empty()) {
       r.name = node.name;
     } else {
@@ -200,7 +266,8 @@ inline void flatten(const std::string& domain, const std::vector<std::string>& c
     }
     out.push_back(std::move(r));
   }
-  for (RuleNode& child : node.children) flatten(domain, client_keys, child, path, out);
+  node.index = std::make_shared<const LevelIndex>(node.children);
+  for (RuleNode& child : node.children) flatten(domain, client_keys, sources, child, path, out);
   path.pop_back();
 }
 
@@ -212,56 +279,57 @@ inline const std::string* find_entry(std::span<const DescriptorEntry> request,
   return nullptr;
 }
 
+/// The registry's side of reading a rules file (see `AlgorithmNames`).
+template <class Registry>
+AlgorithmNames algorithm_names() {
+  return AlgorithmNames{[](std::string_view name) {
+                          std::optional<Algorithm> found;
+                          Registry::visit(name, [&]<class M>() { found = Algorithm{M::name}; });
+                          return found;
+                        },
+                        Registry::names()};
+}
+
 }  // namespace detail
 
-/// The limits of one rules file, independent of where their counters live.
-/// Thread safety: immutable once loaded; `match` is safe from many threads.
+/// The limits of one domain, from one rules file or several, independent of where their
+/// counters live.
+/// Thread safety: immutable once loaded; `match` and `lookup` are safe from many threads.
 class Rules {
  public:
   /// Parses rules from YAML text; `source` names it in error messages (e.g. the file name).
   /// Throws `std::invalid_argument` "SOURCE:LINE: problem" for invalid YAML, an unknown or
-  /// repeated field, a missing `domain`, `descriptors` or `key`, an unknown unit or algorithm,
-  /// a `requests_per_unit` that is negative (`-0` included), not a whole number or above 10^9,
-  /// a duplicate descriptor (same key and value) on one level, a duplicate rule name, or a
-  /// descriptor with neither `rate_limit` nor nested descriptors; and for what a hostile file
-  /// could make the reader do (see `detail::RulesLimits`): more than 64 MiB of text, a second
-  /// YAML document, an alias that refers to a node containing it, descriptors nested more than
-  /// 32 deep, or more descriptors (aliases expanded) than one per 8 bytes of text. Linear in the
-  /// descriptors read (duplicates are found with hash sets).
+  /// repeated field, a missing `domain`, `descriptors` or `key`, an empty `domain` or `key`, a
+  /// key or value that is not text, a list where a mapping belongs (or the reverse), an
+  /// unknown unit or algorithm, a `requests_per_unit` that is negative (`-0` included), not a
+  /// whole number or above 10^9, `unlimited: true` with a unit, a `replaces` entry that names
+  /// nothing or the limit itself, `share_threshold` on a value without `*`, a flag that is not
+  /// true or false, a duplicate descriptor (same key and value) on one level, or a duplicate
+  /// rule name; and for what a hostile file could make the reader do (see
+  /// `detail::RulesLimits`): more than 64 MiB of text, a second YAML document, an alias that
+  /// refers to a node containing it, descriptors nested more than 32 deep, or more descriptors
+  /// (aliases expanded) than one per 8 bytes of text. Linear in the descriptors read
+  /// (duplicates are found with hash sets). A descriptor with neither `rate_limit` nor nested
+  /// descriptors exempts its value (no limit applies to a request that lands on it).
   /// `Registry` lists the algorithms a rule may name (default: the library's, `Algorithms`).
   template <class Registry = Algorithms>
   static Rules from_string(std::string_view yaml, std::string source = "<string>") {
-    detail::AlgorithmNames names{[](std::string_view name) {
-                                   std::optional<Algorithm> found;
-                                   Registry::visit(name,
-                                                   [&]<class M>() { found = Algorithm{M::name}; });
-                                   return found;
-                                 },
-                                 Registry::names()};
-    detail::RulesReader reader(source, std::move(names));
-    const detail::RuleTree tree = reader.read(yaml);
-    Rules r;
-    r.domain_ = tree.domain;
-    r.client_keys_ = tree.client_keys;
-    r.roots_ = tree.roots;
-    std::vector<Rule::Step> path;
-    for (detail::RuleNode& n : r.roots_)
-      detail::flatten(r.domain_, r.client_keys_, n, path, r.rules_);
-    std::unordered_map<std::string_view, int> names_seen;  // linear time, not pairs
-    for (const Rule& rule : r.rules_) {
-      const auto [it, fresh] = names_seen.emplace(rule.name, rule.line);
-      if (!fresh)
-        throw std::invalid_argument(source + ":" + std::to_string(rule.line) + ": rule name \"" +
-                                    rule.name + "\" already used at line " +
-                                    std::to_string(it->second));
-    }
-    return r;
+    detail::RulesReader reader(source, detail::algorithm_names<Registry>());
+    std::vector<detail::RuleTree> trees;
+    trees.push_back(reader.read(yaml));
+    return from_trees(std::move(trees), {std::move(source)});
   }
 
   /// Reads and parses a rules file. Throws `std::invalid_argument` naming the file if it cannot
   /// be read, and as `from_string` for its content.
   template <class Registry = Algorithms>
   static Rules from_file(const std::filesystem::path& file) {
+    return from_string<Registry>(read_file(file), file.string());
+  }
+
+  /// The text of a rules file (at most `detail::RulesLimits::max_bytes`, refused before it is
+  /// read). Throws `std::invalid_argument` naming the file if it cannot be read or is too big.
+  static std::string read_file(const std::filesystem::path& file) {
     std::ifstream in(file, std::ios::binary);
     if (!in) throw std::invalid_argument("rules file " + file.string() + ": cannot open");
     // Refused before it is read, so that a huge file costs no memory.
@@ -273,22 +341,72 @@ class Rules {
           std::to_string(detail::RulesLimits::max_bytes) + " a rules file may have");
     std::ostringstream text;
     text << in.rdbuf();
-    return from_string<Registry>(text.str(), file.string());
+    return text.str();
   }
 
-  /// The file's `domain`.
+  /// Builds one domain's rules from parsed files (`trees[i]` read from `sources[i]`, each
+  /// node's `file` its position), all of that domain, merged in order: their top-level
+  /// descriptors form one list, checked for duplicates across files. Used by `from_string` and
+  /// `RulesConfig`. Throws `std::invalid_argument` "SOURCE:LINE: problem" for a duplicate
+  /// descriptor or rule name across the files, or `client_keys` that differ between them.
+  static Rules from_trees(std::vector<detail::RuleTree> trees, std::vector<std::string> sources) {
+    Rules r;
+    r.sources_ = std::move(sources);
+    r.domain_ = trees.front().domain;
+    r.client_keys_ = trees.front().client_keys;
+    std::unordered_map<std::string, std::pair<std::size_t, int>> seen;  // key=value -> where
+    for (std::size_t t = 0; t < trees.size(); ++t) {
+      detail::RuleTree& tree = trees[t];
+      const std::string& here = r.sources_[tree.roots.empty() ? 0 : tree.roots.front().file];
+      if (t > 0 && tree.client_keys_given && tree.client_keys != r.client_keys_)
+        throw std::invalid_argument(here + ":1: client_keys differ from those of " +
+                                    r.sources_[trees.front().roots.front().file] +
+                                    " (one domain has one list of client keys)");
+      for (detail::RuleNode& n : tree.roots) {
+        std::string id = n.key;
+        id += n.has_value ? '=' : '*';
+        id += n.value;
+        const auto [it, fresh] = seen.emplace(std::move(id), std::make_pair(n.file, n.line));
+        if (!fresh)
+          throw std::invalid_argument(
+              r.sources_[n.file] + ":" + std::to_string(n.line) + ": duplicate descriptor key \"" +
+              n.key + "\"" + (n.has_value ? " value \"" + n.value + "\"" : "") + " (first at " +
+              r.sources_[it->second.first] + ":" + std::to_string(it->second.second) + ")");
+        r.roots_.push_back(std::move(n));
+      }
+    }
+    std::vector<Rule::Step> path;
+    r.index_ = std::make_shared<const detail::LevelIndex>(r.roots_);
+    for (detail::RuleNode& n : r.roots_)
+      detail::flatten(r.domain_, r.client_keys_, r.sources_, n, path, r.rules_);
+    std::unordered_map<std::string_view, const Rule*> names_seen;  // linear time, not pairs
+    for (const Rule& rule : r.rules_) {
+      const auto [it, fresh] = names_seen.emplace(rule.name, &rule);
+      if (!fresh)
+        throw std::invalid_argument(
+            rule.source + ":" + std::to_string(rule.line) + ": rule name \"" + rule.name +
+            "\" already used at " +
+            (it->second->source == rule.source ? "" : it->second->source + ":") + "line " +
+            std::to_string(it->second->line));
+    }
+    return r;
+  }
+
+  /// The domain.
   const std::string& domain() const noexcept { return domain_; }
-  /// Every limit of the file, in file order (parents before their nested descriptors).
+  /// Every limit of the domain, in file order (parents before their nested descriptors).
   const std::vector<Rule>& rules() const noexcept { return rules_; }
   /// The descriptor keys that identify a client.
   const std::vector<std::string>& client_keys() const noexcept { return client_keys_; }
+  /// The names of the sources the rules were read from (`Rule::source` is one of them).
+  const std::vector<std::string>& sources() const noexcept { return sources_; }
 
-  /// The limits that apply to a request with these descriptor entries, in file order, each
-  /// with its counter key (see the file comment for the matching rules).
+  /// The limits that apply to a request with these descriptor entries (the flat matching), in
+  /// file order, each with its counter key (see the file comment for the matching rules).
   std::vector<RuleMatch> match(std::span<const DescriptorEntry> request) const {
     std::vector<RuleMatch> out;
     std::string key, client, tag;
-    walk(roots_, request, key, client, tag, out);
+    walk(roots_, *index_, request, key, client, tag, out);
     std::sort(out.begin(), out.end(),
               [](const RuleMatch& a, const RuleMatch& b) { return a.rule < b.rule; });
     return out;
@@ -298,17 +416,57 @@ class Rules {
     return match(std::span<const DescriptorEntry>(request.begin(), request.size()));
   }
 
+  /// Where one descriptor of a descriptor-list request lands, as in Envoy's rate limit
+  /// service: from the top level, each entry in order takes, among the current level's
+  /// descriptors with its key, the one with its exact value, else the first (in file order)
+  /// whose wildcard matches, else the one with no value; then the next entry goes one level
+  /// down. The limit of the descriptor where the last entry lands applies; none when an entry
+  /// finds no descriptor, or an entry other than the last lands on a descriptor without nested
+  /// descriptors (the request is deeper than the file), or the landing descriptor has no limit
+  /// or an unlimited one. Entries are not reordered and a key may repeat (one level each).
+  DescriptorMatch lookup(std::span<const DescriptorEntry> entries) const {
+    DescriptorMatch out;
+    if (entries.empty()) return out;
+    const std::vector<detail::RuleNode>* level = &roots_;
+    const detail::LevelIndex* index = index_.get();
+    std::string key;
+    for (std::size_t i = 0; i < entries.size(); ++i) {
+      const DescriptorEntry& e = entries[i];
+      const std::ptrdiff_t at = index->pick(*level, e.key, e.value);
+      if (at < 0) return DescriptorMatch{};
+      const detail::RuleNode& n = (*level)[static_cast<std::size_t>(at)];
+      if (!n.has_value || (n.wildcard && !n.share_threshold)) detail::append_field(key, e.value);
+      if (i + 1 == entries.size()) {
+        out.rule = rule_of(n);
+        out.unlimited = n.unlimited;
+        out.name = n.name;
+        out.replaces = n.replaces;
+        if (out.rule != nullptr) out.key = std::move(key);
+        return out;
+      }
+      if (n.children.empty()) return DescriptorMatch{};
+      level = &n.children;
+      index = n.index.get();
+    }
+    return out;
+  }
+  /// Same, from an initializer list: `rules.lookup({{"path", "/login"}, {"api_key", "K"}})`.
+  DescriptorMatch lookup(std::initializer_list<DescriptorEntry> entries) const {
+    return lookup(std::span<const DescriptorEntry>(entries.begin(), entries.size()));
+  }
+
  private:
-  void walk(const std::vector<detail::RuleNode>& nodes, std::span<const DescriptorEntry> request,
-            std::string& key, std::string& client, std::string& tag,
-            std::vector<RuleMatch>& out) const {
+  void walk(const std::vector<detail::RuleNode>& nodes, const detail::LevelIndex& index,
+            std::span<const DescriptorEntry> request, std::string& key, std::string& client,
+            std::string& tag, std::vector<RuleMatch>& out) const {
     for (std::size_t i = 0; i < nodes.size(); ++i) {
       const detail::RuleNode& n = nodes[i];
       const std::string* value = detail::find_entry(request, n.key);
       if (value == nullptr) continue;
-      if (n.has_value ? *value != n.value : has_exact(nodes, n.key, *value)) continue;
+      // The descriptor this key's value lands on: exact, else first wildcard, else no value.
+      if (index.pick(nodes, n.key, *value) != static_cast<std::ptrdiff_t>(i)) continue;
       const std::size_t key_size = key.size(), client_size = client.size(), tag_size = tag.size();
-      if (!n.has_value) {
+      if (!n.has_value || (n.wildcard && !n.share_threshold)) {
         detail::append_field(key, *value);
         if (client.empty() &&
             std::find(client_keys_.begin(), client_keys_.end(), n.key) != client_keys_.end()) {
@@ -319,18 +477,11 @@ class Rules {
       if (const Rule* r = rule_of(n))
         out.push_back(
             RuleMatch{r, key, r->per_client ? client : "", r->per_client ? tag : std::string{}});
-      walk(n.children, request, key, client, tag, out);
+      walk(n.children, *n.index, request, key, client, tag, out);
       key.resize(key_size);
       client.resize(client_size);
       tag.resize(tag_size);
     }
-  }
-
-  static bool has_exact(const std::vector<detail::RuleNode>& nodes, std::string_view key,
-                        std::string_view value) noexcept {
-    return std::any_of(nodes.begin(), nodes.end(), [&](const detail::RuleNode& n) {
-      return n.has_value && n.key == key && n.value == value;
-    });
   }
 
   const Rule* rule_of(const detail::RuleNode& n) const noexcept {
@@ -339,7 +490,9 @@ class Rules {
 
   std::string domain_;
   std::vector<std::string> client_keys_;
+  std::vector<std::string> sources_;
   std::vector<detail::RuleNode> roots_;
+  std::shared_ptr<const detail::LevelIndex> index_;  ///< of `roots_`
   std::vector<Rule> rules_;
 };
 
