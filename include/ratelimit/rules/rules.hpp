@@ -97,15 +97,9 @@
 #include "../memory/in_memory_storage.hpp"
 #include "algorithm.hpp"
 #include "detail/yaml.hpp"
+#include "request.hpp"
 
 namespace ratelimit {
-
-/// One entry of a request's descriptors: a key and its value for this request.
-/// Thread safety: a plain value.
-struct DescriptorEntry {
-  std::string key;
-  std::string value;
-};
 
 /// One limit of a rules file: a descriptor with a `rate_limit`, identified by its path.
 /// Thread safety: immutable once loaded.
@@ -202,6 +196,9 @@ struct DescriptorMatch {
   std::vector<std::string> replaces;
   /// The counter within `rule` (see `RuleMatch::key`).
   std::string key;
+  /// The storage's co-location tag for the counter (see `RuleMatch::tag`): the first client
+  /// value among the varying entries when the rule is per client, else "".
+  std::string tag;
 };
 
 /// One rules source: a name for error messages (e.g. the file name) and its YAML text.
@@ -429,19 +426,27 @@ class Rules {
     if (entries.empty()) return out;
     const std::vector<detail::RuleNode>* level = &roots_;
     const detail::LevelIndex* index = index_.get();
-    std::string key;
+    std::string key, tag;
     for (std::size_t i = 0; i < entries.size(); ++i) {
       const DescriptorEntry& e = entries[i];
       const std::ptrdiff_t at = index->pick(*level, e.key, e.value);
       if (at < 0) return DescriptorMatch{};
       const detail::RuleNode& n = (*level)[static_cast<std::size_t>(at)];
-      if (!n.has_value || (n.wildcard && !n.share_threshold)) detail::append_field(key, e.value);
+      if (!n.has_value || (n.wildcard && !n.share_threshold)) {
+        detail::append_field(key, e.value);
+        if (tag.empty() &&
+            std::find(client_keys_.begin(), client_keys_.end(), e.key) != client_keys_.end())
+          detail::append_field(tag, e.value);
+      }
       if (i + 1 == entries.size()) {
         out.rule = rule_of(n);
         out.unlimited = n.unlimited;
         out.name = n.name;
         out.replaces = n.replaces;
-        if (out.rule != nullptr) out.key = std::move(key);
+        if (out.rule != nullptr) {
+          out.key = std::move(key);
+          if (out.rule->per_client) out.tag = std::move(tag);
+        }
         return out;
       }
       if (n.children.empty()) return DescriptorMatch{};
@@ -553,6 +558,92 @@ struct RuleSetDecision {
   explicit operator bool() const noexcept { return allowed; }
 };
 
+/// What one descriptor of a descriptor-list request came to (Envoy's `DescriptorStatus`).
+/// Thread safety: a plain value; `rule` points into the rules of the response's `rules`.
+struct DescriptorStatus {
+  enum class Code { ok, over_limit };
+
+  /// This descriptor's own verdict: `over_limit` when its limit denied (for a shadow-mode limit:
+  /// would have denied). `ok` when no limit applied, and for a check without spending
+  /// (`hits == 0`).
+  Code code = Code::ok;
+  /// The rules' limit where the descriptor landed (also when replaced), or null.
+  const Rule* rule = nullptr;
+  /// The descriptor's own limit (`RateLimitDescriptor::limit`), applied instead of the rules'.
+  std::optional<Rate> override_rate;
+  /// The descriptor landed on an unlimited limit: ok, nothing decided (Envoy reports the
+  /// maximum remaining).
+  bool unlimited = false;
+  /// `rule` was named in the `replaces` of another limit of the request: not decided.
+  bool replaced = false;
+  /// `rule` is in shadow mode: its denials never deny the request.
+  bool shadow = false;
+  /// A limit was decided for this descriptor (`decision` is meaningful).
+  bool evaluated = false;
+  /// The counter within the limit (see `RuleMatch::key`; for an override, every entry).
+  std::string key;
+  /// The units it spent or would spend (its `hits_addend`, else the request's, else 1).
+  std::int64_t hits = 1;
+  /// The limit's decision: committed when the request was admitted and this limit spent;
+  /// otherwise the dry run's (the counter as it is). Descriptors landing on one counter share
+  /// one decision for their summed hits.
+  Decision decision{};
+};
+
+/// The decision on a descriptor-list request (`RuleSet::decide(const RateLimitRequest&)`).
+/// Thread safety: a plain value.
+struct RateLimitResponse {
+  /// true iff no enforced limit denied (shadow-mode limits never deny; quota-mode limits deny
+  /// only all together). When false, no counter changed.
+  bool allowed = true;
+  /// One per descriptor of the request, in its order.
+  std::vector<DescriptorStatus> statuses;
+  /// The descriptors whose shadow-mode limit would have denied, in request order.
+  std::vector<std::size_t> shadow_denials;
+  /// The rules the statuses' `rule` pointers point into (kept alive by the response).
+  std::shared_ptr<const Rules> rules;
+
+  /// The decision that speaks for the request among the evaluated, non-shadow limits (a denial
+  /// with the longest wait, else the fewest remaining), with `allowed` for the whole request;
+  /// admitted with every other field 0 when none was evaluated.
+  Decision decision() const {
+    Decision d{};
+    const DescriptorStatus* best = nullptr;
+    for (const DescriptorStatus& s : statuses)
+      if (s.evaluated && !s.shadow &&
+          (best == nullptr || detail::more_restrictive(s.decision, best->decision)))
+        best = &s;
+    if (best != nullptr) d = best->decision;
+    d.allowed = allowed;
+    return d;
+  }
+
+  /// Each evaluated, non-shadow limit's policy and decision, for `rate_limit_headers`; an
+  /// override's policy is named by its entries ("key=value|...").
+  std::vector<PolicyDecision> policies() const {
+    std::vector<PolicyDecision> out;
+    for (const DescriptorStatus& s : statuses) {
+      if (!s.evaluated || s.shadow) continue;
+      if (s.rule != nullptr && !s.override_rate) {
+        out.push_back({s.rule->policy(), s.decision});
+      } else if (s.override_rate) {
+        out.push_back(
+            {QuotaPolicy{"override", s.override_rate->count, s.override_rate->period}, s.decision});
+      }
+    }
+    return out;
+  }
+
+  /// The response headers (see http.hpp); empty when no limit was evaluated.
+  HeaderList headers() const {
+    const auto p = policies();
+    return rate_limit_headers(std::span<const PolicyDecision>(p));
+  }
+
+  /// Same as `allowed`.
+  explicit operator bool() const noexcept { return allowed; }
+};
+
 namespace detail {
 
 /// The decision of a `requests_per_unit: 0` rule: nothing is ever admitted.
@@ -601,6 +692,7 @@ class RuleSet {
     auto bindings = std::make_shared<std::vector<std::unique_ptr<AnyBinding>>>();
     for (const Rule& r : rules_->rules()) bindings->push_back(bind(r));
     bindings_ = std::move(bindings);
+    bind_overrides();
   }
 
   /// Decides a request of `cost` units (>= 1) with these descriptor entries: admitted iff every
@@ -657,6 +749,162 @@ class RuleSet {
   /// Same, from an initializer list: `set.decide({{"api_key", "K"}, {"path", "/login"}})`.
   RuleSetDecision decide(std::initializer_list<DescriptorEntry> request, std::int64_t cost = 1) {
     return decide(std::span<const DescriptorEntry>(request.begin(), request.size()), cost);
+  }
+
+  /// Decides a descriptor-list request as Envoy's rate limit service matches it (see
+  /// `Rules::lookup`): each descriptor lands on at most one limit (or uses its own override);
+  /// a limit whose name another applying limit (unlimited ones included) `replaces` is not
+  /// decided; the rest are decided all or nothing (all admit and spend their hits, or nothing
+  /// changes anywhere), where a shadow-mode limit decides and spends as if enforced but a
+  /// denial by it only drops it from the request (reported in `shadow_denials`), and
+  /// quota-mode limits drop out the same way unless every one of them denies, which denies the
+  /// request. Descriptors landing on one counter are decided once with their hits summed.
+  /// A request for another domain than the rules' matches nothing (admitted). The reference
+  /// service instead counts every descriptor even when another is over the limit, and counts a
+  /// denied request's hits. Throws `std::invalid_argument` for a negative hits_addend, or an
+  /// override above 10^9 or negative; a storage may throw per its failure policy.
+  /// Thread safety: safe from many threads.
+  RateLimitResponse decide(const RateLimitRequest& request) {
+    if (request.hits_addend < 0)
+      throw std::invalid_argument("RateLimitRequest.hits_addend = " +
+                                  std::to_string(request.hits_addend) + ": must be >= 0");
+    RateLimitResponse res;
+    res.rules = rules_;
+    const std::size_t n = request.descriptors.size();
+    res.statuses.resize(n);
+    if (request.domain != rules_->domain()) return res;
+    const std::int64_t default_hits = std::max<std::int64_t>(1, request.hits_addend);
+
+    // 1. Where each descriptor lands, and what the applying limits replace.
+    std::vector<std::string> tags(n), replacing;
+    for (std::size_t i = 0; i < n; ++i) {
+      const RateLimitDescriptor& d = request.descriptors[i];
+      DescriptorStatus& st = res.statuses[i];
+      st.hits = d.hits_addend ? *d.hits_addend : default_hits;
+      if (st.hits < 0)
+        throw std::invalid_argument("RateLimitDescriptor.hits_addend = " + std::to_string(st.hits) +
+                                    ": must be >= 0");
+      if (d.limit) {
+        if (d.limit->requests_per_unit < 0 || d.limit->requests_per_unit > detail::max_count)
+          throw std::invalid_argument("RateLimitOverride.requests_per_unit = " +
+                                      std::to_string(d.limit->requests_per_unit) +
+                                      ": must be 0 to 1000000000");
+        st.override_rate = Rate{d.limit->requests_per_unit, period_of(d.limit->unit)};
+        for (const DescriptorEntry& e : d.entries) {
+          detail::append_field(st.key, e.key);
+          detail::append_field(st.key, e.value);
+        }
+        continue;
+      }
+      DescriptorMatch m = rules_->lookup(std::span<const DescriptorEntry>(d.entries));
+      st.rule = m.rule;
+      st.unlimited = m.unlimited;
+      st.shadow = m.rule != nullptr && m.rule->shadow_mode;
+      st.key = std::move(m.key);
+      tags[i] = std::move(m.tag);
+      replacing.insert(replacing.end(), m.replaces.begin(), m.replaces.end());
+    }
+    for (DescriptorStatus& st : res.statuses)
+      if (st.rule != nullptr && !st.rule->given_name.empty() &&
+          std::find(replacing.begin(), replacing.end(), st.rule->given_name) != replacing.end())
+        st.replaced = true;
+
+    // 2. One group per counter, (limit, key), with its descriptors' hits summed.
+    std::vector<Group> groups;
+    for (std::size_t i = 0; i < n; ++i) {
+      DescriptorStatus& st = res.statuses[i];
+      if (st.override_rate) {
+        const RateUnit unit = request.descriptors[i].limit->unit;
+        const void* identity = &override_bindings_->at(static_cast<std::size_t>(unit));
+        Group& g = group_of(groups, identity, st.key);
+        if (g.members.empty()) {
+          g.blocks = st.override_rate->count == 0;
+          if (!g.blocks) {
+            const auto& unit_binding = override_bindings_->at(static_cast<std::size_t>(unit));
+            if (!unit_binding)
+              throw std::invalid_argument(
+                  "RateLimitOverride: this RuleSet's registry has no sliding_counter");
+            g.owned = unit_binding->with_rate(*st.override_rate);
+            g.binding = g.owned.get();
+          }
+        }
+        add(g, st, i);
+      } else if (st.rule != nullptr && !st.replaced) {
+        Group& g = group_of(groups, st.rule, st.key);
+        if (g.members.empty()) {
+          g.blocks = st.rule->blocks();
+          if (!g.blocks) g.binding = &binding_of(*st.rule);
+          g.tag = tags[i];
+          g.kind = st.rule->shadow_mode  ? Kind::shadow
+                   : st.rule->quota_mode ? Kind::quota
+                                         : Kind::enforced;
+        }
+        add(g, st, i);
+      }
+    }
+
+    // 3. Decide. Every round is one all-or-nothing `decide_all` over the groups still in; a
+    // round that an enforced limit denies ends the request (nothing spent); one that only
+    // shadow- or quota-mode limits (or checks without hits) deny drops those and goes again,
+    // so it ends after at most one round per group.
+    bool denied = false;
+    std::size_t quota_total = 0, quota_out = 0;
+    for (Group& g : groups) {
+      if (g.kind == Kind::quota) ++quota_total;
+      if (!g.blocks) continue;
+      g.active = false;  // never reaches storage: its decision is `blocked_decision()`
+      if (g.kind == Kind::enforced && g.hits > 0) denied = true;
+      if (g.kind == Kind::quota) ++quota_out;
+    }
+    if (quota_total > 0 && quota_out == quota_total) denied = true;
+    const auto now = clock_.now();
+    for (;;) {
+      std::vector<typename Storage::Part> parts;
+      std::vector<Group*> in;
+      for (Group& g : groups) {
+        if (!g.active) continue;
+        const bool check = g.hits == 0;
+        parts.push_back(
+            g.binding->part(g.key, Operation{check ? 1 : g.hits, denied || check}, g.tag));
+        in.push_back(&g);
+      }
+      if (parts.empty()) break;
+      std::vector<Decision> ds(parts.size());
+      const bool all = storage_.decide_all(std::span<const typename Storage::Part>(parts), now,
+                                           std::span<Decision>(ds));
+      for (std::size_t k = 0; k < in.size(); ++k) in[k]->decision = ds[k];
+      if (all || denied) break;
+      bool dropped = false;
+      for (Group* g : in) {
+        if (g->decision.allowed) continue;
+        if (g->kind == Kind::enforced && g->hits > 0) {
+          denied = true;
+        } else {
+          g->active = false;
+          dropped = true;
+          if (g->kind == Kind::quota) ++quota_out;
+        }
+      }
+      if (quota_total > 0 && quota_out == quota_total) denied = true;
+      if (denied) break;  // this round's decisions are the dry run's: nothing was spent
+      if (!dropped) {     // a storage that denied without a denying part: deny, spend nothing
+        denied = true;
+        break;
+      }
+    }
+
+    // 4. The statuses.
+    res.allowed = !denied;
+    for (const Group& g : groups)
+      for (const std::size_t i : g.members) {
+        DescriptorStatus& st = res.statuses[i];
+        st.decision = g.decision;
+        if (g.hits > 0 && !g.decision.allowed) st.code = DescriptorStatus::Code::over_limit;
+        if (st.shadow && st.code == DescriptorStatus::Code::over_limit)
+          res.shadow_denials.push_back(i);
+      }
+    std::sort(res.shadow_denials.begin(), res.shadow_denials.end());
+    return res;
   }
 
   /// The rules (shared by copies of the decisions' `Rule` pointers; stable for the set's life).
@@ -722,6 +970,8 @@ class RuleSet {
     virtual ~AnyBinding() = default;
     virtual typename Storage::Part part(std::string_view key, const Operation& op,
                                         std::string_view tag) const = 0;
+    /// The same counters decided at another rate (`Binding::with_params`).
+    virtual std::unique_ptr<AnyBinding> with_rate(const Rate& rate) const = 0;
   };
   template <class B>
   struct BindingOf final : AnyBinding {
@@ -730,8 +980,40 @@ class RuleSet {
                                 std::string_view tag) const override {
       return binding.part(key, op, tag);
     }
+    std::unique_ptr<AnyBinding> with_rate(const Rate& rate) const override {
+      using M = typename B::Model;
+      return std::make_unique<BindingOf>(binding.with_params(M::from_rate(rate)));
+    }
     B binding;
   };
+
+  /// A counter of a descriptor-list request: a limit (a rule, or an override's unit) and key.
+  enum class Kind { enforced, shadow, quota };
+  struct Group {
+    const void* identity = nullptr;
+    std::string key, tag;
+    const AnyBinding* binding = nullptr;  ///< null when it blocks
+    std::unique_ptr<AnyBinding> owned;    ///< an override's binding at its rate
+    std::int64_t hits = 0;
+    Kind kind = Kind::enforced;
+    bool blocks = false;
+    bool active = true;
+    Decision decision = detail::blocked_decision();
+    std::vector<std::size_t> members;  ///< the descriptors on this counter
+  };
+  static Group& group_of(std::vector<Group>& groups, const void* identity, const std::string& key) {
+    for (Group& g : groups)
+      if (g.identity == identity && g.key == key) return g;
+    groups.emplace_back();
+    groups.back().identity = identity;
+    groups.back().key = key;
+    return groups.back();
+  }
+  static void add(Group& g, DescriptorStatus& st, std::size_t i) {
+    st.evaluated = true;
+    g.hits += st.hits;
+    g.members.push_back(i);
+  }
 
   /// The binding of rule `r`'s algorithm (null for a blocking rule: it never reaches storage).
   std::unique_ptr<AnyBinding> bind(const Rule& r) {
@@ -748,8 +1030,27 @@ class RuleSet {
     return out;
   }
 
-  const AnyBinding& binding_of(const RuleMatch& m) const {
-    return *(*bindings_)[static_cast<std::size_t>(m.rule - rules_->rules().data())];
+  const AnyBinding& binding_of(const RuleMatch& m) const { return binding_of(*m.rule); }
+  const AnyBinding& binding_of(const Rule& r) const {
+    return *(*bindings_)[static_cast<std::size_t>(&r - rules_->rules().data())];
+  }
+
+  /// The bindings of descriptors' own limits (`RateLimitOverride`), one per unit, a sliding
+  /// counter named "rules:<domain>override@<seconds>" (null if the registry has none).
+  void bind_overrides() {
+    auto out = std::make_shared<std::array<std::unique_ptr<AnyBinding>, 4>>();
+    for (const RateUnit u : {RateUnit::second, RateUnit::minute, RateUnit::hour, RateUnit::day}) {
+      std::string id = "rules:";
+      detail::append_field(id, rules_->domain());
+      id += "override@" +
+            std::to_string(std::chrono::duration_cast<std::chrono::seconds>(period_of(u)).count());
+      Registry::visit(SlidingCounterModel::name, [&]<class M>() {
+        auto b = storage_.template bind<M>(id, M::from_rate(Rate{1, period_of(u)}));
+        (*out)[static_cast<std::size_t>(u)] =
+            std::make_unique<BindingOf<decltype(b)>>(std::move(b));
+      });
+    }
+    override_bindings_ = std::move(out);
   }
 
   std::shared_ptr<const Rules> rules_;
@@ -757,6 +1058,7 @@ class RuleSet {
   C clock_;
   /// Shared with decisions in flight (decide_async), which may outlive the set.
   std::shared_ptr<const std::vector<std::unique_ptr<AnyBinding>>> bindings_;
+  std::shared_ptr<const std::array<std::unique_ptr<AnyBinding>, 4>> override_bindings_;
 };
 
 }  // namespace ratelimit
