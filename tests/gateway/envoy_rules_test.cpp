@@ -14,6 +14,7 @@
 #include <ratelimit/manual_clock.hpp>
 #include <ratelimit/rules.hpp>
 #include <ratelimit/rules/config.hpp>
+#include <ratelimit/rules/service.hpp>
 
 #include "envoy_table.hpp"
 
@@ -81,7 +82,7 @@ descriptors:
       requests_per_unit: 7
       algorithm: token_bucket
   - key: ldap
-    rate_limit: {unlimited: true, name: ldap, replaces: [{name: routes}]}
+    rate_limit: {unlimited: true, requests_per_unit: 5, name: ldap, replaces: [{name: routes}]}
   - key: empty
     value: ""
 )");
@@ -109,6 +110,11 @@ descriptors:
   const auto ldap = rules.lookup({{"ldap", "x"}});
   CHECK(ldap.unlimited);
   CHECK(ldap.replaces == std::vector<std::string>{"routes"});
+  // `requests_per_unit` beside `unlimited: true` is ignored, as in the reference; an algorithm
+  // (line 5) is refused.
+  CHECK(refusal("domain: d\ndescriptors:\n  - key: a\n    rate_limit:\n      algorithm: "
+                "token_bucket\n      unlimited: true\n") ==
+        "rules.yaml:5: rate_limit.unlimited: true takes no algorithm");
 }
 
 TEST_CASE("Every refusal names the file, the line and the problem", "[rules][envoy][errors]") {
@@ -392,4 +398,37 @@ descriptors:
   // A wildcard without share_threshold counts per value: the counter keys differ.
   CHECK(rules.lookup({{"path", "/files/a"}, {"api_key", "K"}}).key !=
         rules.lookup({{"path", "/files/b"}, {"api_key", "K"}}).key);
+}
+
+TEST_CASE("README's rules example: the Envoy file and the descriptor-list call, as written",
+          "[rules][envoy][readme]") {
+  const std::vector<RulesSource> files = {{"config/messaging.yaml", R"(domain: messaging
+descriptors:
+  - key: message_type          # only 5 marketing messages a day per number
+    value: marketing
+    descriptors:
+      - key: to_number
+        rate_limit: {unit: day, requests_per_unit: 5}
+  - key: to_number             # 100 messages a day per number
+    rate_limit: {unit: day, requests_per_unit: 100}
+  - key: to_number             # an exempt number: no limit
+    value: "2060000000"
+)"}};
+  ratelimit::RateLimitService<ratelimit::InMemoryStorage, ManualClock> service(
+      RulesConfig::from_strings(std::span<const RulesSource>(files)), {}, ManualClock{});
+  const std::string number = "2061111111";
+  auto call = [&] {
+    return service.should_rate_limit(
+        {"messaging",
+         {{{{"message_type", "marketing"}, {"to_number", number}}}, {{{"to_number", number}}}}});
+  };
+  // 5 marketing messages a day: the 6th is denied, and the number's 100 keep 100 - 5 = 95.
+  for (int i = 0; i < 5; ++i) REQUIRE(call().allowed);
+  const ratelimit::RateLimitResponse r = call();
+  CHECK_FALSE(r.allowed);
+  CHECK(r.decision().retry_after > std::chrono::nanoseconds{0});
+  CHECK(r.statuses[1].decision.remaining == 95);
+  // The exempt number is never limited.
+  for (int i = 0; i < 200; ++i)
+    REQUIRE(service.should_rate_limit({"messaging", {{{{"to_number", "2060000000"}}}}}).allowed);
 }

@@ -52,10 +52,10 @@ struct RateLimitDescriptor {
   std::vector<DescriptorEntry> entries;
   /// When set, this limit applies instead of the rules' (its counter is the entries' values
   /// under the domain and unit; never shadow, never replaced, never replacing).
-  std::optional<RateLimitOverride> limit;
+  std::optional<RateLimitOverride> limit = std::nullopt;
   /// Units this descriptor spends, >= 0, overriding the request's `hits_addend`; 0 checks
   /// without spending (as in Envoy).
-  std::optional<std::int64_t> hits_addend;
+  std::optional<std::int64_t> hits_addend = std::nullopt;
 };
 
 /// A descriptor-list request (Envoy's `RateLimitRequest`): the domain, its descriptors, and the

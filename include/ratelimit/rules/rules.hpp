@@ -24,41 +24,73 @@
 ///       - key: api_key
 ///         rate_limit: {unit: minute, requests_per_unit: 1000, name: pro}
 /// ```
-/// As in Envoy's ratelimit service: `domain`; `descriptors`, each with `key`, optional `value`,
-/// optional `rate_limit` (`unit`: second, minute, hour or day, any case; `requests_per_unit`:
-/// 0 to 10^9; optional `name`; or `unlimited: true`) and optional nested `descriptors`.
-/// Extensions: `rate_limit.algorithm` (sliding_counter, the default, token_bucket,
-/// leaky_bucket, fixed_window or sliding_log; a bucket gets capacity or queue size
-/// `requests_per_unit`, refilled or drained at `requests_per_unit` per `unit`), and the
-/// top-level `client_keys` (see "Per client and shared rules"). `requests_per_unit: 0` blocks
-/// every matching request (denied with `retry_after == Decision::never`).
+/// The format is the one of Envoy's rate limit service (envoyproxy/ratelimit), whole:
+/// `domain`; `descriptors`, each with `key`, optional `value` (a `*` anywhere in it is a
+/// wildcard for any run of characters; `value: ""` is no value), optional `rate_limit`
+/// (`unit`: second, minute, hour or day, any case; `requests_per_unit`: 0 to 10^9; optional
+/// `name`; optional `replaces: [{name: ...}]`; or `unlimited: true`), optional nested
+/// `descriptors`, the flags `shadow_mode`, `quota_mode`, `detailed_metric`, `value_to_metric`
+/// and `share_threshold` (true or false), and `metadata` (a mapping). A descriptor with
+/// neither `rate_limit` nor nested descriptors exempts its value. What the library does with
+/// each field:
+/// - `shadow_mode`: a limit decided and spent as if enforced whose denial never denies the
+///   request (descriptor-list matching; reported in `RateLimitResponse::shadow_denials`).
+/// - `quota_mode`: a limit whose denial only drops it, unless every quota-mode limit of the
+///   request denies, which denies the request (descriptor-list matching, as the reference).
+/// - `replaces`: a limit named (by its `name`) in the `replaces` of another limit that applies
+///   to the same request is not decided (descriptor-list matching).
+/// - `share_threshold` (only on a wildcard value): every matching value shares one counter;
+///   without it each matching value has its own.
+/// - `detailed_metric`, `value_to_metric`, `metadata`: kept on the `Rule` for the caller's
+///   metrics and responses; the library keeps no metrics and decides the same either way.
 ///
-/// ## Matching
+/// The flat `decide` applies every limit it matches as enforced (it ignores `shadow_mode`,
+/// `quota_mode` and `replaces`). Extensions of this library, which the reference service
+/// refuses: `rate_limit.algorithm` (sliding_counter, the default, token_bucket, leaky_bucket,
+/// fixed_window or sliding_log; a bucket gets capacity or queue size `requests_per_unit`,
+/// refilled or drained at `requests_per_unit` per `unit`), and the top-level `client_keys` (see
+/// "Per client and shared rules"). `requests_per_unit: 0` blocks every matching request
+/// (denied with `retry_after == Decision::never`). Several files: `RulesConfig`
+/// (rules/config.hpp). Stricter than the reference: a rule name used twice in a domain and a
+/// missing `requests_per_unit` (0 there) are refused; `unlimited: true` with a
+/// `requests_per_unit` is accepted (ignored) as there.
+///
+/// ## Matching: the flat request (`RuleSet::decide(entries)`)
 /// A request is one list of descriptor entries, e.g. `{{"api_key", K}, {"path", "/login"}}` or
 /// `{{"plan", "free"}, {"api_key", K}}` (if a key repeats, its first entry counts). From the top
 /// level down, for each key among a level's descriptors that the request carries, the
-/// descriptor with that exact value is taken, else the one with that key and no value (so a
-/// `value` overrides the catch-all, as in Envoy); a taken descriptor with a limit matches, and
-/// its nested descriptors are tried in turn. Every matching limit applies. Each limit keeps one
-/// counter per combination of the request's values for the descriptors on its path (e.g. one
-/// per API key). This differs from Envoy, which matches each of a request's descriptors
-/// separately and applies only the limit where its last entry lands; a file written for Envoy
-/// gives the same limits where the intermediate levels carry no limit of their own.
+/// descriptor with that exact value is taken, else the first (in file order) whose wildcard
+/// matches it, else the one with that key and no value; a taken descriptor with a limit
+/// matches, and its nested descriptors are tried in turn. Every matching limit applies. Each
+/// limit keeps one counter per combination of the request's values for the descriptors on its
+/// path that have no value or a wildcard without `share_threshold` (e.g. one per API key).
+///
+/// ## Matching: Envoy's descriptor list (`RuleSet::decide(const RateLimitRequest&)`)
+/// As the reference service: a request is a domain and several descriptors, each an ordered
+/// list of entries; each descriptor walks the tree one level per entry (exact value, else the
+/// first matching wildcard, else the key alone) and gets the limit where its last entry lands,
+/// if any (see `Rules::lookup`). So `{{"path", "/login"}, {"api_key", K}}` gets only the limit
+/// nested under `path: /login`, and `{{"api_key", K}}` only a top-level `api_key` limit: a
+/// request sends one descriptor per limit it wants. `RateLimitService` (rules/service.hpp)
+/// serves every domain of a `RulesConfig` and reloads it atomically.
 ///
 /// ## Per client and shared rules
-/// A rule is *per client* when its path has a catch-all (no `value`) descriptor whose key is one
-/// of `client_keys` (default `api_key` and `remote_address`): its counters are per client, and
-/// its `RuleMatch::client` names the client ("api_key=K"). Other rules are *shared*: one counter
-/// for every client that matches (e.g. `path: /login` with its own limit).
+/// A rule is *per client* when its path has a catch-all (no `value`, or a wildcard without
+/// `share_threshold`) descriptor whose key is one of `client_keys` (default `api_key` and
+/// `remote_address`): its counters are per client, and its `RuleMatch::client` names the client
+/// ("api_key=K"). Other rules are *shared*: one counter for every client that matches (e.g. `path:
+/// /login` with its own limit).
 ///
 /// ## Atomicity
 /// `RuleSet::decide` hands every matching limit to the storage's `decide_all` with the
-/// request's real cost: all admit and spend, or nothing changes anywhere. The storage is the
-/// unit of atomicity (in process: the counters' shard locks, taken in a fixed order; on Redis:
-/// one script), so a rule set is atomic with respect to every other decision on its counters,
-/// a limiter's included. On Redis Cluster a request's keys must share a slot: per-client limits
-/// share the client's hash tag (`RuleMatch::tag`); a request that also matches a shared limit
-/// spans slots and is decided by the failure policy (degraded). See docs/cluster.md.
+/// request's real cost: all admit and spend, or nothing changes anywhere. The descriptor-list
+/// call too (shadow- and quota-mode limits that deny are dropped and the rest decided again),
+/// where the reference service counts every descriptor even when another is over its limit. The
+/// storage is the unit of atomicity (in process: the counters' shard locks, taken in a fixed order;
+/// on Redis: one script), so a rule set is atomic with respect to every other decision on its
+/// counters, a limiter's included. On Redis Cluster a request's keys must share a slot: per-client
+/// limits share the client's hash tag (`RuleMatch::tag`); a request that also matches a shared
+/// limit spans slots and is decided by the failure policy (degraded). See docs/cluster.md.
 
 #include <algorithm>
 #include <array>

@@ -393,11 +393,11 @@ class RulesReader {
       }
     }
     if (boolean(f[4], "rate_limit.unlimited", line)) {
-      // As the reference: no unit with `unlimited` (a requests_per_unit is ignored there, and
-      // here refused too, with the algorithm, since it could only be a mistake).
+      // As the reference: no unit with `unlimited`, and a requests_per_unit is ignored (its
+      // text is not even read). An algorithm could only be a mistake.
       if (f[0].given) fail(line_of(f[0].node, line), "rate_limit.unlimited: true takes no unit");
-      if (f[1].given || f[2].given)
-        fail(line, "rate_limit.unlimited: true takes no requests_per_unit or algorithm");
+      if (f[2].given)
+        fail(line_of(f[2].node, line), "rate_limit.unlimited: true takes no algorithm");
       node.unlimited = true;
       return;
     }
