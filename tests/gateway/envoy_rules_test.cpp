@@ -147,6 +147,16 @@ TEST_CASE("Every refusal names the file, the line and the problem", "[rules][env
         "rules.yaml:4: value must be a string, not a list");
   CHECK(refusal("domain: d\ndescriptors:\n  - key: a\n    value: ~\n") ==
         "rules.yaml:4: value must be a string, not null");
+  // A number YAML reads as floating point is refused, as by the reference; an integer or a
+  // boolean reads as its text there and here, and a quoted number is text.
+  CHECK(refusal("domain: d\ndescriptors:\n  - key: a\n    value: 1.5\n") ==
+        "rules.yaml:4: value = 1.5: a number, not a string (quote it: \"1.5\")");
+  CHECK(refusal("domain: d\ndescriptors:\n  - key: -2e3\n") ==
+        "rules.yaml:3: key = -2e3: a number, not a string (quote it: \"-2e3\")");
+  CHECK(refusal("domain: d\ndescriptors:\n  - key: a\n    value: \"1.5\"\n") == "(no error)");
+  CHECK(refusal("domain: d\ndescriptors:\n  - key: status\n    value: 429\n  - key: on\n    "
+                "value: true\n") == "(no error)");
+  CHECK(refusal("domain: d\ndescriptors:\n  - key: v1.2.3\n  - key: \"1.\"\n") == "(no error)");
   // A list where a mapping belongs (line 3 or 4), and the reverse (line 2).
   CHECK(refusal("domain: d\ndescriptors:\n  - [key, a]\n") ==
         "rules.yaml:3: a descriptor must be a mapping with `key` (and `value`, `rate_limit`, "

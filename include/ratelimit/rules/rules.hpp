@@ -102,6 +102,7 @@
 #include <fstream>
 #include <functional>
 #include <future>
+#include <limits>
 #include <memory>
 #include <optional>
 #include <span>
@@ -1043,7 +1044,8 @@ class RuleSet {
   }
   static void add(Group& g, DescriptorStatus& st, std::size_t i) {
     st.evaluated = true;
-    g.hits += st.hits;
+    constexpr std::int64_t most = std::numeric_limits<std::int64_t>::max();
+    g.hits = st.hits > most - g.hits ? most : g.hits + st.hits;  // saturated, never wraps
     g.members.push_back(i);
   }
 

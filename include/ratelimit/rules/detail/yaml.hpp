@@ -177,7 +177,7 @@ class RulesReader {
     const int top = line_of(doc, 1);
     const Fields f = fields(doc, {"domain", "descriptors", "client_keys"});
     RuleTree tree;
-    tree.domain = scalar(f[0], "domain", top, true);
+    tree.domain = text_of(f[0], "domain", top, true);
     tree.domain_line = line_of(f[0].node, top);
     if (tree.domain.empty()) fail(line_of(f[0].node, top), "domain must not be empty");
     tree.client_keys_given = f[2].given;
@@ -256,6 +256,48 @@ class RulesReader {
     return n.Scalar();
   }
 
+  /// Whether `n` is a plain (unquoted) scalar that YAML reads as a floating-point number
+  /// (`1.5`, `-2e3`, `.inf`, `.nan`): the reference service refuses such a key or value (its
+  /// YAML reader accepts text, integers and booleans there, and nothing else).
+  static bool plain_float(const YAML::Node& n) {
+    if (!n.IsScalar() || n.Tag() != "?") return false;
+    std::string_view v = n.Scalar();
+    if (!v.empty() && (v.front() == '+' || v.front() == '-')) v.remove_prefix(1);
+    for (const std::string_view special : {".inf", ".Inf", ".INF", ".nan", ".NaN", ".NAN"})
+      if (v == special) return true;
+    const auto digits = [&](std::size_t& i) {
+      const std::size_t start = i;
+      while (i < v.size() && v[i] >= '0' && v[i] <= '9') ++i;
+      return i > start;
+    };
+    std::size_t i = 0;
+    const bool whole = digits(i);
+    bool fraction = false, exponent = false;
+    if (i < v.size() && v[i] == '.') {
+      ++i;
+      fraction = digits(i) || whole;
+      if (!fraction) return false;
+    }
+    if (!whole && !fraction) return false;
+    if (i < v.size() && (v[i] == 'e' || v[i] == 'E')) {
+      ++i;
+      if (i < v.size() && (v[i] == '+' || v[i] == '-')) ++i;
+      if (!digits(i)) return false;
+      exponent = true;
+    }
+    return i == v.size() && (fraction || exponent);
+  }
+
+  /// The text of a `domain`, `key`, `value` or `name` field: as `scalar`, and not a plain
+  /// floating-point number (see `plain_float`).
+  std::string text_of(const Field& f, const char* field, int map_line, bool required) const {
+    std::string out = scalar(f, field, map_line, required);
+    if (f.given && plain_float(f.node))
+      fail(line_of(f.node, map_line), std::string(field) + " = " + out +
+                                          ": a number, not a string (quote it: \"" + out + "\")");
+    return out;
+  }
+
   /// The value of boolean field `field` (false when absent): true or false (also True, TRUE,
   /// False, FALSE), as YAML 1.2 writes them.
   bool boolean(const Field& f, const char* field, int map_line) const {
@@ -328,10 +370,10 @@ class RulesReader {
     const Fields f =
         fields(d, {"key", "value", "rate_limit", "descriptors", "shadow_mode", "quota_mode",
                    "detailed_metric", "value_to_metric", "share_threshold", "metadata"});
-    node.key = scalar(f[0], "key", node.line, true);
+    node.key = text_of(f[0], "key", node.line, true);
     if (node.key.empty()) fail(line_of(f[0].node, node.line), "key must not be empty");
     if (f[1].given) {
-      node.value = scalar(f[1], "value", node.line, false);
+      node.value = text_of(f[1], "value", node.line, false);
       node.has_value = !node.value.empty();  // `value: ""` is no value, as in the reference
       node.wildcard = node.value.find('*') != std::string::npos;
     }
@@ -371,7 +413,7 @@ class RulesReader {
                                                  : "null"));
     const Fields f =
         fields(rl, {"unit", "requests_per_unit", "algorithm", "name", "unlimited", "replaces"});
-    node.name = scalar(f[3], "name", line, false);
+    node.name = text_of(f[3], "name", line, false);
     if (const YAML::Node& rs = f[5].node; f[5].given) {
       if (!rs.IsSequence())
         fail(line_of(rs, line), "rate_limit.replaces must be a list of {name: ...} mappings");
