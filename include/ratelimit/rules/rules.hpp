@@ -296,7 +296,7 @@ inline void flatten(const std::string& domain, const std::vector<std::string>& c
     }
     out.push_back(std::move(r));
   }
-  node.index = std::make_shared<const LevelIndex>(node.children);
+  if (!node.children.empty()) node.index = std::make_shared<const LevelIndex>(node.children);
   for (RuleNode& child : node.children) flatten(domain, client_keys, sources, child, path, out);
   path.pop_back();
 }
@@ -515,7 +515,7 @@ class Rules {
       if (const Rule* r = rule_of(n))
         out.push_back(
             RuleMatch{r, key, r->per_client ? client : "", r->per_client ? tag : std::string{}});
-      walk(n.children, *n.index, request, key, client, tag, out);
+      if (n.index) walk(n.children, *n.index, request, key, client, tag, out);
       key.resize(key_size);
       client.resize(client_size);
       tag.resize(tag_size);

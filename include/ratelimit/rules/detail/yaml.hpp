@@ -55,7 +55,7 @@ struct RuleNode {
   std::size_t file = 0;            ///< which source of the rules it came from
   std::ptrdiff_t rule_index = -1;  ///< position of its Rule in Rules::rules(), if has_limit
   std::vector<RuleNode> children;
-  std::shared_ptr<const LevelIndex> index;  ///< of `children` (set by Rules)
+  std::shared_ptr<const LevelIndex> index;  ///< of `children`, if any (set by Rules)
 };
 
 struct RuleTree {
