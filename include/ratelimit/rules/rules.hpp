@@ -795,7 +795,8 @@ class RuleSet {
   /// A request for another domain than the rules' matches nothing (admitted). The reference
   /// service instead counts every descriptor even when another is over the limit, and counts a
   /// denied request's hits. Throws `std::invalid_argument` for a negative hits_addend, or an
-  /// override above 10^9 or negative; a storage may throw per its failure policy.
+  /// override above 10^9, negative or with an invalid unit; a storage may throw per its
+  /// failure policy.
   /// Thread safety: safe from many threads.
   RateLimitResponse decide(const RateLimitRequest& request) {
     if (request.hits_addend < 0)
@@ -822,6 +823,10 @@ class RuleSet {
           throw std::invalid_argument("RateLimitOverride.requests_per_unit = " +
                                       std::to_string(d.limit->requests_per_unit) +
                                       ": must be 0 to 1000000000");
+        if (static_cast<unsigned>(d.limit->unit) > static_cast<unsigned>(RateUnit::day))
+          throw std::invalid_argument(
+              "RateLimitOverride.unit = " + std::to_string(static_cast<int>(d.limit->unit)) +
+              ": not a RateUnit");
         st.override_rate = Rate{d.limit->requests_per_unit, period_of(d.limit->unit)};
         for (const DescriptorEntry& e : d.entries) {
           detail::append_field(st.key, e.key);
