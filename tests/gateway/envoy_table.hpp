@@ -43,6 +43,19 @@ inline RateLimitDescriptor d(std::vector<ratelimit::DescriptorEntry> entries) {
   return RateLimitDescriptor{std::move(entries), std::nullopt, std::nullopt};
 }
 
+/// A descriptor with its own hits addend.
+inline RateLimitDescriptor with_hits(std::vector<ratelimit::DescriptorEntry> entries,
+                                     std::int64_t hits) {
+  return RateLimitDescriptor{std::move(entries), std::nullopt, hits};
+}
+
+/// A descriptor with its own limit (Envoy's RateLimitOverride).
+inline RateLimitDescriptor with_limit(std::vector<ratelimit::DescriptorEntry> entries,
+                                      std::int64_t requests_per_unit, ratelimit::RateUnit unit) {
+  return RateLimitDescriptor{std::move(entries),
+                             ratelimit::RateLimitOverride{requests_per_unit, unit}, std::nullopt};
+}
+
 /// "-" no limit; "unlimited"; "replaced NAME"; else "NAME ok" or "NAME over", with " shadow"
 /// after the name of a shadow-mode limit; an override is named "override".
 inline std::string describe(const DescriptorStatus& s) {
@@ -426,6 +439,58 @@ descriptors:
      {"order", {d({{"k", "abd"}})}}, 1, true, {"a-star ok"}, {1}},
     {"b: no wildcard, the key's own, 1 - 1 = 0", {"order", {d({{"k", "b"}})}}, 1, true,
      {"any ok"}, {0}},
+  }},
+  {"Envoy's hits_addend: the request's, a descriptor's own, 0 to check", R"(domain: hits
+descriptors:
+  - key: k
+    rate_limit: {unit: minute, requests_per_unit: 5}
+)", {
+    {"3 hits of 5: 5 - 3 = 2 left", {"hits", {d({{"k", "a"}})}, 3}, 1, true, {"k ok"}, {2}},
+    {"3 more do not fit in 2: denied, 2 left", {"hits", {d({{"k", "a"}})}, 3}, 1, false,
+     {"k over"}, {2}},
+    {"a descriptor's own 2 (over the request's 3) fit: 0 left",
+     {"hits", {with_hits({{"k", "a"}}, 2)}, 3}, 1, true, {"k ok"}, {0}},
+    {"0 hits only checks: admitted though nothing is left",
+     {"hits", {with_hits({{"k", "a"}}, 0)}, 0}, 1, true, {"k ok"}, {0}},
+    {"two descriptors on one counter spend their sum: 2 + 2 of another key's 5, 1 left",
+     {"hits", {d({{"k", "b"}}), d({{"k", "b"}})}, 2}, 1, true, {"k ok", "k ok"}, {1, 1}},
+  }},
+  {"Envoy's limit override: the descriptor's own limit instead of the file's", R"(domain: over
+descriptors:
+  - key: k
+    rate_limit: {unit: minute, requests_per_unit: 100, name: file-limit}
+)", {
+    {"2 per hour instead of 100 per minute: 2 - 2 = 0",
+     {"over", {with_limit({{"k", "a"}}, 2, ratelimit::RateUnit::hour)}}, 2, true,
+     {"override ok"}, {0}},
+    {"the 3rd denied", {"over", {with_limit({{"k", "a"}}, 2, ratelimit::RateUnit::hour)}}, 1,
+     false, {"override over"}, {0}},
+    {"entries the file does not know get it too",
+     {"over", {with_limit({{"other", "x"}}, 2, ratelimit::RateUnit::hour)}}, 1, true,
+     {"override ok"}, {1}},
+    {"the file's limit was untouched: 100 - 1 = 99", {"over", {d({{"k", "a"}})}}, 1, true,
+     {"file-limit ok"}, {99}},
+  }},
+  {"quota_mode: quota limits deny the request only all together", R"(domain: quota
+descriptors:
+  - key: q1
+    quota_mode: true
+    rate_limit: {unit: minute, requests_per_unit: 1}
+  - key: q2
+    quota_mode: true
+    rate_limit: {unit: minute, requests_per_unit: 2}
+  - key: e
+    rate_limit: {unit: minute, requests_per_unit: 10}
+)", {
+    {"all admit: q1 0 left, q2 1, e 9",
+     {"quota", {d({{"q1", "x"}}), d({{"q2", "x"}}), d({{"e", "x"}})}}, 1, true,
+     {"q1 ok", "q2 ok", "e ok"}, {0, 1, 9}},
+    {"q1 over, q2 admits: admitted; q1 spends nothing, q2 0 left, e 8",
+     {"quota", {d({{"q1", "x"}}), d({{"q2", "x"}}), d({{"e", "x"}})}}, 1, true,
+     {"q1 over", "q2 ok", "e ok"}, {0, 0, 8}},
+    {"both quota limits over: denied, and e keeps 8",
+     {"quota", {d({{"q1", "x"}}), d({{"q2", "x"}}), d({{"e", "x"}})}}, 1, false,
+     {"q1 over", "q2 over", "e ok"}, {0, 0, 8}},
   }},
   };
   return all;
