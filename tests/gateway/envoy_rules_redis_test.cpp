@@ -32,6 +32,18 @@ TEST_CASE("The reference service's documented configurations match as it documen
   for (auto& s : storages) CHECK(s.stats().degraded_decisions == 0);
 }
 
+TEST_CASE("On Redis the non-blocking descriptor-list call decides the same table",
+          "[rules][envoy][redis][async]") {
+  std::vector<ratelimit::RedisStorage> storages;
+  envoy_table::run_all([&](Rules rules) {
+    storages.emplace_back(rltest::test_redis_options("envoy-async"));
+    return std::make_unique<envoy_table::AsyncSet<EnvoyRedisSet>>(
+        envoy_table::AsyncSet<EnvoyRedisSet>{
+            std::make_unique<EnvoyRedisSet>(std::move(rules), storages.back(), ManualClock{})});
+  });
+  for (auto& s : storages) CHECK(s.stats().degraded_decisions == 0);
+}
+
 TEST_CASE("On Redis a shadow denial drops only that limit, and the others spend",
           "[rules][envoy][redis]") {
   ManualClock clock;

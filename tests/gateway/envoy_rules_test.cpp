@@ -62,6 +62,14 @@ TEST_CASE("The reference service's documented configurations match as it documen
   });
 }
 
+TEST_CASE("In process the non-blocking descriptor-list call decides the same table",
+          "[rules][envoy][async]") {
+  envoy_table::run_all([](Rules rules) {
+    return std::make_unique<envoy_table::AsyncSet<EnvoySet>>(envoy_table::AsyncSet<EnvoySet>{
+        std::make_unique<EnvoySet>(std::move(rules), ratelimit::InMemoryStorage{}, ManualClock{})});
+  });
+}
+
 TEST_CASE("Every field of the reference format loads, with the extensions beside it",
           "[rules][envoy][parse]") {
   const Rules rules = Rules::from_string(R"(domain: full

@@ -10,6 +10,8 @@
 #include <catch2/catch.hpp>
 
 #include <cstdint>
+#include <future>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -496,6 +498,20 @@ descriptors:
   return all;
 }
 // clang-format on
+
+/// A rule set whose `decide` goes through `decide_async` and waits for the response (from the
+/// test's thread, never a storage's I/O thread).
+template <class Set>
+struct AsyncSet {
+  std::unique_ptr<Set> set;
+  ratelimit::RateLimitResponse decide(const RateLimitRequest& request) {
+    // Shared: the completion may still be inside set_value when get() returns here.
+    auto p = std::make_shared<std::promise<ratelimit::RateLimitResponse>>();
+    auto f = p->get_future();
+    set->decide_async(request, [p](ratelimit::RateLimitResponse r) { p->set_value(std::move(r)); });
+    return f.get();
+  }
+};
 
 /// Runs every scenario on a fresh rule set from `make(rules)` (a fresh counter space each).
 template <class MakeSet>

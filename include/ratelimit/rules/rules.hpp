@@ -799,14 +799,54 @@ class RuleSet {
   /// failure policy.
   /// Thread safety: safe from many threads.
   RateLimitResponse decide(const RateLimitRequest& request) {
+    ListState state = prepare_list(request);
+    while (next_round(state)) {
+      std::vector<Decision> ds(state.parts.size());
+      const bool all = storage_.decide_all(std::span<const typename Storage::Part>(state.parts),
+                                           state.now, std::span<Decision>(ds));
+      absorb(state, ds, all);
+    }
+    return finish_list(std::move(state));
+  }
+
+  /// `decide(const RateLimitRequest&)` without blocking: returns at once; `done(RateLimitResponse)`
+  /// gets the response exactly once, on the storage's I/O thread (Redis: each round is one
+  /// `decide_all_async`, the next submitted from the previous one's completion) or here before
+  /// this returns (in process): see core/completion.hpp. The request is copied as needed; the
+  /// set may be destroyed before `done` runs. Throws as `decide` before any round (and then
+  /// never calls `done`).
+  /// Thread safety: safe from many threads.
+  template <class F>
+  requires std::invocable<F&, RateLimitResponse>
+  void decide_async(const RateLimitRequest& request, F&& done) {
+    auto complete = detail::make_completion<RateLimitResponse>(std::forward<F>(done));
+    auto state = std::make_shared<ListState>(prepare_list(request));
+    if constexpr (requires(std::function<void(std::vector<Decision>&&, bool)> f) {
+                    storage_.decide_all_async(std::span<const typename Storage::Part>{},
+                                              std::chrono::nanoseconds{}, f);
+                  }) {
+      run_rounds(storage_, std::move(state), bindings_, override_bindings_, std::move(complete));
+    } else {
+      detail::complete_safely(complete, decide(request));
+    }
+  }
+
+ private:
+  struct ListState;  // below, after Group
+
+  ListState prepare_list(const RateLimitRequest& request) const {
     if (request.hits_addend < 0)
       throw std::invalid_argument("RateLimitRequest.hits_addend = " +
                                   std::to_string(request.hits_addend) + ": must be >= 0");
-    RateLimitResponse res;
+    ListState state;
+    RateLimitResponse& res = state.res;
     res.rules = rules_;
     const std::size_t n = request.descriptors.size();
     res.statuses.resize(n);
-    if (request.domain != rules_->domain()) return res;
+    if (request.domain != rules_->domain()) {
+      state.finished = true;
+      return state;
+    }
     const std::int64_t default_hits = std::max<std::int64_t>(1, request.hits_addend);
 
     // 1. Where each descriptor lands, and what the applying limits replace.
@@ -848,7 +888,7 @@ class RuleSet {
         st.replaced = true;
 
     // 2. One group per counter, (limit, key), with its descriptors' hits summed.
-    std::vector<Group> groups;
+    std::vector<Group>& groups = state.groups;
     for (std::size_t i = 0; i < n; ++i) {
       DescriptorStatus& st = res.statuses[i];
       if (st.override_rate) {
@@ -881,59 +921,70 @@ class RuleSet {
       }
     }
 
-    // 3. Decide. Every round is one all-or-nothing `decide_all` over the groups still in; a
-    // round that an enforced limit denies ends the request (nothing spent); one that only
-    // shadow- or quota-mode limits (or checks without hits) deny drops those and goes again,
-    // so it ends after at most one round per group.
-    bool denied = false;
-    std::size_t quota_total = 0, quota_out = 0;
+    // 3. Rounds (see `next_round`). A group that blocks never reaches storage: its decision
+    // is `blocked_decision()`.
     for (Group& g : groups) {
-      if (g.kind == Kind::quota) ++quota_total;
+      if (g.kind == Kind::quota) ++state.quota_total;
       if (!g.blocks) continue;
-      g.active = false;  // never reaches storage: its decision is `blocked_decision()`
-      if (g.kind == Kind::enforced && g.hits > 0) denied = true;
-      if (g.kind == Kind::quota) ++quota_out;
+      g.active = false;
+      if (g.kind == Kind::enforced && g.hits > 0) state.denied = true;
+      if (g.kind == Kind::quota) ++state.quota_out;
     }
-    if (quota_total > 0 && quota_out == quota_total) denied = true;
-    const auto now = clock_.now();
-    for (;;) {
-      std::vector<typename Storage::Part> parts;
-      std::vector<Group*> in;
-      for (Group& g : groups) {
-        if (!g.active) continue;
-        const bool check = g.hits == 0;
-        parts.push_back(
-            g.binding->part(g.key, Operation{check ? 1 : g.hits, denied || check}, g.tag));
-        in.push_back(&g);
-      }
-      if (parts.empty()) break;
-      std::vector<Decision> ds(parts.size());
-      const bool all = storage_.decide_all(std::span<const typename Storage::Part>(parts), now,
-                                           std::span<Decision>(ds));
-      for (std::size_t k = 0; k < in.size(); ++k) in[k]->decision = ds[k];
-      if (all || denied) break;
-      bool dropped = false;
-      for (Group* g : in) {
-        if (g->decision.allowed) continue;
-        if (g->kind == Kind::enforced && g->hits > 0) {
-          denied = true;
-        } else {
-          g->active = false;
-          dropped = true;
-          if (g->kind == Kind::quota) ++quota_out;
-        }
-      }
-      if (quota_total > 0 && quota_out == quota_total) denied = true;
-      if (denied) break;  // this round's decisions are the dry run's: nothing was spent
-      if (!dropped) {     // a storage that denied without a denying part: deny, spend nothing
-        denied = true;
-        break;
-      }
-    }
+    if (state.quota_total > 0 && state.quota_out == state.quota_total) state.denied = true;
+    state.now = clock_.now();
+    return state;
+  }
 
-    // 4. The statuses.
-    res.allowed = !denied;
-    for (const Group& g : groups)
+  /// Prepares the next round: every round is one all-or-nothing `decide_all` over the groups
+  /// still in (dry runs once the request is denied). false when the request is decided.
+  static bool next_round(ListState& s) {
+    s.parts.clear();
+    s.in.clear();
+    if (s.finished) return false;
+    for (std::size_t k = 0; k < s.groups.size(); ++k) {
+      const Group& g = s.groups[k];
+      if (!g.active) continue;
+      const bool check = g.hits == 0;
+      s.parts.push_back(
+          g.binding->part(g.key, Operation{check ? 1 : g.hits, s.denied || check}, g.tag));
+      s.in.push_back(k);
+    }
+    if (s.parts.empty()) s.finished = true;
+    return !s.finished;
+  }
+
+  /// Takes a round's decisions: a round that an enforced limit denies ends the request
+  /// (nothing spent); one that only shadow- or quota-mode limits (or checks without hits) deny
+  /// drops those and goes again, so a request takes at most one round per group.
+  static void absorb(ListState& s, const std::vector<Decision>& ds, bool all) {
+    for (std::size_t k = 0; k < s.in.size(); ++k) s.groups[s.in[k]].decision = ds[k];
+    s.finished = true;
+    if (all || s.denied) return;
+    bool dropped = false;
+    for (const std::size_t k : s.in) {
+      Group& g = s.groups[k];
+      if (g.decision.allowed) continue;
+      if (g.kind == Kind::enforced && g.hits > 0) {
+        s.denied = true;
+      } else {
+        g.active = false;
+        dropped = true;
+        if (g.kind == Kind::quota) ++s.quota_out;
+      }
+    }
+    if (s.quota_total > 0 && s.quota_out == s.quota_total) s.denied = true;
+    if (s.denied) return;  // this round's decisions are the dry run's: nothing was spent
+    if (!dropped) {        // a storage that denied without a denying part: deny, spend nothing
+      s.denied = true;
+      return;
+    }
+    s.finished = false;
+  }
+
+  static RateLimitResponse finish_list(ListState&& s) {
+    RateLimitResponse res = std::move(s.res);
+    res.allowed = !s.denied;
+    for (const Group& g : s.groups)
       for (const std::size_t i : g.members) {
         DescriptorStatus& st = res.statuses[i];
         st.decision = g.decision;
@@ -945,6 +996,32 @@ class RuleSet {
     return res;
   }
 
+  /// The rounds of `decide_async`, each submitted from the previous one's completion. The
+  /// state owns the groups (and the override bindings at their rates); the rule bindings ride
+  /// along, so the set may go away meanwhile.
+  template <class Bindings, class OverrideBindings>
+  static void run_rounds(Storage storage, std::shared_ptr<ListState> s, Bindings bindings,
+                         OverrideBindings overrides, Completion<RateLimitResponse> complete) {
+    if (!next_round(*s)) {
+      detail::complete_safely(complete, finish_list(std::move(*s)));
+      return;
+    }
+    try {
+      storage.decide_all_async(
+          std::span<const typename Storage::Part>(s->parts), s->now,
+          [storage, s, bindings, overrides, complete](std::vector<Decision>&& ds, bool all) {
+            absorb(*s, ds, all);
+            run_rounds(storage, s, bindings, overrides, complete);
+          });
+    } catch (const std::exception&) {
+      // Only a later round can get here (the parts were accepted once): deny, spend nothing.
+      s->denied = true;
+      s->finished = true;
+      detail::complete_safely(complete, finish_list(std::move(*s)));
+    }
+  }
+
+ public:
   /// The rules (shared by copies of the decisions' `Rule` pointers; stable for the set's life).
   const Rules& rules() const noexcept { return *rules_; }
   /// The storage handle.
@@ -1053,6 +1130,18 @@ class RuleSet {
     g.hits = st.hits > most - g.hits ? most : g.hits + st.hits;  // saturated, never wraps
     g.members.push_back(i);
   }
+
+  /// A descriptor-list request matched and grouped by counter, between its rounds.
+  struct ListState {
+    RateLimitResponse res;
+    std::vector<Group> groups;
+    std::vector<std::size_t> in;  ///< the groups of the current round
+    std::vector<typename Storage::Part> parts;
+    bool denied = false;
+    bool finished = false;
+    std::size_t quota_total = 0, quota_out = 0;
+    std::chrono::nanoseconds now{0};
+  };
 
   /// The binding of rule `r`'s algorithm (null for a blocking rule: it never reaches storage).
   std::unique_ptr<AnyBinding> bind(const Rule& r) {
