@@ -7,6 +7,7 @@
 #include <catch2/catch.hpp>
 
 #include <memory>
+#include <optional>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -446,6 +447,19 @@ descriptors:
   CHECK_FALSE(r.allowed);
   CHECK(r.decision().retry_after > std::chrono::nanoseconds{0});
   CHECK(r.statuses[1].decision.remaining == 95);
+  // The same through the non-blocking call (in process: answered before it returns).
+  std::optional<ratelimit::RateLimitResponse> answer;
+  service.should_rate_limit_async({"messaging", {{{{"to_number", number}}}}},
+                                  [&](ratelimit::RateLimitResponse a) { answer = std::move(a); });
+  REQUIRE(answer);
+  CHECK(answer->allowed);
+  CHECK(answer->statuses[0].decision.remaining == 94);  // 100 - 5 - 1
+  answer.reset();
+  service.should_rate_limit_async({"nowhere", {{{{"to_number", number}}}}},
+                                  [&](ratelimit::RateLimitResponse a) { answer = std::move(a); });
+  REQUIRE(answer);
+  CHECK(answer->allowed);
+  CHECK_FALSE(answer->statuses[0].evaluated);
   // The exempt number is never limited.
   for (int i = 0; i < 200; ++i)
     REQUIRE(service.should_rate_limit({"messaging", {{{{"to_number", "2060000000"}}}}}).allowed);

@@ -14,6 +14,7 @@
 /// service.reload(ratelimit::RulesConfig::from_files(files));  // e.g. on a file change
 /// ```
 
+#include <concepts>
 #include <cstdint>
 #include <memory>
 #include <mutex>
@@ -23,6 +24,7 @@
 
 #include "../algorithms/registry.hpp"
 #include "../core/clock.hpp"
+#include "../core/completion.hpp"
 #include "../memory/in_memory_storage.hpp"
 #include "config.hpp"
 #include "rules.hpp"
@@ -40,7 +42,8 @@ namespace ratelimit {
 /// keeps its counts across a reload (its rate, name, algorithm parameters or flags may change:
 /// a changed algorithm starts afresh, its state being another model's); any other limit starts
 /// afresh, and the counters of removed limits expire in the storage.
-/// Thread safety: `should_rate_limit`, `reload` and `config` are safe from many threads.
+/// Thread safety: `should_rate_limit`, `should_rate_limit_async`, `reload` and `config` are safe
+/// from many threads.
 template <class Storage = InMemoryStorage, Clock C = SystemClock, class Registry = Algorithms>
 class RateLimitService {
   using Set = RuleSet<Storage, C, Registry>;
@@ -65,6 +68,25 @@ class RateLimitService {
       return none;
     }
     return it->second->decide(request);
+  }
+
+  /// `should_rate_limit` without blocking (see `RuleSet::decide_async(const RateLimitRequest&,
+  /// F&&)`): `done(RateLimitResponse)` is called exactly once, on the storage's I/O thread or
+  /// here before this returns. The request is decided under the configuration current when
+  /// this is called, even if a reload swaps it before `done` runs.
+  template <class F>
+  requires std::invocable<F&, RateLimitResponse>
+  void should_rate_limit_async(const RateLimitRequest& request, F&& done) {
+    const std::shared_ptr<const Snapshot> snap = snapshot();
+    const auto it = snap->sets.find(request.domain);
+    if (it == snap->sets.end()) {
+      RateLimitResponse none;
+      none.statuses.resize(request.descriptors.size());
+      auto complete = detail::make_completion<RateLimitResponse>(std::forward<F>(done));
+      detail::complete_safely(complete, std::move(none));
+      return;
+    }
+    it->second->decide_async(request, std::forward<F>(done));
   }
 
   /// Replaces the configuration atomically (see the class comment). The new rule sets are
