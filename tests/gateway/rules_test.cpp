@@ -315,7 +315,7 @@ TEST_CASE("Invalid rules files name the line and the problem", "[rules][errors]"
   CHECK(error_of("domain: d\ndescriptors:\n  - key: a\n    rate_limit: {unit: second, "
                  "requests_per_units: 1}\n") ==
         "rules.yaml:4: unknown field \"requests_per_units\" (expected one of: unit, "
-        "requests_per_unit, algorithm, name, unlimited, time_zone, first_day)");
+        "requests_per_unit, algorithm, name, unlimited, replaces, time_zone, first_day)");
   CHECK(error_of("descriptors:\n  - key: a\n    rate_limit: {unit: second, requests_per_unit: "
                  "1}\n") == "rules.yaml:1: missing field `domain`");
   CHECK(error_of("domain: d\ndescriptors:\n  - key: a\n    rate_limit: {unit: second, "
@@ -326,8 +326,8 @@ TEST_CASE("Invalid rules files name the line and the problem", "[rules][errors]"
                  "requests_per_unit: 1, name: x}\n  - key: b\n    rate_limit: {unit: second, "
                  "requests_per_unit: 1, name: x}\n") ==
         "rules.yaml:5: rule name \"x\" already used at line 3");
-  CHECK(error_of("domain: d\ndescriptors:\n  - key: a\n") ==
-        "rules.yaml:3: descriptor \"a\" has neither `rate_limit` nor nested `descriptors`");
+  // A descriptor with neither a limit nor nested descriptors is valid (it exempts its value).
+  CHECK(error_of("domain: d\ndescriptors:\n  - key: a\n") == "(no error)");
   CHECK(error_of("domain: d\ndescriptors:\n  - key: a\n    rate_limit: {unit: second\n") ==
         "rules.yaml:5: invalid YAML: end of map flow not found");
   CHECK(error_of("domain: d\ndescriptors:\n  - key: a\n    key: b\n    rate_limit: {unit: "

@@ -9,7 +9,10 @@
 ///                                                     ratelimit::RedisStorage(options));
 ///     auto d = set.decide({{"api_key", key}, {"path", "/login"}});
 ///
-/// Nothing here is specific to rules: the rule set only asks the storage for `decide_all`. This
+/// `RateLimitService<RedisStorage>` serves Envoy's descriptor-list requests for several
+/// domains the same way. Nothing here is specific to rules: a rule set only asks the storage for
+/// `decide_all` (several rounds for a descriptor-list request whose shadow- or quota-mode limits
+/// deny: see `RuleSet::decide(const RateLimitRequest&)`). This
 /// header is the one include for both layers (the path `ratelimit/rules_redis.hpp` forwards to
 /// it).
 ///
@@ -23,3 +26,4 @@
 #include "../redis/cluster.hpp"
 #include "../redis/storage.hpp"
 #include "../rules/rules.hpp"
+#include "../rules/service.hpp"

@@ -13,6 +13,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <optional>
 #include <stdexcept>
 #include <string>
@@ -30,27 +31,106 @@ namespace ratelimit {
 
 namespace detail {
 
+struct LevelIndex;
+
 /// One node of the descriptor tree as written in the file.
 struct RuleNode {
   std::string key;
   std::string value;
-  bool has_value = false;
+  bool has_value = false;  ///< a non-empty `value` (`value: ""` is no value, as in Envoy's)
+  bool wildcard = false;   ///< `value` holds a `*`
   bool has_limit = false;  ///< a `rate_limit` with a limit (not `unlimited: true`)
+  bool unlimited = false;  ///< `rate_limit: {unlimited: true}`
   std::string name;        ///< `rate_limit.name`, or empty
+  std::vector<std::string> replaces;  ///< `rate_limit.replaces[].name`
   Rate rate{0, std::chrono::nanoseconds{0}};
   std::string unit;       ///< `rate_limit.unit`, lower case
   std::string time_zone;  ///< `rate_limit.time_zone` (extension), or empty
   std::string first_day;  ///< `rate_limit.first_day` (extension), or empty
   Algorithm algorithm = Algorithm::sliding_counter;
+  bool shadow_mode = false;
+  bool quota_mode = false;
+  bool detailed_metric = false;
+  bool value_to_metric = false;
+  bool share_threshold = false;
+  std::string metadata;  ///< `metadata` as YAML flow text, or empty
   int line = 0;
+  std::size_t file = 0;            ///< which source of the rules it came from
   std::ptrdiff_t rule_index = -1;  ///< position of its Rule in Rules::rules(), if has_limit
   std::vector<RuleNode> children;
+  std::shared_ptr<const LevelIndex> index;  ///< of `children`, if any (set by Rules)
 };
 
 struct RuleTree {
   std::string domain;
+  int domain_line = 0;
   std::vector<std::string> client_keys;
+  bool client_keys_given = false;
   std::vector<RuleNode> roots;
+};
+
+/// Whether `value` matches the wildcard `pattern`, where each `*` stands for any run of
+/// characters (possibly none) and the rest must appear in order: a prefix, the middle parts
+/// each at their first occurrence, a suffix. Linear in the sizes. Thread safety: pure.
+inline bool wildcard_match(std::string_view pattern, std::string_view value) noexcept {
+  const auto star = pattern.find('*');
+  if (star == std::string_view::npos) return pattern == value;
+  const auto last = pattern.rfind('*');
+  const std::string_view prefix = pattern.substr(0, star), suffix = pattern.substr(last + 1);
+  if (value.size() < prefix.size() + suffix.size()) return false;
+  if (value.substr(0, prefix.size()) != prefix) return false;
+  if (value.substr(value.size() - suffix.size()) != suffix) return false;
+  std::string_view rest = value.substr(prefix.size(), value.size() - prefix.size() - suffix.size());
+  std::string_view middle = pattern.substr(star + 1, last - star - (last > star ? 1 : 0));
+  while (!middle.empty()) {
+    const auto next = middle.find('*');
+    const std::string_view part = middle.substr(0, next);
+    if (!part.empty()) {
+      const auto at = rest.find(part);
+      if (at == std::string_view::npos) return false;
+      rest.remove_prefix(at + part.size());
+    }
+    if (next == std::string_view::npos) break;
+    middle.remove_prefix(next + 1);
+  }
+  return true;
+}
+
+/// One level of the tree, indexed for matching: per key, the descriptors with an exact value,
+/// those with a wildcard value (file order) and the one with no value. Positions index the
+/// level's vector of nodes. Thread safety: immutable once built.
+struct LevelIndex {
+  struct Group {
+    std::unordered_map<std::string, std::size_t> exact;
+    std::vector<std::size_t> wildcards;
+    std::ptrdiff_t any = -1;
+  };
+  std::unordered_map<std::string, Group> keys;
+
+  explicit LevelIndex(const std::vector<RuleNode>& nodes) {
+    for (std::size_t i = 0; i < nodes.size(); ++i) {
+      Group& g = keys[nodes[i].key];
+      if (!nodes[i].has_value)
+        g.any = static_cast<std::ptrdiff_t>(i);
+      else if (nodes[i].wildcard)
+        g.wildcards.push_back(i);
+      else
+        g.exact.emplace(nodes[i].value, i);
+    }
+  }
+
+  /// The descriptor an entry (key, value) lands on: the one with this exact value, else the
+  /// first whose wildcard matches in file order, else the one with no value; -1 if none.
+  std::ptrdiff_t pick(const std::vector<RuleNode>& nodes, std::string_view key,
+                      std::string_view value) const {
+    const auto g = keys.find(std::string(key));
+    if (g == keys.end()) return -1;
+    if (const auto e = g->second.exact.find(std::string(value)); e != g->second.exact.end())
+      return static_cast<std::ptrdiff_t>(e->second);
+    for (const std::size_t w : g->second.wildcards)
+      if (wildcard_match(nodes[w].value, value)) return static_cast<std::ptrdiff_t>(w);
+    return g->second.any;
+  }
 };
 
 /// The registry's side of reading a rules file: the algorithm a name stands for (nullopt if
@@ -75,8 +155,8 @@ struct RulesLimits {
 
 class RulesReader {
  public:
-  RulesReader(std::string source, AlgorithmNames algorithms)
-      : source_(std::move(source)), algorithms_(std::move(algorithms)) {}
+  RulesReader(std::string source, AlgorithmNames algorithms, std::size_t file = 0)
+      : source_(std::move(source)), algorithms_(std::move(algorithms)), file_(file) {}
 
   RuleTree read(std::string_view text) {
     if (text.size() > RulesLimits::max_bytes)
@@ -100,8 +180,10 @@ class RulesReader {
     const int top = line_of(doc, 1);
     const Fields f = fields(doc, {"domain", "descriptors", "client_keys"});
     RuleTree tree;
-    tree.domain = scalar(f[0], "domain", top, true);
+    tree.domain = text_of(f[0], "domain", top, true);
+    tree.domain_line = line_of(f[0].node, top);
     if (tree.domain.empty()) fail(line_of(f[0].node, top), "domain must not be empty");
+    tree.client_keys_given = f[2].given;
     if (const YAML::Node& ck = f[2].node; f[2].given) {
       if (!ck.IsSequence()) fail(line_of(ck, top), "client_keys must be a list of descriptor keys");
       for (const YAML::Node& k : ck) {
@@ -140,7 +222,7 @@ class RulesReader {
     YAML::Node node;
     bool given = false;
   };
-  using Fields = std::array<Field, 7>;  // the most fields a mapping has (rate_limit's)
+  using Fields = std::array<Field, 12>;  // the most fields a mapping has
   Fields fields(const YAML::Node& map, std::initializer_list<std::string_view> known) const {
     Fields out;
     for (const auto& kv : map) {
@@ -160,15 +242,78 @@ class RulesReader {
     return out;
   }
 
-  /// The string value of field `field`.
+  /// The string value of field `field`. A plain scalar reads as its text (`value: 200` is
+  /// "200", as the reference service's YAML reader gives it); null, a list or a mapping is
+  /// refused.
   std::string scalar(const Field& f, const char* field, int map_line, bool required) const {
     const YAML::Node& n = f.node;
     if (!f.given) {
       if (required) fail(map_line, std::string("missing field `") + field + "`");
       return {};
     }
-    if (!n.IsScalar()) fail(line_of(n, map_line), std::string(field) + " must be a string");
+    if (!n.IsScalar())
+      fail(line_of(n, map_line), std::string(field) + " must be a string, not " +
+                                     (n.IsMap()        ? "a mapping"
+                                      : n.IsSequence() ? "a list"
+                                                       : "null"));
     return n.Scalar();
+  }
+
+  /// Whether `n` is a plain (unquoted) scalar that YAML reads as a floating-point number
+  /// (`1.5`, `-2e3`, `.inf`, `.nan`): the reference service refuses such a key or value (its
+  /// YAML reader accepts text, integers and booleans there, and nothing else).
+  static bool plain_float(const YAML::Node& n) {
+    if (!n.IsScalar() || n.Tag() != "?") return false;
+    std::string_view v = n.Scalar();
+    if (!v.empty() && (v.front() == '+' || v.front() == '-')) v.remove_prefix(1);
+    for (const std::string_view special : {".inf", ".Inf", ".INF", ".nan", ".NaN", ".NAN"})
+      if (v == special) return true;
+    const auto digits = [&](std::size_t& i) {
+      const std::size_t start = i;
+      while (i < v.size() && v[i] >= '0' && v[i] <= '9') ++i;
+      return i > start;
+    };
+    std::size_t i = 0;
+    const bool whole = digits(i);
+    bool fraction = false, exponent = false;
+    if (i < v.size() && v[i] == '.') {
+      ++i;
+      fraction = digits(i) || whole;
+      if (!fraction) return false;
+    }
+    if (!whole && !fraction) return false;
+    if (i < v.size() && (v[i] == 'e' || v[i] == 'E')) {
+      ++i;
+      if (i < v.size() && (v[i] == '+' || v[i] == '-')) ++i;
+      if (!digits(i)) return false;
+      exponent = true;
+    }
+    return i == v.size() && (fraction || exponent);
+  }
+
+  /// The text of a `domain`, `key`, `value` or `name` field: as `scalar`, and not a plain
+  /// floating-point number (see `plain_float`).
+  std::string text_of(const Field& f, const char* field, int map_line, bool required) const {
+    std::string out = scalar(f, field, map_line, required);
+    if (f.given && plain_float(f.node))
+      fail(line_of(f.node, map_line), std::string(field) + " = " + out +
+                                          ": a number, not a string (quote it: \"" + out + "\")");
+    return out;
+  }
+
+  /// The value of boolean field `field` (false when absent): true or false (also True, TRUE,
+  /// False, FALSE), as YAML 1.2 writes them.
+  bool boolean(const Field& f, const char* field, int map_line) const {
+    if (!f.given) return false;
+    const YAML::Node& n = f.node;
+    if (n.IsScalar()) {
+      const std::string& v = n.Scalar();
+      if (v == "true" || v == "True" || v == "TRUE") return true;
+      if (v == "false" || v == "False" || v == "FALSE") return false;
+    }
+    fail(line_of(n, map_line), std::string(field) + " = " +
+                                   (n.IsScalar() ? quoted(n.Scalar()) : std::string("(not text)")) +
+                                   ": must be true or false");
   }
 
   /// Fails if `n` is one of the nodes being read around it: an alias that refers to an
@@ -220,39 +365,88 @@ class RulesReader {
     if (!d.IsMap())
       fail(node.line,
            "a descriptor must be a mapping with `key` (and `value`, `rate_limit`, "
-           "`descriptors`)");
-    const Fields f = fields(d, {"key", "value", "rate_limit", "descriptors"});
-    node.key = scalar(f[0], "key", node.line, true);
+           "`descriptors`), not " +
+               std::string(d.IsSequence() ? "a list"
+                           : d.IsScalar() ? "a string"
+                                          : "null"));
+    node.file = file_;
+    const Fields f =
+        fields(d, {"key", "value", "rate_limit", "descriptors", "shadow_mode", "quota_mode",
+                   "detailed_metric", "value_to_metric", "share_threshold", "metadata"});
+    node.key = text_of(f[0], "key", node.line, true);
     if (node.key.empty()) fail(line_of(f[0].node, node.line), "key must not be empty");
     if (f[1].given) {
-      node.value = scalar(f[1], "value", node.line, false);
-      node.has_value = true;
+      node.value = text_of(f[1], "value", node.line, false);
+      node.has_value = !node.value.empty();  // `value: ""` is no value, as in the reference
+      node.wildcard = node.value.find('*') != std::string::npos;
+    }
+    node.shadow_mode = boolean(f[4], "shadow_mode", node.line);
+    node.quota_mode = boolean(f[5], "quota_mode", node.line);
+    node.detailed_metric = boolean(f[6], "detailed_metric", node.line);
+    node.value_to_metric = boolean(f[7], "value_to_metric", node.line);
+    node.share_threshold = boolean(f[8], "share_threshold", node.line);
+    if (node.share_threshold && !node.wildcard)
+      fail(line_of(f[8].node, node.line),
+           "share_threshold: true needs a wildcard value (with `*`), but descriptor " +
+               quoted(node.key) +
+               (node.has_value ? " has value " + quoted(node.value) : " has no value"));
+    if (f[9].given) {
+      const YAML::Node& m = f[9].node;
+      if (!m.IsMap()) fail(line_of(m, node.line), "metadata must be a mapping");
+      YAML::Emitter out;
+      out.SetMapFormat(YAML::Flow);
+      out.SetSeqFormat(YAML::Flow);
+      out << m;
+      node.metadata = out.c_str();
     }
     if (f[2].given) rate_limit(f[2].node, node);
     if (f[3].given) node.children = descriptors(f[3].node, node.line);
-    if (!f[2].given && node.children.empty())
-      fail(node.line,
-           "descriptor " + quoted(node.key) + " has neither `rate_limit` nor nested `descriptors`");
+    // Neither a limit nor nested descriptors: the value is exempt (the reference's whitelist):
+    // a request that lands here gets no limit.
     path_.pop_back();
     return node;
   }
 
   void rate_limit(const YAML::Node& rl, RuleNode& node) {
     const int line = line_of(rl, node.line);
-    if (!rl.IsMap()) fail(line, "rate_limit must be a mapping with `unit` and `requests_per_unit`");
+    if (!rl.IsMap())
+      fail(line, "rate_limit must be a mapping with `unit` and `requests_per_unit`, not " +
+                     std::string(rl.IsSequence() ? "a list"
+                                 : rl.IsScalar() ? "a string"
+                                                 : "null"));
     const Fields f = fields(rl, {"unit", "requests_per_unit", "algorithm", "name", "unlimited",
-                                 "time_zone", "first_day"});
-    node.name = scalar(f[3], "name", line, false);
-    if (const YAML::Node& u = f[4].node; f[4].given) {
-      if (!u.IsScalar() || (u.Scalar() != "true" && u.Scalar() != "false"))
-        fail(line_of(u, line), "rate_limit.unlimited must be true or false");
-      if (u.Scalar() == "true") {
-        if (f[0].given || f[1].given || f[2].given || f[5].given || f[6].given)
-          fail(line,
-               "rate_limit.unlimited: true takes no unit, requests_per_unit, algorithm, "
-               "time_zone or first_day");
-        return;
+                                 "replaces", "time_zone", "first_day"});
+    node.name = text_of(f[3], "name", line, false);
+    if (const YAML::Node& rs = f[5].node; f[5].given) {
+      if (!rs.IsSequence())
+        fail(line_of(rs, line), "rate_limit.replaces must be a list of {name: ...} mappings");
+      for (const YAML::Node& r : rs) {
+        const int r_line = line_of(r, line);
+        if (!r.IsMap())
+          fail(r_line, "rate_limit.replaces entries must be mappings with `name`, not " +
+                           std::string(r.IsSequence() ? "a list"
+                                       : r.IsScalar() ? "a string"
+                                                      : "null"));
+        const Fields rf = fields(r, {"name"});
+        const std::string replaced = scalar(rf[0], "replaces.name", r_line, false);
+        if (replaced.empty())
+          fail(r_line, "rate_limit.replaces: an entry names no limit (empty or missing `name`)");
+        if (replaced == node.name)
+          fail(r_line, "rate_limit.replaces names " + quoted(replaced) +
+                           ", the limit itself: a limit cannot replace itself");
+        node.replaces.push_back(replaced);
       }
+    }
+    if (boolean(f[4], "rate_limit.unlimited", line)) {
+      // As the reference: no unit with `unlimited`, and a requests_per_unit is ignored (its
+      // text is not even read). An algorithm could only be a mistake.
+      if (f[0].given) fail(line_of(f[0].node, line), "rate_limit.unlimited: true takes no unit");
+      if (f[2].given)
+        fail(line_of(f[2].node, line), "rate_limit.unlimited: true takes no algorithm");
+      if (f[6].given || f[7].given)
+        fail(line, "rate_limit.unlimited: true takes no time_zone or first_day");
+      node.unlimited = true;
+      return;
     }
     const std::string unit = scalar(f[0], "unit", line, true);
     const int unit_line = line_of(f[0].node, line);
@@ -276,8 +470,8 @@ class RulesReader {
       fail(unit_line, "rate_limit.unit = " + quoted(unit) +
                           ": unknown unit (expected second, minute, hour, day, week or month)");
     node.unit = lower;
-    node.time_zone = scalar(f[5], "time_zone", line, false);
-    node.first_day = scalar(f[6], "first_day", line, false);
+    node.time_zone = scalar(f[6], "time_zone", line, false);
+    node.first_day = scalar(f[7], "first_day", line, false);
 
     const std::string rpu = scalar(f[1], "requests_per_unit", line, true);
     const int rpu_line = line_of(f[1].node, line);
@@ -308,6 +502,7 @@ class RulesReader {
 
   std::string source_;
   AlgorithmNames algorithms_;
+  std::size_t file_ = 0;          ///< the source's position among the rules' sources
   std::size_t budget_ = 0;        ///< descriptors that may still be read
   int depth_ = 0;                 ///< `descriptors` lists open
   std::vector<YAML::Node> path_;  ///< the descriptor nodes and lists being read
