@@ -100,10 +100,10 @@ struct FirstVersionHash {
 };
 
 /// A hash the test controls: the key's decimal value (so the test knows shard, home and filter
-/// bits).
+/// bits); the empty key, which every table hashes once at construction, is 0.
 struct NumberHash {
   std::uint64_t operator()(std::string_view key) const noexcept {
-    return std::stoull(std::string(key));
+    return key.empty() ? 0 : std::stoull(std::string(key));
   }
 };
 
