@@ -123,7 +123,9 @@ class Table {
   KeyHash locate(std::string_view key) const noexcept {
     const KeyHash h{hash_key(key)};
     const Shard& shard = shard_of(h.value);
-    __builtin_prefetch(&shard);
+    // For writing: the lock's compare-and-swap needs the line exclusive, and a shared copy
+    // fetched first would cost a second transfer when another core holds it.
+    __builtin_prefetch(&shard, 1);
     const auto base = shard.hint_slots.load(std::memory_order_relaxed);
     const auto capacity = shard.hint_capacity.load(std::memory_order_relaxed);
     if (capacity != 0) {
