@@ -5,7 +5,12 @@
 ///
 /// Read every figure as a ratio to the floors of the same run: BM_Floor_SteadyClockNow (one clock
 /// read) and BM_Floor_AtomicCas (a clock read and one CAS on one word: the cheapest decision);
-/// the 1,000,000-key runs also to BM_Floor_MemoryLatency (one dependent read from memory).
+/// two threads to BM_Floor_AtomicCasTwoThreads (two threads doing that on one word); the
+/// 1,000,000-key runs to BM_Floor_MemoryLatency (one dependent read from memory) and
+/// BM_Floor_MemoryLatencyClock (that plus a clock read). Issue 19's naive references, what a
+/// user writes in ten lines: BM_Naive_MutexBucket_NoKey (one bucket of doubles under a
+/// std::mutex), BM_Naive_UnorderedMapMutex_OneKey and _MillionKeys (std::unordered_map<
+/// std::string, bucket> under one std::mutex, reserved for the keys, std::hash of the key).
 /// Counters: `admitted` (the fraction of decisions that admitted), and for _MillionKeys
 /// `state_B_per_key` (sizeof(Model::State), plus the sliding log's entries) and
 /// `rss_B_per_key` (the growth of the process's resident memory while the keys were stored,
@@ -23,9 +28,11 @@
 #include <cstdio>
 #include <cstdlib>
 #include <memory>
+#include <mutex>
 #include <numeric>
 #include <random>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 #include <ratelimit/ratelimit.hpp>
@@ -69,29 +76,143 @@ void BM_Floor_AtomicCas(benchmark::State& state) {
       static_cast<double>(admitted) / static_cast<double>(state.iterations());
 }
 
-// The memory floor for the 1,000,000-key runs: one dependent read of a random cache line in a
-// 128 MiB array (a random cycle through it), about the size of a million keys' table. A decision
-// on a key not in cache costs at least this: its slot's line must come from memory, and the
-// lock's atomic instruction keeps the next decision's read from starting earlier.
-void BM_Floor_MemoryLatency(benchmark::State& state) {
-  struct alignas(64) Line {
-    std::uint32_t next;
-  };
-  constexpr std::uint32_t lines = (128u << 20) / sizeof(Line);
-  static const std::unique_ptr<Line[]> cycle = [] {
+// The same floor on two threads and one word (issue 19's reference for one key on two threads):
+// each decision reads the clock and retries its CAS until it lands, as a lock-free decision
+// does; the cache line travels between the cores.
+void BM_Floor_AtomicCasTwoThreads(benchmark::State& state) {
+  alignas(64) static std::atomic<std::int64_t> tat{0};
+  constexpr std::int64_t interval = 1;
+  for (auto _ : state) {
+    const std::int64_t now = std::chrono::duration_cast<std::chrono::nanoseconds>(
+                                 std::chrono::steady_clock::now().time_since_epoch())
+                                 .count();
+    std::int64_t cur = tat.load(std::memory_order_relaxed);
+    while (!tat.compare_exchange_weak(cur, (cur > now ? cur : now) + interval,
+                                      std::memory_order_acq_rel, std::memory_order_relaxed)) {
+    }
+  }
+  state.SetItemsProcessed(state.iterations());
+}
+
+// A random cycle through the cache lines of a 128 MiB array (about the size of a million keys'
+// table), built once.
+struct alignas(64) CycleLine {
+  std::uint32_t next;
+};
+const CycleLine* memory_cycle() {
+  constexpr std::uint32_t lines = (128u << 20) / sizeof(CycleLine);
+  static const std::unique_ptr<CycleLine[]> cycle = [] {
     std::vector<std::uint32_t> order(lines);
     std::iota(order.begin(), order.end(), 0u);
     std::shuffle(order.begin() + 1, order.end(), std::mt19937_64{7});
-    auto c = std::make_unique<Line[]>(lines);
+    auto c = std::make_unique<CycleLine[]>(lines);
     for (std::uint32_t i = 0; i < lines; ++i) c[order[i]].next = order[(i + 1) % lines];
     return c;
   }();
+  return cycle.get();
+}
+
+// The memory floor for the 1,000,000-key runs: one dependent read of a random cache line of the
+// cycle. A decision on a key not in cache costs at least this: its slot's line must come from
+// memory.
+void BM_Floor_MemoryLatency(benchmark::State& state) {
+  const CycleLine* cycle = memory_cycle();
   std::uint32_t at = 0;
   for (auto _ : state) {
     at = cycle[at].next;
     benchmark::DoNotOptimize(at);
   }
   state.SetItemsProcessed(state.iterations());
+}
+
+// Issue 19's floor for the 1,000,000-key runs with the real clock: one uncached read and one
+// clock read per decision (the clock's ordering waits for the read, so they add up).
+void BM_Floor_MemoryLatencyClock(benchmark::State& state) {
+  const CycleLine* cycle = memory_cycle();
+  std::uint32_t at = 0;
+  for (auto _ : state) {
+    at = cycle[at].next;
+    benchmark::DoNotOptimize(at);
+    benchmark::DoNotOptimize(std::chrono::steady_clock::now());
+  }
+  state.SetItemsProcessed(state.iterations());
+}
+
+// --- the naive references (issue 19) ------------------------------------------------------------
+
+// The bucket a user writes in ten lines: tokens as a double, refilled from the elapsed time.
+struct NaiveBucket {
+  double tokens;
+  std::int64_t last;  // ns
+
+  bool take(double capacity, double per_ns, std::int64_t now) {
+    if (now > last) {
+      tokens = std::min(capacity, tokens + static_cast<double>(now - last) * per_ns);
+      last = now;
+    }
+    if (tokens < 1) return false;
+    tokens -= 1;
+    return true;
+  }
+};
+
+std::int64_t steady_ns() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(
+             std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
+
+// One bucket under a std::mutex (no key), admitting every call (10^9 per second).
+void BM_Naive_MutexBucket_NoKey(benchmark::State& state) {
+  std::mutex mutex;
+  NaiveBucket bucket{1e9, 0};
+  std::int64_t admitted = 0;
+  for (auto _ : state) {
+    const std::int64_t now = steady_ns();
+    std::lock_guard lock(mutex);
+    const bool ok = bucket.take(1e9, 1.0, now);
+    admitted += ok;
+    benchmark::DoNotOptimize(ok);
+  }
+  state.SetItemsProcessed(state.iterations());
+  state.counters["admitted"] =
+      static_cast<double>(admitted) / static_cast<double>(state.iterations());
+}
+
+// std::unordered_map<std::string, NaiveBucket> under one std::mutex, reserved for `keys`.
+class NaiveMapLimiter {
+ public:
+  NaiveMapLimiter(double capacity, double per_ns, std::size_t keys)
+      : capacity_(capacity), per_ns_(per_ns) {
+    buckets_.reserve(keys);
+  }
+  bool try_acquire(const std::string& key) {
+    const std::int64_t now = steady_ns();
+    std::lock_guard lock(mutex_);
+    auto [it, inserted] = buckets_.try_emplace(key, NaiveBucket{capacity_, now});
+    return it->second.take(capacity_, per_ns_, now);
+  }
+  std::size_t size() const { return buckets_.size(); }
+
+ private:
+  std::mutex mutex_;
+  std::unordered_map<std::string, NaiveBucket> buckets_;
+  double capacity_, per_ns_;
+};
+
+// The naive map deciding one hot key with the real clock (every call admitted).
+void BM_Naive_UnorderedMapMutex_OneKey(benchmark::State& state) {
+  NaiveMapLimiter limiter(1e9, 1.0, 1);
+  const std::string key = "client-0000042";
+  std::int64_t admitted = 0;
+  for (auto _ : state) {
+    const bool ok = limiter.try_acquire(key);
+    admitted += ok;
+    benchmark::DoNotOptimize(ok);
+  }
+  state.SetItemsProcessed(state.iterations());
+  state.counters["admitted"] =
+      static_cast<double>(admitted) / static_cast<double>(state.iterations());
 }
 
 // --- the algorithms and their configurations
@@ -224,10 +345,10 @@ constexpr const char* clock_suffix() {
 // ----------------------------------------------------------------------------------------
 
 template <class A, class C>
-void one_key(benchmark::State& state, typename A::Config config, std::chrono::nanoseconds step) {
+void one_key(benchmark::State& state, typename A::Config config, std::chrono::nanoseconds step,
+             const std::string& key = "client-0000042") {
   Ticker<C> ticker(step);
   typename A::template Limiter<C> limiter(config, InMemoryStorage{}, ticker.clock);
-  const std::string key = "client-0000042";
   std::int64_t admitted = 0;
   for (auto _ : state) {
     ticker.tick();
@@ -243,6 +364,12 @@ void one_key(benchmark::State& state, typename A::Config config, std::chrono::na
 template <class A, class C>
 void BM_OneKeyAdmitted(benchmark::State& state) {
   one_key<A, C>(state, A::admitting(), admitted_step<A>());
+}
+
+// No key (the empty key: a limiter with a single state), admitted.
+template <class A, class C>
+void BM_NoKey(benchmark::State& state) {
+  one_key<A, C>(state, A::admitting(), admitted_step<A>(), std::string());
 }
 
 template <class A, class C>
@@ -359,6 +486,39 @@ void BM_MillionKeys(benchmark::State& state) {
   malloc_trim(0);
 }
 
+// The naive map over the same million keys (inserted in the same random order, bucket of 1000
+// refilled at 1000 per hour as the library's), for its time and resident memory per key.
+void BM_Naive_UnorderedMapMutex_MillionKeys(benchmark::State& state) {
+  const auto& keys = million_keys();
+  const auto& order = shuffled_order();
+  malloc_trim(0);
+  const std::int64_t rss_before = resident_bytes();
+  {
+    NaiveMapLimiter limiter(1000, 1000.0 / 3.6e12, million);
+    std::int64_t populated = 0;
+    for (const std::uint32_t i : order) populated += limiter.try_acquire(keys[i]);
+    const std::int64_t rss_after = resident_bytes();
+    if (populated != million || limiter.size() != static_cast<std::size_t>(million))
+      state.SkipWithError("populating did not store one admitted state per key");
+    std::int64_t admitted = 0;
+    std::size_t i = 0;
+    for (auto _ : state) {
+      const bool ok = limiter.try_acquire(keys[i]);
+      admitted += ok;
+      benchmark::DoNotOptimize(ok);
+      if (++i == keys.size()) i = 0;
+    }
+    state.SetItemsProcessed(state.iterations());
+    state.counters["admitted"] =
+        static_cast<double>(admitted) / static_cast<double>(state.iterations());
+    state.counters["keys"] = static_cast<double>(limiter.size());
+    state.counters["state_B_per_key"] = static_cast<double>(sizeof(NaiveBucket));
+    state.counters["rss_B_per_key"] =
+        static_cast<double>(rss_after - rss_before) / static_cast<double>(million);
+  }
+  malloc_trim(0);
+}
+
 // --- registration
 // -----------------------------------------------------------------------------------
 
@@ -378,6 +538,7 @@ template <class A, class C>
 void register_algorithm() {
   const std::string base = std::string("BM_") + A::name + "_InMemory_";
   const std::string suffix = clock_suffix<C>();
+  maybe_fixed(benchmark::RegisterBenchmark((base + "NoKey" + suffix).c_str(), BM_NoKey<A, C>));
   maybe_fixed(benchmark::RegisterBenchmark((base + "OneKeyAdmitted" + suffix).c_str(),
                                            BM_OneKeyAdmitted<A, C>));
   maybe_fixed(benchmark::RegisterBenchmark((base + "OneKeyDenied" + suffix).c_str(),
@@ -405,7 +566,20 @@ void register_all() {
 int main(int argc, char** argv) {
   maybe_fixed(benchmark::RegisterBenchmark("BM_Floor_SteadyClockNow", BM_Floor_SteadyClockNow));
   maybe_fixed(benchmark::RegisterBenchmark("BM_Floor_AtomicCas", BM_Floor_AtomicCas));
+  maybe_fixed(
+      benchmark::RegisterBenchmark("BM_Floor_AtomicCasTwoThreads", BM_Floor_AtomicCasTwoThreads))
+      ->Threads(2)
+      ->UseRealTime();
   benchmark::RegisterBenchmark("BM_Floor_MemoryLatency", BM_Floor_MemoryLatency);
+  benchmark::RegisterBenchmark("BM_Floor_MemoryLatencyClock", BM_Floor_MemoryLatencyClock);
+  maybe_fixed(
+      benchmark::RegisterBenchmark("BM_Naive_MutexBucket_NoKey", BM_Naive_MutexBucket_NoKey));
+  maybe_fixed(benchmark::RegisterBenchmark("BM_Naive_UnorderedMapMutex_OneKey",
+                                           BM_Naive_UnorderedMapMutex_OneKey));
+  benchmark::RegisterBenchmark("BM_Naive_UnorderedMapMutex_MillionKeys",
+                               BM_Naive_UnorderedMapMutex_MillionKeys)
+      ->Iterations(million_keys_iterations)
+      ->Unit(benchmark::kNanosecond);
   register_all<SteadyClock>();
   register_all<ManualClock>();
   benchmark::Initialize(&argc, argv);

@@ -4,13 +4,15 @@
     python3 bench/report.py RAW_DIR OUT_DIR
     python3 bench/report.py --redis-cost RAW_DIR OUT_DIR
     python3 bench/report.py --pipelining RAW_DIR OUT_DIR
+    python3 bench/report.py --inprocess RAW_DIR OUT_DIR
 
 RAW_DIR holds meta.env, inprocess_*.json and redis.json (Google Benchmark JSON),
 redis_benchmark.csv (bench/run's lines: c,P,n,cpu_before,cpu_after,<redis-benchmark CSV row>)
 redis_cost.json (bench/redis_cost's runs) and pipelining.tsv (bench/run's pipelining rounds).
 The first form writes latest.{md,json,png} (and redis_cost.md, pipelining.md when their data is
 there); --redis-cost writes only OUT_DIR/redis_cost.md and --pipelining only
-OUT_DIR/pipelining.md, and each prints what it wrote.
+OUT_DIR/pipelining.md, --inprocess only OUT_DIR/inprocess.md (the in-process sections and issue
+19's goals, from inprocess_*.json alone), and each prints what it wrote.
 Python 3 standard library only; the chart is drawn by gnuplot when it is installed.
 """
 
@@ -54,6 +56,10 @@ def read_benchmarks(paths):
             if b.get("error_occurred"):
                 out[base_name(b)] = {"error": b.get("error_message", "error")}
                 continue
+            if b.get("run_type") == "aggregate" and b.get("aggregate_name") == "cv":
+                # The repetitions' coefficient of variation (stddev / mean): the noise.
+                out.setdefault(base_name(b) + "#cv", b)
+                continue
             if b.get("run_type") == "aggregate" and b.get("aggregate_name") != "median":
                 continue
             out[base_name(b)] = b
@@ -63,6 +69,76 @@ def read_benchmarks(paths):
 def ns_per_item(b):
     ips = b.get("items_per_second")
     return 1e9 / ips if ips else None
+
+
+def noise(table, name):
+    """The repetitions' spread of `name`'s ns/decision as a fraction (their coefficient of
+    variation), or None when it ran once."""
+    b = table.get(name + "#cv")
+    if not b:
+        return None
+    v = b.get("items_per_second")
+    return v if v is not None else b.get("cpu_time")
+
+
+def issue19_goals(inproc):
+    """Issue 19's goals, each as (goal, measured, status): figures side by side from one run,
+    ratios of medians, the noise of a ratio the root sum of squares of both figures'
+    coefficients of variation over the repetitions."""
+    def ns(name):
+        b = inproc.get(name)
+        return ns_per_item(b) if b and "error" not in b else None
+
+    def pm(*names):
+        cvs = [noise(inproc, n) for n in names]
+        if any(c is None for c in cvs):
+            return ""
+        return f" ±{100 * sum(c * c for c in cvs) ** 0.5:.0f} %"
+
+    goals = []
+
+    def goal(text, measured, ok):
+        goals.append((text, measured, "–" if ok is None else ("met" if ok else "missed")))
+
+    cas = "BM_Floor_AtomicCas"
+    for algo in ["TokenBucket", "LeakyBucket", "FixedWindow"]:
+        name = f"BM_{algo}_InMemory_NoKey"
+        v, f = ns(name), ns(cas)
+        d = v - f if v is not None and f is not None else None
+        goal(f"{algo}, no key, one thread: at most AtomicCas + 10 ns",
+             f"{fmt(v)}{pm(name)} ns = {fmt(f)}{pm(cas)} + {fmt(d)} ns",
+             None if d is None else d <= 10)
+    naive = "BM_Naive_UnorderedMapMutex_OneKey"
+    for algo, bound in [("TokenBucket", 0.7), ("LeakyBucket", 0.7), ("FixedWindow", 0.7),
+                        ("SlidingCounter", 0.9)]:
+        name = f"BM_{algo}_InMemory_OneKeyAdmitted"
+        r = ratio(ns(name), ns(naive))
+        goal(f"{algo}, one hot key, one thread: at most {bound:g}x unordered_map + std::mutex",
+             f"{fmt(ns(name))} / {fmt(ns(naive))} ns = {fmt(r, 2)}x{pm(name, naive)}",
+             None if r is None else r <= bound)
+    cas2 = "BM_Floor_AtomicCasTwoThreads/threads:2"
+    for algo in ["TokenBucket", "LeakyBucket", "FixedWindow", "SlidingCounter"]:
+        name = f"BM_{algo}_InMemory_OneKeyTwoThreads/threads:2"
+        r = ratio(ns(name), ns(cas2))
+        goal(f"{algo}, one key, two threads: at most 1.5x two threads CASing one word",
+             f"{fmt(ns(name))} / {fmt(ns(cas2))} ns = {fmt(r, 2)}x{pm(name, cas2)}",
+             None if r is None else r <= 1.5)
+    floor = "BM_Floor_MemoryLatencyClock"
+    naive_mk = inproc.get("BM_Naive_UnorderedMapMutex_MillionKeys")
+    naive_rss = naive_mk.get("rss_B_per_key") if naive_mk and "error" not in naive_mk else None
+    for algo in ["TokenBucket", "LeakyBucket", "FixedWindow", "SlidingCounter"]:
+        name = f"BM_{algo}_InMemory_MillionKeys"
+        r = ratio(ns(name), ns(floor))
+        goal(f"{algo}, 1,000,000 keys in random order: at most 1.2x one uncached read + one "
+             f"clock read", f"{fmt(ns(name))} / {fmt(ns(floor))} ns = {fmt(r, 2)}x",
+             None if r is None else r <= 1.2)
+        b = inproc.get(name)
+        rss = b.get("rss_B_per_key") if b and "error" not in b else None
+        rr = ratio(rss, naive_rss)
+        goal(f"{algo}, 1,000,000 keys: resident memory per key at most the naive map's",
+             f"{fmt(rss, 0)} / {fmt(naive_rss, 0)} B = {fmt(rr, 2)}x",
+             None if rr is None else rr <= 1.0)
+    return goals
 
 
 def read_redis_benchmark(raw):
@@ -574,6 +650,9 @@ def main():
         raw, out = sys.argv[2], sys.argv[3]
         print(write_pipelining(raw, out, read_meta(raw)))
         return
+    inprocess_only = len(sys.argv) == 4 and sys.argv[1] == "--inprocess"
+    if inprocess_only:
+        sys.argv.pop(1)
     raw, out = sys.argv[1], sys.argv[2]
     meta = read_meta(raw)
     inproc = read_benchmarks(sorted(glob.glob(os.path.join(raw, "inprocess_*.json"))))
@@ -615,10 +694,14 @@ def main():
     w("")
     w("| Benchmark | ns/decision | × AtomicCas | − AtomicCas (ns) | admitted |")
     w("|---|---:|---:|---:|---:|")
-    for name in ["BM_Floor_SteadyClockNow", "BM_Floor_AtomicCas", "BM_Floor_MemoryLatency"]:
-        w(f"| `{name}` | {fmt(ns(name))} | {fmt(ratio(ns(name), cas_floor), 2)} | – | – |")
+    for name in ["BM_Floor_SteadyClockNow", "BM_Floor_AtomicCas",
+                 "BM_Floor_AtomicCasTwoThreads/threads:2", "BM_Floor_MemoryLatency",
+                 "BM_Floor_MemoryLatencyClock", "BM_Naive_MutexBucket_NoKey",
+                 "BM_Naive_UnorderedMapMutex_OneKey"]:
+        if name in inproc:
+            w(f"| `{name}` | {fmt(ns(name))} | {fmt(ratio(ns(name), cas_floor), 2)} | – | – |")
     for algo in ALGORITHMS:
-        for scenario in ["OneKeyAdmitted", "OneKeyDenied", "OneKeyTwoThreads"]:
+        for scenario in ["NoKey", "OneKeyAdmitted", "OneKeyDenied", "OneKeyTwoThreads"]:
             for suffix in ["", "_ManualClock"]:
                 name = f"BM_{algo}_InMemory_{scenario}{suffix}"
                 if scenario == "OneKeyTwoThreads":
@@ -652,9 +735,11 @@ def main():
     w("")
     w("| Benchmark | ns/decision | × AtomicCas | × MemoryLatency | state B/key | resident B/key |")
     w("|---|---:|---:|---:|---:|---:|")
-    for algo in ALGORITHMS:
+    for algo in ALGORITHMS + ["Naive_UnorderedMapMutex"]:
         for suffix in ["", "_ManualClock"]:
             name = f"BM_{algo}_InMemory_MillionKeys{suffix}"
+            if algo.startswith("Naive"):
+                name = f"BM_{algo}_MillionKeys{suffix}"
             b = inproc.get(name)
             if b is None:
                 continue
@@ -666,6 +751,25 @@ def main():
               f"{fmt(ratio(v, memory_floor), 2)} | "
               f"{fmt(b.get('state_B_per_key'), 0)} | {fmt(b.get('rss_B_per_key'), 0)} |")
     w("")
+
+    # --- issue 19 -----------------------------------------------------------------------------
+    w("## Goals (issue 19: in process at the machine's floor)")
+    w("")
+    w("Every figure from this run, side by side in one binary: ratios of medians; ± is the noise "
+      "of the repetitions (coefficient of variation; for a ratio, both figures' combined). The "
+      "1,000,000-key runs are one repetition each, in their own process. On a shared machine the "
+      "absolute figures drift with the load (see above): compare the ratios.")
+    w("")
+    w("| Goal | Measured | Status |")
+    w("|---|---|---|")
+    for text, measured, status in issue19_goals(inproc):
+        w(f"| {text} | {measured} | {status} |")
+    w("")
+    if inprocess_only:
+        with open(os.path.join(out, "inprocess.md"), "w") as f:
+            f.write("\n".join(md))
+        print("\n".join(md))
+        return
 
     # --- Redis --------------------------------------------------------------------------------
     w("## Redis's own limit: redis-benchmark")

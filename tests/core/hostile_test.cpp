@@ -100,10 +100,10 @@ struct FirstVersionHash {
 };
 
 /// A hash the test controls: the key's decimal value (so the test knows shard, home and filter
-/// bits).
+/// bits); the empty key, which every table hashes once at construction, is 0.
 struct NumberHash {
   std::uint64_t operator()(std::string_view key) const noexcept {
-    return std::stoull(std::string(key));
+    return key.empty() ? 0 : std::stoull(std::string(key));
   }
 };
 
@@ -491,4 +491,26 @@ TEST_CASE("try_acquire at an explicit time outside the clock range is decided at
   CHECK(tb.try_acquire("k", 1, 0ns) == rltest::denied(1, 0, 60s, 60s));
   CHECK(tb.try_acquire("k", 1, -5s) == rltest::denied(1, 0, 60s, 60s));
   CHECK(tb.try_acquire("k", 1, end + 60s) == rltest::denied(1, 0, 60s, 60s));
+}
+
+// --- the empty key ------------------------------------------------------------------------------
+
+TEST_CASE("The empty key is one state through try_acquire, peek, decide_all and reset",
+          "[in_memory][keys][regression]") {
+  // Issue 19: a table keeps the empty key's hash (computed once, not per decision) and
+  // try_acquire locates the slot before reading the clock; every path must still reach the one
+  // state that lock_of and apply_locked (decide_all) reach. Capacity 2, refilled 2 per minute;
+  // the clock stays at 0, so nothing refills.
+  ManualClock clock;
+  InMemoryStorage storage;
+  ratelimit::TokenBucket<ManualClock> limiter({2, ratelimit::per_minute(2)}, storage, clock);
+  CHECK(limiter.try_acquire().remaining == 1);  // 2 - 1
+  const InMemoryStorage::Part parts[] = {limiter.binding().part("", ratelimit::Operation{})};
+  Decision out[1];
+  CHECK(storage.decide_all(parts, clock.now(), out));
+  CHECK(out[0].remaining == 0);  // 1 - 1: the same state
+  CHECK_FALSE(limiter.try_acquire("").allowed);
+  CHECK(limiter.peek().remaining == 0);
+  limiter.reset("");
+  CHECK(limiter.peek().remaining == 2);  // fresh: the capacity
 }

@@ -47,7 +47,8 @@ struct FixedWindowModel {
                         const Operation& op) noexcept {
     const std::int64_t t = now.count() > s.last ? now.count() : s.last;
     const std::int64_t k = t / p.window;
-    const std::int64_t c = k == s.last / p.window ? s.count : 0;
+    // last <= t, so last is in t's window iff last >= its start (one division, not two).
+    const std::int64_t c = s.last >= k * p.window ? s.count : 0;
     const std::int64_t n = op.cost;
     const std::chrono::nanoseconds to_end{(k + 1) * p.window - t};
     Decision d{};
@@ -72,7 +73,7 @@ struct FixedWindowModel {
 
   static bool is_fresh(const Params& p, const State& s, std::chrono::nanoseconds now) noexcept {
     const std::int64_t t = now.count() > s.last ? now.count() : s.last;
-    return s.count == 0 || t / p.window != s.last / p.window;
+    return s.count == 0 || s.last < t / p.window * p.window;  // last before t's window
   }
 };
 

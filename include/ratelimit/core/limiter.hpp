@@ -68,7 +68,16 @@ class Limiter {
   /// Thread safety: safe from many threads.
   Decision try_acquire(std::string_view key = {}, std::int64_t cost = 1) {
     check_cost(cost);
-    return binding_.apply(key, clock_.now(), Operation{cost, false, Decision::never});
+    if constexpr (requires {
+                    binding_.apply(binding_.locate(key), key, clock_.now(), Operation{});
+                  }) {
+      // A storage that can locate a key before deciding it (in process: hash it and start
+      // fetching its slot) does so before the clock read, which then overlaps the fetch.
+      const auto at = binding_.locate(key);
+      return binding_.apply(at, key, clock_.now(), Operation{cost, false, Decision::never});
+    } else {
+      return binding_.apply(key, clock_.now(), Operation{cost, false, Decision::never});
+    }
   }
 
   /// The same decision at `now`, a reading of this limiter's clock taken by the caller (the

@@ -38,7 +38,10 @@ namespace ratelimit {
 /// the secret can choose keys that collide (hash flooding). Should keys collide anyway, a key
 /// sits at most `Table::max_probe` (64) slots from its home and the rest go to an ordered map:
 /// a decision costs at most 64 slot reads plus O(log n) key comparisons, and every operation
-/// holds its shard's lock for bounded work (resizes move 16 slots per operation).
+/// holds its shard's lock for bounded work (resizes move 16 slots per operation). The empty key
+/// (a limiter with a single state) is hashed once per table, at construction, not per decision.
+/// A limiter's `try_acquire` hashes its key and starts fetching the slot before it reads the
+/// clock (`locate`), so that over many keys the clock read overlaps the memory latency.
 ///
 /// Memory follows the active keys, with no background thread: every decision sweeps 2 slots of
 /// its shard (one of 64) on average (16 slots every 8th decision, their lines fetched together)
@@ -154,6 +157,15 @@ class InMemoryStorage {
 
     Decision apply(std::string_view key, std::chrono::nanoseconds now, const Operation& op) const {
       return table->apply(params, key, now, op);
+    }
+    /// Hashes `key` and starts fetching its slot, without waiting for it: the limiter calls it
+    /// before reading the clock, so that the clock read overlaps the memory latency of a key
+    /// not in cache. The empty key (a limiter with one state) is not hashed: its hash is kept.
+    detail::KeyHash locate(std::string_view key) const noexcept { return table->locate(key); }
+    /// `apply` for a key already located (`at` = `locate(key)`).
+    Decision apply(detail::KeyHash at, std::string_view key, std::chrono::nanoseconds now,
+                   const Operation& op) const {
+      return table->apply(params, at, key, now, op);
     }
     void reset(std::string_view key) const { table->reset(key); }
     /// The part of an all-or-nothing decision; `tag` is ignored (one process holds every key).

@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <array>
+#include <atomic>
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
@@ -27,6 +28,11 @@
 
 namespace ratelimit::detail {
 
+/// A key's hash, as `Table::locate` returns it (the key's slot already being fetched).
+struct KeyHash {
+  std::uint64_t value;
+};
+
 /// What a table holds, for monitoring and tests.
 struct TableStats {
   std::size_t keys = 0;           ///< keys held (array and overflow)
@@ -38,7 +44,8 @@ struct TableStats {
 
 /// One model's keys for one limiter name, split into 64 independently locked shards so that
 /// threads deciding different keys rarely contend. `Hash` maps a key to 64 bits (default
-/// SipHash-1-3 under the process secret, see hash.hpp; tests swap in weak ones).
+/// SipHash-1-3 under the process secret, see hash.hpp; tests swap in weak ones); it must accept
+/// every key, the empty one included (hashed once, at construction).
 ///
 /// Each shard is an open-addressing array (linear probing, backward-shift deletion) of slots
 /// that hold the key's hash, the key itself when it is short, and the model's state: for the
@@ -105,26 +112,52 @@ class Table {
   /// Decides `key` under its shard's lock.
   Decision apply(const Params& p, std::string_view key, std::chrono::nanoseconds now,
                  const Operation& op) {
-    const std::uint64_t h = hash_(key);
-    Shard& shard = shard_of(h);
+    return apply(p, locate(key), key, now, op);
+  }
+
+  /// Hashes `key` (the empty key's hash is computed once, at construction: a limiter with one
+  /// state hashes nothing) and starts fetching the cache lines its decision will touch (its
+  /// shard's lock and its home slot) without waiting for them, so that whatever the caller does
+  /// next, such as reading the clock, overlaps the memory latency. Reads only relaxed atomics:
+  /// the slot address is a hint, possibly stale (a prefetch of a stale address is harmless).
+  KeyHash locate(std::string_view key) const noexcept {
+    const KeyHash h{hash_key(key)};
+    const Shard& shard = shard_of(h.value);
+    // For writing: the lock's compare-and-swap needs the line exclusive, and a shared copy
+    // fetched first would cost a second transfer when another core holds it.
+    __builtin_prefetch(&shard, 1);
+    const auto base = shard.hint_slots.load(std::memory_order_relaxed);
+    const auto capacity = shard.hint_capacity.load(std::memory_order_relaxed);
+    if (capacity != 0) {
+      const std::size_t i = static_cast<std::size_t>(
+          (static_cast<HashWide>(h.value | 1) * capacity) >> 64);  // Array::home
+      __builtin_prefetch(reinterpret_cast<const void*>(base + i * sizeof(Slot)));
+    }
+    return h;
+  }
+
+  /// Decides `key`, whose `locate(key)` is `h`, under its shard's lock.
+  Decision apply(const Params& p, KeyHash h, std::string_view key, std::chrono::nanoseconds now,
+                 const Operation& op) {
+    Shard& shard = shard_of(h.value);
     std::lock_guard lock(shard.mutex);
-    return decide_in(shard, h, p, key, now, op);
+    return decide_in(shard, h.value, p, key, now, op);
   }
 
   /// The lock that guards `key`'s slot: what `InMemoryStorage::decide_all` takes, in address
   /// order, before it calls `apply_locked` on several keys.
-  ShardLock& lock_of(std::string_view key) noexcept { return shard_of(hash_(key)).mutex; }
+  ShardLock& lock_of(std::string_view key) noexcept { return shard_of(hash_key(key)).mutex; }
 
   /// Decides `key`; the caller holds `lock_of(key)`.
   Decision apply_locked(const Params& p, std::string_view key, std::chrono::nanoseconds now,
                         const Operation& op) {
-    const std::uint64_t h = hash_(key);
+    const std::uint64_t h = hash_key(key);
     return decide_in(shard_of(h), h, p, key, now, op);
   }
 
   /// Puts `key` back to its fresh state (drops it).
   void reset(std::string_view key) {
-    const std::uint64_t h = hash_(key);
+    const std::uint64_t h = hash_key(key);
     Shard& shard = shard_of(h);
     std::lock_guard lock(shard.mutex);
     shard.erase(h | 1, key);
@@ -161,6 +194,12 @@ class Table {
   struct Shard;
 
   Shard& shard_of(std::uint64_t h) noexcept { return shards_[h % shard_count]; }
+  const Shard& shard_of(std::uint64_t h) const noexcept { return shards_[h % shard_count]; }
+
+  /// The key's hash; the empty key's (the key of a limiter with one state) computed once.
+  std::uint64_t hash_key(std::string_view key) const noexcept {
+    return key.empty() ? empty_hash_ : hash_(key);
+  }
 
   Decision decide_in(Shard& shard, std::uint64_t h, const Params& p, std::string_view key,
                      std::chrono::nanoseconds now, const Operation& op) {
@@ -412,6 +451,11 @@ class Table {
     std::size_t filtered = 0;
     std::chrono::nanoseconds recent_horizon{0};
     std::chrono::nanoseconds old_horizon{0};
+    // `cur`'s slots and capacity as of its latest resize, for `locate`'s prefetch, which reads
+    // them without the lock (relaxed: a hint; the pair may be torn, which costs a useless
+    // prefetch at worst).
+    std::atomic<std::uintptr_t> hint_slots{0};
+    std::atomic<std::size_t> hint_capacity{0};
 
     Shard() = default;
     Shard(const Shard&) = delete;
@@ -454,6 +498,8 @@ class Table {
       cur = Array(n);
       migrate_at = 0;
       sweep_at = 0;
+      hint_slots.store(reinterpret_cast<std::uintptr_t>(cur.slots), std::memory_order_relaxed);
+      hint_capacity.store(cur.capacity, std::memory_order_relaxed);
     }
 
     void finish_migration() noexcept {
@@ -637,6 +683,7 @@ class Table {
   };
 
   [[no_unique_address]] Hash hash_;
+  const std::uint64_t empty_hash_ = hash_(std::string_view{});
   std::array<Shard, shard_count> shards_;
 };
 
