@@ -7,13 +7,14 @@
 # bench (bench/run), gateway (the HTTP gateway example), all (the default). Any other argument
 # is taken as a Debian package name. Recommends are not installed, so every needed package is
 # listed (libclang-rt-14-dev: clang's sanitizer runtimes, only recommended by clang; openssl:
-# the CLI that makes the TLS tests' certificates, scripts/tls_certs.sh).
+# the CLI that makes the TLS tests' certificates, scripts/tls_certs.sh; ninja-build: the test
+# command's generator, which builds several named targets in parallel).
 # Runs apt-get as root, or through sudo when not root.
 set -euo pipefail
 
 declare -A groups=(
   [demo]="cmake g++ make"
-  [test]="cmake g++ clang libclang-rt-14-dev clang-format make git pkg-config catch2 libhiredis-dev libssl-dev redis-server redis-tools libbenchmark-dev libyaml-cpp-dev libcpp-httplib-dev libhowardhinnant-date-dev tzdata openssl"
+  [test]="cmake ninja-build g++ clang libclang-rt-14-dev clang-format make git pkg-config catch2 libhiredis-dev libssl-dev redis-server redis-tools libbenchmark-dev libyaml-cpp-dev libcpp-httplib-dev libhowardhinnant-date-dev tzdata openssl"
   [bench]="cmake g++ make pkg-config libhiredis-dev libssl-dev redis-server redis-tools libbenchmark-dev gnuplot-nox python3"
   [gateway]="cmake g++ make pkg-config libhiredis-dev libssl-dev libyaml-cpp-dev libcpp-httplib-dev redis-server redis-tools wrk curl"
 )
