@@ -514,3 +514,34 @@ TEST_CASE("The empty key is one state through try_acquire, peek, decide_all and 
   limiter.reset("");
   CHECK(limiter.peek().remaining == 2);  // fresh: the capacity
 }
+
+// --- a repeated key among many parts ---------------------------------------------------------
+
+TEST_CASE("decide_all finds a repeated key among thousands of parts, naming both positions",
+          "[in_memory][hostile][regression]") {
+  // Up to 16 parts are compared pairwise; beyond, they are sorted by (table, key, position), so
+  // that a descriptor-list request of n descriptors is checked in O(n log n) (every pair took
+  // seconds for 16,000). Both paths name the earlier and the later position.
+  ManualClock clock;
+  InMemoryStorage storage;
+  ratelimit::TokenBucket<ManualClock> limiter({2, ratelimit::per_minute(2)}, storage, clock);
+  ratelimit::TokenBucket<ManualClock> other({2, ratelimit::per_minute(2)}, storage, clock, "o");
+  for (const std::size_t n : {std::size_t{10}, std::size_t{5'000}}) {
+    INFO(n << " parts");
+    std::vector<std::string> keys;
+    for (std::size_t i = 0; i < n; ++i) keys.push_back("k" + std::to_string(i));
+    keys[n - 2] = keys[3];  // the key of part 3 again at n - 2
+    std::vector<InMemoryStorage::Part> parts;
+    for (const std::string& k : keys) parts.push_back(limiter.binding().part(k, Operation{}));
+    std::vector<Decision> out(n);
+    CHECK_THROWS_WITH(storage.decide_all(parts, clock.now(), out),
+                      "decide_all: parts 3 and " + std::to_string(n - 2) + " name the same key");
+    // The same key under another limiter (another table) is another counter: no repeat.
+    parts[n - 2] = other.binding().part(keys[n - 2], Operation{});
+    CHECK(storage.decide_all(parts, clock.now(), out));
+    CHECK(out[3].remaining == 1);      // 2 - 1
+    CHECK(out[n - 2].remaining == 1);  // its own bucket: 2 - 1
+    for (const std::string& k : keys) limiter.reset(k);
+    other.reset(keys[n - 2]);
+  }
+}

@@ -115,6 +115,7 @@
 #include <string_view>
 #include <system_error>
 #include <unordered_map>
+#include <unordered_set>
 #include <utility>
 #include <vector>
 
@@ -897,7 +898,8 @@ class RuleSet {
     const std::int64_t default_hits = std::max<std::int64_t>(1, request.hits_addend);
 
     // 1. Where each descriptor lands, and what the applying limits replace.
-    std::vector<std::string> tags(n), replacing;
+    std::vector<std::string> tags(n);
+    std::unordered_set<std::string> replacing;  // hashed: n descriptors, O(n) not O(n^2)
     for (std::size_t i = 0; i < n; ++i) {
       const RateLimitDescriptor& d = request.descriptors[i];
       DescriptorStatus& st = res.statuses[i];
@@ -927,11 +929,11 @@ class RuleSet {
       st.shadow = m.rule != nullptr && m.rule->shadow_mode;
       st.key = std::move(m.key);
       tags[i] = std::move(m.tag);
-      replacing.insert(replacing.end(), m.replaces.begin(), m.replaces.end());
+      replacing.insert(m.replaces.begin(), m.replaces.end());
     }
     for (DescriptorStatus& st : res.statuses)
       if (st.rule != nullptr && !st.rule->given_name.empty() &&
-          std::find(replacing.begin(), replacing.end(), st.rule->given_name) != replacing.end())
+          replacing.count(st.rule->given_name) != 0)
         st.replaced = true;
 
     // 2. One group per counter, (limit, key), with its descriptors' hits summed.
@@ -941,7 +943,7 @@ class RuleSet {
       if (st.override_rate) {
         const RateUnit unit = request.descriptors[i].limit->unit;
         const void* identity = &override_bindings_->at(static_cast<std::size_t>(unit));
-        Group& g = group_of(groups, identity, st.key);
+        Group& g = group_of(state, identity, st.key);
         if (g.members.empty()) {
           g.blocks = st.override_rate->count == 0;
           if (!g.blocks) {
@@ -955,7 +957,7 @@ class RuleSet {
         }
         add(g, st, i);
       } else if (st.rule != nullptr && !st.replaced) {
-        Group& g = group_of(groups, st.rule, st.key);
+        Group& g = group_of(state, st.rule, st.key);
         if (g.members.empty()) {
           g.blocks = st.rule->blocks();
           if (!g.blocks) g.binding = &binding_of(*st.rule);
@@ -1163,13 +1165,17 @@ class RuleSet {
     Decision decision = detail::blocked_decision();
     std::vector<std::size_t> members;  ///< the descriptors on this counter
   };
-  static Group& group_of(std::vector<Group>& groups, const void* identity, const std::string& key) {
-    for (Group& g : groups)
-      if (g.identity == identity && g.key == key) return g;
-    groups.emplace_back();
-    groups.back().identity = identity;
-    groups.back().key = key;
-    return groups.back();
+  /// The group of counter (identity, key), made if new; found by hash, so that a request of n
+  /// descriptors is grouped in O(n) (a scan per descriptor took 2 s for 16,000).
+  static Group& group_of(ListState& s, const void* identity, const std::string& key) {
+    std::string id(reinterpret_cast<const char*>(&identity), sizeof identity);
+    id += key;
+    const auto [it, fresh] = s.group_index.emplace(std::move(id), s.groups.size());
+    if (!fresh) return s.groups[it->second];
+    s.groups.emplace_back();
+    s.groups.back().identity = identity;
+    s.groups.back().key = key;
+    return s.groups.back();
   }
   static void add(Group& g, DescriptorStatus& st, std::size_t i) {
     st.evaluated = true;
@@ -1182,7 +1188,8 @@ class RuleSet {
   struct ListState {
     RateLimitResponse res;
     std::vector<Group> groups;
-    std::vector<std::size_t> in;  ///< the groups of the current round
+    std::unordered_map<std::string, std::size_t> group_index;  ///< identity bytes + key -> group
+    std::vector<std::size_t> in;                               ///< the groups of the current round
     std::vector<typename Storage::Part> parts;
     bool denied = false;
     bool finished = false;
