@@ -213,3 +213,59 @@ descriptors:
   CHECK(r.statuses[1].decision.remaining == 1);
   CHECK(r.statuses[n + 1].decision.remaining == 4);
 }
+
+TEST_CASE("Bytes that are not YAML text are refused with their line and offset",
+          "[rules][errors][hostile][regression]") {
+  // Fault: yaml-cpp read a raw NUL, other control characters and invalid UTF-8 straight into
+  // keys, values and the domain, which the reference service's YAML reader refuses; a file
+  // damaged in transit loaded silently. A YAML stream is printable UTF-8 (YAML 1.2, 5.1).
+  const std::string head = "domain: d\ndescriptors:\n  - key: a";  // line 3, "a" at byte 10
+  const std::string tail = "\n    rate_limit: {unit: second, requests_per_unit: 1}\n";
+  // Offsets: "domain: d\n" is 10 bytes, "descriptors:\n" 13, so line 3 starts at 23; the bad
+  // byte follows "  - key: a" (10 bytes): byte 11 of the line, offset 33.
+  const std::string where = "rules.yaml:3: byte 11 of the line (offset 33): ";
+  CHECK(error_of(head + std::string(1, '\0') + "b" + tail) ==
+        where +
+            "control character 0x00, which YAML does not allow in a file (escape it inside a "
+            "double-quoted string, e.g. \"\\x00\")");
+  CHECK(error_of(head + "\x1b" + tail) ==
+        where +
+            "control character 0x1B, which YAML does not allow in a file (escape it inside a "
+            "double-quoted string, e.g. \"\\x1B\")");
+  // Not UTF-8: a lone continuation byte, a truncated sequence, an overlong '/' (C0 AF), a
+  // UTF-16 surrogate (ED A0 80), a code point past U+10FFFF (F4 90 80 80), a byte never used.
+  for (const std::string bad :
+       {"\x80", "\xc3(", "\xc0\xaf", "\xed\xa0\x80", "\xf4\x90\x80\x80", "\xff"}) {
+    const std::string e = error_of(head + bad + tail);
+    INFO(e);
+    CHECK(starts_with(e, where + "byte 0x"));
+    CHECK(e.find("does not begin valid UTF-8 (a rules file is UTF-8 text)") != std::string::npos);
+  }
+  // A C1 control character (U+0085 is YAML's next line, allowed) and a non-character.
+  CHECK(error_of(head + "\xc2\x9b" + tail) ==
+        where +
+            "character U+9B, which YAML does not allow in a file (a control character or "
+            "non-character)");
+  CHECK(starts_with(error_of(head + "\xef\xbf\xbf" + tail), where + "character U+FFFF"));
+  // What YAML allows loads as written: tabs and CRLF, any printable UTF-8 (2, 3 and 4 bytes),
+  // and a NUL written escaped in a double-quoted string (a key of 3 bytes).
+  const Rules ok = Rules::from_string(
+      "domain: d\r\ndescriptors:\r\n  - key: \"a\\0b\"\t\r\n    value: "
+      "\"\xc3\xa9\xe2\x82\xac\xf0\x9f"
+      "\x98\x80\xc2\x85\"\r\n    rate_limit: {unit: second, requests_per_unit: 1}\r\n",
+      "rules.yaml");
+  REQUIRE(ok.rules().size() == 1);
+  CHECK(ok.rules()[0].path[0].key == std::string("a\0b", 3));
+  CHECK(ok.rules()[0].path[0].value == "\xc3\xa9\xe2\x82\xac\xf0\x9f\x98\x80\xc2\x85");
+}
+
+TEST_CASE("YAML nested past the reader's limit is refused as too deep, not as a bad file",
+          "[rules][errors][hostile]") {
+  // yaml-cpp stops at 500 levels of lists and mappings and calls it "bad file", which named
+  // neither the problem nor a limit. 100,000 `[`: refused at once, on line 2.
+  const std::string yaml =
+      "domain: d\ndescriptors: " + std::string(100'000, '[') + std::string(100'000, ']') + "\n";
+  CHECK(error_of(yaml) ==
+        "rules.yaml:2: invalid YAML: nested too deeply (the YAML reader stops at 500 levels of "
+        "lists and mappings)");
+}

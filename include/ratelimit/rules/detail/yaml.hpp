@@ -3,6 +3,7 @@
 /// Reading the Envoy rate limit service's YAML into the rule tree, with errors that name the
 /// line. Internal to rules.hpp.
 
+#include <yaml-cpp/depthguard.h>
 #include <yaml-cpp/yaml.h>
 
 #include <algorithm>
@@ -163,9 +164,15 @@ class RulesReader {
       fail(0, "the file has " + std::to_string(text.size()) + " bytes, more than the " +
                   std::to_string(RulesLimits::max_bytes) + " a rules file may have");
     budget_ = std::max<std::size_t>(64, text.size() / RulesLimits::bytes_per_descriptor);
+    check_text(text);
     std::vector<YAML::Node> docs;
     try {
       docs = YAML::LoadAll(std::string(text));
+    } catch (const YAML::DeepRecursion& e) {
+      // yaml-cpp's own bound on nesting, reported by it as "bad file".
+      fail(e.mark.line >= 0 ? e.mark.line + 1 : 0,
+           "invalid YAML: nested too deeply (the YAML reader stops at " +
+               std::to_string(e.depth()) + " levels of lists and mappings)");
     } catch (const YAML::Exception& e) {
       fail(e.mark.line >= 0 ? e.mark.line + 1 : 0, "invalid YAML: " + e.msg);
     }
@@ -203,6 +210,69 @@ class RulesReader {
  private:
   [[noreturn]] void fail(int line, const std::string& what) const {
     throw std::invalid_argument(source_ + ":" + std::to_string(line) + ": " + what);
+  }
+
+  /// Fails at the first byte that is not YAML text: a YAML stream is UTF-8 (or UTF-16/32 with a
+  /// byte order mark, which a rules file never is) of printable characters (YAML 1.2, 5.1: tab,
+  /// line feed, carriage return, U+0020..U+007E, U+0085, U+00A0..U+D7FF, U+E000..U+FFFD,
+  /// U+10000..U+10FFFF; a NUL or another control character is written escaped inside a
+  /// double-quoted string). yaml-cpp does not check this, and would read such bytes into keys
+  /// and values the reference service's reader refuses. Linear in the text.
+  void check_text(std::string_view text) const {
+    int line = 1;
+    std::size_t line_start = 0;
+    for (std::size_t i = 0; i < text.size();) {
+      const auto b = static_cast<unsigned char>(text[i]);
+      const auto where = [&] {
+        return "byte " + std::to_string(i - line_start + 1) + " of the line (offset " +
+               std::to_string(i) + "): ";
+      };
+      if (b < 0x80) {
+        if (b == '\n') {
+          ++line;
+          line_start = i + 1;
+        } else if ((b < 0x20 && b != '\t' && b != '\r') || b == 0x7f) {
+          fail(line, where() + "control character " + hex(b) +
+                         ", which YAML does not allow in a file (escape it inside a "
+                         "double-quoted string, e.g. \"\\x" +
+                         hex(b).substr(2) + "\")");
+        }
+        ++i;
+        continue;
+      }
+      // A multi-byte sequence: its length from the lead byte, its code point from the rest.
+      const std::size_t len = b >= 0xf0 ? 4 : b >= 0xe0 ? 3 : b >= 0xc0 ? 2 : 0;
+      std::uint32_t cp = len == 4 ? (b & 0x07u) : len == 3 ? (b & 0x0fu) : (b & 0x1fu);
+      bool ok = len != 0 && b < 0xf5 && i + len <= text.size();
+      for (std::size_t k = 1; ok && k < len; ++k) {
+        const auto c = static_cast<unsigned char>(text[i + k]);
+        ok = (c & 0xc0u) == 0x80u;
+        cp = (cp << 6) | (c & 0x3fu);
+      }
+      // Shortest form only, no surrogates, nothing past U+10FFFF.
+      const std::uint32_t least = len == 2 ? 0x80 : len == 3 ? 0x800 : 0x10000;
+      ok = ok && cp >= least && cp <= 0x10ffff && !(cp >= 0xd800 && cp <= 0xdfff);
+      if (!ok)
+        fail(line, where() + "byte " + hex(b) +
+                       " does not begin valid UTF-8 (a rules file is "
+                       "UTF-8 text)");
+      if ((cp >= 0x80 && cp <= 0x9f && cp != 0x85) || cp == 0xfffe || cp == 0xffff)
+        fail(line, where() + "character U+" + hex(cp).substr(2) +
+                       ", which YAML does not allow in a file (a control character or "
+                       "non-character)");
+      i += len;
+    }
+  }
+
+  static std::string hex(std::uint32_t v) {
+    static constexpr char digits[] = "0123456789ABCDEF";
+    std::string out;
+    do {
+      out.insert(out.begin(), digits[v & 0xfu]);
+      v >>= 4;
+    } while (v != 0);
+    if (out.size() % 2 != 0) out.insert(out.begin(), '0');
+    return "0x" + out;
   }
 
   static int line_of(const YAML::Node& n, int fallback) {
