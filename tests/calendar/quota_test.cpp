@@ -312,3 +312,26 @@ TEST_CASE("On Redis a quota refuses TimeSource::redis: the client computes its p
   CHECK(rate.try_acquire("k").allowed);
 }
 #endif
+
+TEMPLATE_LIST_TEST_CASE("A quota lowered below a key's count denies with 0 remaining, not degraded",
+                        "[calendar][quota][regression]", Backends) {
+  // Fault: a count above the quota (spent under a higher one: a reload that lowered it, or a
+  // rolling deploy) failed the client's check of Redis's reply (c <= N), so each decision of
+  // that key was degraded (admitted under fail_open); in process remaining was 2 - 5 = -3.
+  // 10 a day, then 2 a day under the same name, from 2023-03-26 12:00 UTC: 12 h to midnight.
+  ManualClock clock;
+  clock.set(at_utc(2023, 3, 26, 12));
+  auto storage = TestType::make();
+  CalendarQuota<ManualClock, typename TestType::Storage> high({.limit = 10}, storage, clock,
+                                                              "lowered");
+  CalendarQuota<ManualClock, typename TestType::Storage> low({.limit = 2}, storage, clock,
+                                                             "lowered");
+  CHECK(high.try_acquire("k", 5).remaining == 5);  // 10 - 5
+  const Decision d = low.try_acquire("k");
+  CHECK_FALSE(d.allowed);
+  CHECK_FALSE(d.degraded);
+  CHECK(d.limit == 2);
+  CHECK(d.remaining == 0);  // max(0, 2 - 5)
+  CHECK(d.retry_after == 12h);
+  CHECK(high.peek("k").remaining == 5);  // the denial spent nothing
+}

@@ -110,3 +110,47 @@ TEMPLATE_LIST_TEST_CASE(
   CHECK(limiter.try_acquire("k") == Row::unit(2));
   CHECK(clock.now() == 0ms);
 }
+
+namespace limits_lowered_test {
+
+/// Spends 5 of `key` under a limit of 10, then decides it under a limit of 2 with the same name
+/// (a reload that lowered the limit, or two instances of a rolling deploy that disagree): the
+/// lower limit denies with remaining 0 (max(0, 2 - 5)), is not degraded, and spends nothing.
+template <class Limiter, class Storage>
+ratelimit::Decision lowered(Storage storage, ManualClock clock) {
+  Limiter high(ratelimit::Rate{10, std::chrono::minutes{1}}, storage, clock, "lowered");
+  Limiter low(ratelimit::Rate{2, std::chrono::minutes{1}}, storage, clock, "lowered");
+  CHECK(high.try_acquire("k", 5).remaining == 5);  // 10 - 5
+  const Decision d = low.try_acquire("k");
+  CHECK_FALSE(d.allowed);
+  CHECK_FALSE(d.degraded);
+  CHECK(d.limit == 2);
+  CHECK(d.remaining == 0);
+  CHECK(high.peek("k").remaining == 5);  // the denial spent nothing
+  return d;
+}
+
+}  // namespace limits_lowered_test
+
+TEMPLATE_LIST_TEST_CASE(
+    "A key spent past a lowered limit is denied with remaining 0, not degraded, on every storage",
+    "[conformance][any_storage][regression]", Backends) {
+  // Fault: a window's count above the limit (spent under a higher one) made Redis's reply fail
+  // the client's check (count <= N): every decision of such a key was degraded (admitted under
+  // fail_open, the default) and reported to on_failure; in process `remaining` went negative
+  // (2 - 5 = -3). Counts are now bounded by the largest N, and remaining by 0.
+  using S = typename TestType::Storage;
+  ManualClock clock;
+  clock.set(7s);
+  // Fixed window [0, 60 s): the window ends 60 - 7 = 53 s away.
+  CHECK(
+      limits_lowered_test::lowered<ratelimit::FixedWindow<ManualClock, S>>(TestType::make(), clock)
+          .retry_after == 53s);
+  // Sliding log: 5 entries at 7 s; 1 more fits once 4 have left, at 7 + 60 s: 60 s away.
+  CHECK(limits_lowered_test::lowered<ratelimit::SlidingLog<ManualClock, S>>(TestType::make(), clock)
+            .retry_after == 60s);
+  // Sliding counter: the estimate 5 > 2 denies (its wait is the counter's own formula).
+  CHECK(limits_lowered_test::lowered<ratelimit::SlidingCounter<ManualClock, S>>(TestType::make(),
+                                                                                clock)
+            .retry_after > 0s);
+}

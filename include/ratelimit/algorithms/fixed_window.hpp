@@ -53,7 +53,7 @@ struct FixedWindowModel {
     const std::chrono::nanoseconds to_end{(k + 1) * p.window - t};
     Decision d{};
     d.limit = p.limit;
-    d.remaining = p.limit - c;
+    d.remaining = c < p.limit ? p.limit - c : 0;  // c > N: spent under a higher N
     d.reset_after = c > 0 ? to_end : std::chrono::nanoseconds{0};
     if (n > p.limit) {
       d.retry_after = Decision::never;
@@ -79,7 +79,7 @@ struct FixedWindowModel {
 
 /// A fixed window limiter per key: at most `rate.count` requests per window of `rate.period`,
 /// windows aligned to the clock's epoch (with SystemClock, calendar minutes, hours, days).
-/// Decision fields: limit = N; remaining = N - c; retry_after and reset_after = time to the
+/// Decision fields: limit = N; remaining = max(0, N - c); retry_after and reset_after = time to the
 /// window's end.
 ///
 /// Errors: the constructor throws `std::invalid_argument` naming the out-of-range field; the

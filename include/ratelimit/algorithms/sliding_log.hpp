@@ -139,7 +139,8 @@ struct SlidingLogModel {
     static std::optional<WireState<State>> state(const Params& p, std::span<const detail::i128> r,
                                                  const Operation& op) {
       const auto t = detail::wire_reply_time_ns(r, 1);
-      if (!t || r.size() < 5 || r[2] < 0 || r[2] > p.limit) return std::nullopt;
+      // Live units may exceed this N (spent under a higher one), never the largest N.
+      if (!t || r.size() < 5 || r[2] < 0 || r[2] > detail::max_count) return std::nullopt;
       const detail::i128 newest = r[3], target = r[4];
       WireState<State> w{State{}, std::chrono::nanoseconds{*t}, false,
                          std::chrono::nanoseconds{*t}};
@@ -190,7 +191,7 @@ struct SlidingLogModel {
     const std::int64_t n = op.cost;
     Decision d{};
     d.limit = p.limit;
-    d.remaining = p.limit - live;
+    d.remaining = live < p.limit ? p.limit - live : 0;  // live > N: spent under a higher N
     d.reset_after = live > 0 ? std::chrono::nanoseconds{s.entries.back().time + p.window - t}
                              : std::chrono::nanoseconds{0};
     if (n > p.limit) {
@@ -227,7 +228,7 @@ struct SlidingLogModel {
 
 /// A sliding log limiter per key: exactly at most `rate.count` requests in any window of
 /// `rate.period` (the window (t - W, t]). Memory grows with the limit: prefer it for low limits.
-/// Decision fields: limit = N; remaining = N - |log|; retry_after = e + W - t for the
+/// Decision fields: limit = N; remaining = max(0, N - |log|); retry_after = e + W - t for the
 /// (|log| + n - N)-th oldest entry e; reset_after = newest + W - t.
 ///
 /// Errors: the constructor throws `std::invalid_argument` naming the out-of-range field; the

@@ -38,7 +38,7 @@ namespace ratelimit {
 /// At most N units per calendar period (`Calendar`: day, week or month of an IANA zone),
 /// resetting at local midnight (of the first day of the week, of the first of the month).
 /// Admit n iff c + n <= N, c the count of the period holding t = max(now, the key's latest
-/// time). Decision fields: limit = N; remaining = N - c; retry_after of a denial and
+/// time). Decision fields: limit = N; remaining = max(0, N - c); retry_after of a denial and
 /// reset_after = the period's end - t, so a spent quota's retry_after lands exactly on the
 /// next reset. Source: the fixed window (`FixedWindowModel`) with calendar windows.
 ///
@@ -145,7 +145,7 @@ struct CalendarQuotaModel {
     const std::chrono::nanoseconds to_end{end - t};
     Decision d{};
     d.limit = p.limit;
-    d.remaining = p.limit - c;
+    d.remaining = c < p.limit ? p.limit - c : 0;  // c > N: spent under a higher N
     d.reset_after = c > 0 ? to_end : std::chrono::nanoseconds{0};
     if (n > p.limit) {
       d.retry_after = Decision::never;
@@ -214,8 +214,9 @@ struct CalendarQuotaModel {
       // A period ends after the decision time, at most 32 days (a month and a DST hour) later,
       // which can be past the clock range's end (2^62 ns).
       constexpr detail::i128 max_end_us = detail::max_wire_time_ns / 1000 + 32LL * 86'400'000'000;
-      if (!admitted || !t || r.size() < 4 || r[2] < 0 || r[2] > p.limit || r[3] <= *t / 1000 ||
-          r[3] > max_end_us)
+      // c may exceed this N (spent under a higher one), never the largest N.
+      if (!admitted || !t || r.size() < 4 || r[2] < 0 || r[2] > detail::max_count ||
+          r[3] <= *t / 1000 || r[3] > max_end_us)
         return std::nullopt;
       State s{*t, static_cast<std::int64_t>(r[3] * 1000), static_cast<std::int64_t>(r[2])};
       const Decision d = apply(p, s, std::chrono::nanoseconds{*t}, op);
@@ -240,7 +241,7 @@ struct CalendarQuotaOptions {
 };
 
 /// A calendar quota per key: at most `limit` requests per day, week or month of a time zone,
-/// resetting at local midnight. Decision fields: limit = N; remaining = N - c; retry_after
+/// resetting at local midnight. Decision fields: limit = N; remaining = max(0, N - c); retry_after
 /// and reset_after = the time to the period's end (the next local midnight, first day of the
 /// week or first of the month), exact to the ns.
 ///

@@ -73,13 +73,15 @@ struct WindowWire : WindowWireBase {
   }
 
   /// Reply: {admitted, t_us, c, p} as seen from t's window: the state that gives those counts at
-  /// t, which decides every later time exactly as the key's (see WireState).
-  static std::optional<WireState<typename M::State>> state(const WindowParams& p,
+  /// t, which decides every later time exactly as the key's (see WireState). A count may exceed
+  /// this N (spent under a higher limit: a reload that lowered it, or instances of a rolling
+  /// deploy that disagree), never the largest N (each admission keeps c + n <= its N).
+  static std::optional<WireState<typename M::State>> state(const WindowParams&,
                                                            std::span<const i128> r,
                                                            const Operation&) {
     const auto t = wire_reply_time_ns(r, 1);
-    if (!t || r.size() < 4 || r[2] < 0 || r[2] > p.limit || r[3] < 0 ||
-        r[3] > (Sliding ? p.limit : 0))
+    if (!t || r.size() < 4 || r[2] < 0 || r[2] > max_count || r[3] < 0 ||
+        r[3] > (Sliding ? max_count : 0))
       return std::nullopt;
     typename M::State s;
     if constexpr (Sliding)
