@@ -323,13 +323,32 @@ inline void flatten(const std::string& domain, const std::vector<std::string>& c
   path.pop_back();
 }
 
-/// The value of the request's first entry with `key`, or nullptr.
-inline const std::string* find_entry(std::span<const DescriptorEntry> request,
-                                     std::string_view key) noexcept {
-  for (const DescriptorEntry& e : request)
-    if (e.key == key) return &e.value;
-  return nullptr;
-}
+/// The value of a request's first entry with a key. The flat match asks once per descriptor of
+/// the file it visits, so a large request is hashed once (a scan per question cost descriptors
+/// x entries: 0.9 s for 10,000 of each); a small one is scanned, without allocating.
+class FirstEntries {
+ public:
+  explicit FirstEntries(std::span<const DescriptorEntry> request) : request_(request) {
+    if (request.size() <= scanned) return;
+    first_.reserve(request.size());
+    for (const DescriptorEntry& e : request) first_.try_emplace(e.key, &e.value);
+  }
+  /// The value of the first entry with `key`, or nullptr.
+  const std::string* find(std::string_view key) const {
+    if (request_.size() <= scanned) {
+      for (const DescriptorEntry& e : request_)
+        if (e.key == key) return &e.value;
+      return nullptr;
+    }
+    const auto it = first_.find(key);
+    return it == first_.end() ? nullptr : it->second;
+  }
+
+ private:
+  static constexpr std::size_t scanned = 8;
+  std::span<const DescriptorEntry> request_;
+  std::unordered_map<std::string_view, const std::string*> first_;
+};
 
 /// The registry's side of reading a rules file (see `AlgorithmNames`).
 template <class Registry>
@@ -461,7 +480,7 @@ class Rules {
   std::vector<RuleMatch> match(std::span<const DescriptorEntry> request) const {
     std::vector<RuleMatch> out;
     std::string key, client, tag;
-    walk(roots_, *index_, request, key, client, tag, out);
+    walk(roots_, *index_, detail::FirstEntries(request), key, client, tag, out);
     std::sort(out.begin(), out.end(),
               [](const RuleMatch& a, const RuleMatch& b) { return a.rule < b.rule; });
     return out;
@@ -520,11 +539,11 @@ class Rules {
 
  private:
   void walk(const std::vector<detail::RuleNode>& nodes, const detail::LevelIndex& index,
-            std::span<const DescriptorEntry> request, std::string& key, std::string& client,
+            const detail::FirstEntries& request, std::string& key, std::string& client,
             std::string& tag, std::vector<RuleMatch>& out) const {
     for (std::size_t i = 0; i < nodes.size(); ++i) {
       const detail::RuleNode& n = nodes[i];
-      const std::string* value = detail::find_entry(request, n.key);
+      const std::string* value = request.find(n.key);
       if (value == nullptr) continue;
       // The descriptor this key's value lands on: exact, else first wildcard, else no value.
       if (index.pick(nodes, n.key, *value) != static_cast<std::ptrdiff_t>(i)) continue;
