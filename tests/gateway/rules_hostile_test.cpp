@@ -302,3 +302,17 @@ TEST_CASE("A flat request of 100,000 entries against 10,000 descriptors is match
   REQUIRE(small.size() == 1);
   CHECK(small[0].key == "5:first");
 }
+
+TEST_CASE("An empty time_zone or first_day is refused instead of read as absent",
+          "[rules][errors][hostile][regression]") {
+  // Fault: `time_zone: ""` read as no time zone (UTC) and `first_day: ""` as Monday, and for a
+  // rate (which takes neither) both passed silently: an emptied template field went unnoticed.
+  CHECK(error_of("domain: d\ndescriptors:\n  - key: a\n    rate_limit: {unit: second, "
+                 "requests_per_unit: 1, time_zone: \"\"}\n") ==
+        "rules.yaml:4: rate_limit.time_zone = \"\": empty (an IANA name such as Europe/Madrid, "
+        "or leave it out for UTC)");
+  CHECK(error_of("domain: d\ndescriptors:\n  - key: a\n    rate_limit:\n      unit: week\n"
+                 "      requests_per_unit: 1\n      first_day: ''\n") ==
+        "rules.yaml:7: rate_limit.first_day = \"\": empty (monday .. sunday, or leave it out for "
+        "monday)");
+}

@@ -542,6 +542,14 @@ class RulesReader {
     node.unit = lower;
     node.time_zone = scalar(f[6], "time_zone", line, false);
     node.first_day = scalar(f[7], "first_day", line, false);
+    // Given but empty would read as absent (UTC, Monday) and pass for any algorithm.
+    if (f[6].given && node.time_zone.empty())
+      fail(line_of(f[6].node, line),
+           "rate_limit.time_zone = \"\": empty (an IANA name such as Europe/Madrid, or leave "
+           "it out for UTC)");
+    if (f[7].given && node.first_day.empty())
+      fail(line_of(f[7].node, line),
+           "rate_limit.first_day = \"\": empty (monday .. sunday, or leave it out for monday)");
 
     const std::string rpu = scalar(f[1], "requests_per_unit", line, true);
     const int rpu_line = line_of(f[1].node, line);
