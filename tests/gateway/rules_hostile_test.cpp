@@ -48,6 +48,16 @@ std::string alias_bomb(int levels) {
   return "domain: d\ndescriptors: " + list + "\n";
 }
 
+/// A rules file of `n` top-level descriptors k0 .. k<n-1>, 10 per minute each, one a line from
+/// line 3.
+std::string numbered_descriptors(int n) {
+  std::string yaml = "domain: d\ndescriptors:\n";
+  for (int i = 0; i < n; ++i)
+    yaml += "  - {key: k" + std::to_string(i) +
+            ", rate_limit: {unit: minute, requests_per_unit: 10}}\n";
+  return yaml;
+}
+
 }  // namespace
 
 TEST_CASE("A descriptor list that contains itself through an alias is an error naming its line",
@@ -141,10 +151,7 @@ TEST_CASE("100,000 generated descriptors load, and a duplicate among them is fou
           "[rules][hostile]") {
   // Linear time: one hash-set insertion per descriptor and per rule name (the first version
   // compared every pair: 5 * 10^9 comparisons here). No time is asserted; the INFO shows it.
-  std::string yaml = "domain: d\ndescriptors:\n";
-  for (int i = 0; i < 100'000; ++i)
-    yaml += "  - {key: k" + std::to_string(i) +
-            ", rate_limit: {unit: minute, requests_per_unit: 10}}\n";
+  const std::string yaml = numbered_descriptors(100'000);
   const auto start = std::chrono::steady_clock::now();
   const Rules r = Rules::from_string(yaml, "rules.yaml");
   const auto took = std::chrono::steady_clock::now() - start;
@@ -157,10 +164,7 @@ TEST_CASE("100,000 generated descriptors load, and a duplicate among them is fou
        << std::chrono::duration_cast<std::chrono::milliseconds>(took).count() << " ms");
   // A duplicate is found in one pass too (here among 10,000, to keep the run short): the same
   // key again as the 10,001st descriptor, on line 10,003; the first is on line 3.
-  std::string small = "domain: d\ndescriptors:\n";
-  for (int i = 0; i < 10'000; ++i)
-    small += "  - {key: k" + std::to_string(i) +
-             ", rate_limit: {unit: minute, requests_per_unit: 10}}\n";
+  std::string small = numbered_descriptors(10'000);
   small += "  - {key: k0, rate_limit: {unit: minute, requests_per_unit: 10}}\n";
   CHECK(error_of(small) == "rules.yaml:10003: duplicate descriptor key \"k0\" (first at line 3)");
 }
@@ -277,11 +281,7 @@ TEST_CASE("A flat request of 100,000 entries against 10,000 descriptors is match
   // Fault: the flat match scanned the whole request for each descriptor of the file it visited:
   // (descriptors) x (entries), 0.9 s for 10,000 of each (g++ -O2). A request of more than 8
   // entries is now hashed once. The first entry of a repeated key still counts.
-  std::string yaml = "domain: d\ndescriptors:\n";
-  for (int i = 0; i < 10'000; ++i)
-    yaml += "  - {key: k" + std::to_string(i) +
-            ", rate_limit: {unit: minute, requests_per_unit: 10}}\n";
-  const Rules rules = Rules::from_string(yaml, "rules.yaml");
+  const Rules rules = Rules::from_string(numbered_descriptors(10'000), "rules.yaml");
   std::vector<ratelimit::DescriptorEntry> request;
   request.push_back({"k7", "first"});
   for (int i = 0; i < 100'000; ++i) request.push_back({"x" + std::to_string(i), "v"});
