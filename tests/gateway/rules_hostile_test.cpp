@@ -316,3 +316,37 @@ TEST_CASE("An empty time_zone or first_day is refused instead of read as absent"
         "rules.yaml:7: rate_limit.first_day = \"\": empty (monday .. sunday, or leave it out for "
         "monday)");
 }
+
+TEST_CASE("A long wildcard part against a long value matches in linear time",
+          "[rules][hostile][regression]") {
+  // Fault: each middle part of a wildcard was found with std::string_view::find, which compares
+  // up to the part's length at every position: "*" a^m "b*" against a^n cost n x m (a part of
+  // 1 MiB in a file and a 4 MiB value: minutes per request). Parts over 64 bytes are now found
+  // with Knuth-Morris-Pratt. Here m = 100,000 and n = 4 MiB (4 * 10^11 byte comparisons before).
+  const std::string part(100'000, 'a');
+  const Rules rules =
+      Rules::from_string("domain: d\ndescriptors:\n  - key: k\n    value: \"*" + part +
+                             "b*\"\n    rate_limit: {unit: second, "
+                             "requests_per_unit: 5}\n",
+                         "rules.yaml");
+  const std::string miss(std::size_t{4} << 20, 'a');
+  const auto start = std::chrono::steady_clock::now();
+  CHECK(rules.lookup({{"k", miss}}).rule == nullptr);
+  CHECK(rules.lookup({{"k", "x" + miss + "bx"}}).rule != nullptr);  // the part, then b: a match
+  const auto took = std::chrono::steady_clock::now() - start;
+  WARN("a 100,000-byte wildcard part against 4 MiB values: "
+       << std::chrono::duration_cast<std::chrono::milliseconds>(took).count() << " ms");
+  // The linear search on periodic parts, where a mismatch must resume inside the part: (ab)^40 c
+  // (81 bytes) is in (ab)^100 c and not in (ab)^100 x; parts in order, each at its first place.
+  using ratelimit::detail::wildcard_match;
+  std::string abs;
+  for (int i = 0; i < 40; ++i) abs += "ab";
+  std::string text;
+  for (int i = 0; i < 100; ++i) text += "ab";
+  CHECK(wildcard_match("*" + abs + "c*", text + "c"));
+  CHECK_FALSE(wildcard_match("*" + abs + "c*", text + "x"));
+  CHECK(wildcard_match("x*" + abs + "c*" + abs + "c", "x" + text + "c" + text + "c"));
+  CHECK_FALSE(wildcard_match("x*" + abs + "c*" + abs + "c*d", "x" + text + "c" + text + "c"));
+  CHECK(wildcard_match("*" + std::string(65, 'a') + "*",
+                       std::string(64, 'a') + "b" + std::string(65, 'a')));
+}
