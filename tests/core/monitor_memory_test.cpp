@@ -56,7 +56,7 @@ TEST_CASE("Decision names beyond max_names are counted as __other__", "[monitor]
   ratelimit::PrometheusOptions o;
   o.max_names = 3;
   ratelimit::PrometheusExporter exporter(o);
-  ratelimit::DecisionEvent e;
+  ratelimit::DecisionEvent e{};
   std::string name;
   for (int i = 0; i < 10; ++i) {
     name = "rule." + std::to_string(i);
@@ -84,7 +84,7 @@ TEST_CASE("Label values are escaped and cut as the exposition format requires",
   ratelimit::PrometheusOptions o;
   o.max_label_bytes = 32;
   ratelimit::PrometheusExporter exporter(o);
-  ratelimit::DecisionEvent e;
+  ratelimit::DecisionEvent e{};
   const std::string long_name(1000, 'n');
   e.name = long_name;
   exporter.on_decision(e);

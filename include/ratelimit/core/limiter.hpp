@@ -239,15 +239,23 @@ class Limiter {
   template <class Decide>
   Decision observed(const detail::ObserverSet& obs, std::string_view key, std::int64_t cost,
                     Decide&& decide) {
-    const bool sample = !obs.entries.empty() && detail::sample_latency();
-    const auto start =
-        sample ? std::chrono::steady_clock::now() : std::chrono::steady_clock::time_point{};
-    Decision d = decide();
-    const auto latency =
-        sample ? std::chrono::steady_clock::now() - start : std::chrono::nanoseconds{-1};
-    if (obs.shadow) shadow(d);
-    if (!obs.entries.empty()) detail::Observers::decision(obs, name_, key, cost, d, latency);
-    return d;
+    if (obs.entries.empty()) {  // shadow mode alone
+      Decision d = decide();
+      if (obs.shadow) shadow(d);
+      return d;
+    }
+    const bool sample = detail::sample_latency();
+    std::chrono::steady_clock::time_point start{};
+    if (sample) [[unlikely]]
+      start = std::chrono::steady_clock::now();
+    DecisionEvent ev;  // not zero-filled (see DecisionEvent): each field is set here
+    ev.decision = decide();
+    ev.latency = sample ? std::chrono::steady_clock::now() - start : std::chrono::nanoseconds{-1};
+    ev.name = name_;
+    ev.cost = cost;
+    if (obs.shadow) shadow(ev.decision);
+    detail::Observers::decision(obs, ev, key);
+    return ev.decision;
   }
 
   void apply_async(std::string_view key, std::chrono::nanoseconds now, const Operation& op,
