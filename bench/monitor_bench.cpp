@@ -59,8 +59,8 @@ void run(benchmark::State& state, Variant v) {
     benchmark::DoNotOptimize(d);
   }
   state.SetItemsProcessed(state.iterations());
-  state.counters["admitted"] =
-      static_cast<double>(admitted) / static_cast<double>(std::max<std::int64_t>(1, state.iterations()));
+  state.counters["admitted"] = static_cast<double>(admitted) /
+                               static_cast<double>(std::max<std::int64_t>(1, state.iterations()));
   if (v == Variant::counting)
     state.counters["heard"] = static_cast<double>(counting->count()) /
                               static_cast<double>(std::max<std::int64_t>(1, state.iterations()));

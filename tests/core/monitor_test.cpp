@@ -8,10 +8,12 @@
 #include <chrono>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include <ratelimit/metrics/prometheus.hpp>
 #include <ratelimit/rules.hpp>
+#include <ratelimit/rules/service.hpp>
 #include <ratelimit/testing/manual_clock.hpp>
 #include <ratelimit/token_bucket.hpp>
 
@@ -42,6 +44,13 @@ const std::vector<Step> trace = {{0ms, "a"},    {0ms, "a"},    {0ms, "a"},    {0
 const std::vector<bool> trace_admits = {true,  true, true, false, true, true,
                                         false, true, true, true,  false};
 
+/// The trace's limiter: a token bucket of 3 refilled at 1/s, named `name`.
+template <class S>
+ratelimit::TokenBucket<ManualClock, S> bucket(S storage, ManualClock& clock, std::string name) {
+  return ratelimit::TokenBucket<ManualClock, S>({3, ratelimit::per_second(1)}, std::move(storage),
+                                                clock, std::move(name));
+}
+
 template <class S>
 std::vector<Decision> replay(ratelimit::TokenBucket<ManualClock, S>& limiter, ManualClock& clock) {
   std::vector<Decision> out;
@@ -66,8 +75,7 @@ using namespace monitor_suite;
 TEMPLATE_LIST_TEST_CASE("A replayed trace gives the listeners exactly the counts it implies",
                         "[monitor][listener]", Backends) {
   ManualClock clock;
-  ratelimit::TokenBucket<ManualClock, typename TestType::Storage> limiter(
-      {3, ratelimit::per_second(1)}, TestType::make(), clock, "api");
+  auto limiter = bucket(TestType::make(), clock, "api");
   auto counts = std::make_shared<rltest::CountingListener>();
   auto exporter = std::make_shared<ratelimit::PrometheusExporter>();
   limiter.attach_listener(counts, {.with_keys = true});
@@ -116,10 +124,8 @@ TEMPLATE_LIST_TEST_CASE(
     "[monitor][shadow]", Backends) {
   ManualClock clock;
   auto storage = TestType::make();
-  ratelimit::TokenBucket<ManualClock, typename TestType::Storage> enforced(
-      {3, ratelimit::per_second(1)}, storage, clock, "enforced");
-  ratelimit::TokenBucket<ManualClock, typename TestType::Storage> shadow(
-      {3, ratelimit::per_second(1)}, storage, clock, "shadow");
+  auto enforced = bucket(storage, clock, "enforced");
+  auto shadow = bucket(storage, clock, "shadow");
   shadow.set_shadow_mode(true);
   REQUIRE(shadow.shadow_mode());
   CHECK_FALSE(enforced.shadow_mode());
@@ -153,10 +159,8 @@ TEMPLATE_LIST_TEST_CASE("A throwing listener never changes a decision nor silenc
                         "[monitor][listener]", Backends) {
   ManualClock clock;
   auto storage = TestType::make();
-  ratelimit::TokenBucket<ManualClock, typename TestType::Storage> plain(
-      {3, ratelimit::per_second(1)}, storage, clock, "plain");
-  ratelimit::TokenBucket<ManualClock, typename TestType::Storage> watched(
-      {3, ratelimit::per_second(1)}, storage, clock, "watched");
+  auto plain = bucket(storage, clock, "plain");
+  auto watched = bucket(storage, clock, "watched");
   auto counts = std::make_shared<rltest::CountingListener>();
   watched.attach_listener(std::make_shared<rltest::ThrowingListener>());
   watched.attach_listener(counts);
@@ -252,4 +256,36 @@ descriptors:
   // catch-all parts from the request (plan, tenant).
   CHECK(counts->count("list.route_r9", Outcome::allowed) == 3);
   CHECK(counts->count("list.plan_gold.tenant_t7", Outcome::allowed) == 3);
+}
+
+TEMPLATE_LIST_TEST_CASE("A service's listeners follow its reloads", "[monitor][rules][service]",
+                        Backends) {
+  ManualClock clock;
+  const auto config = [](int per_second) {
+    const std::vector<ratelimit::RulesSource> sources = {
+        {"svc.yaml",
+         "domain: svc\ndescriptors:\n  - key: user\n    rate_limit: {unit: second, "
+         "requests_per_unit: " +
+             std::to_string(per_second) + ", algorithm: fixed_window}\n"}};
+    return ratelimit::RulesConfig::from_strings(sources);
+  };
+  ratelimit::RateLimitService<typename TestType::Storage, ManualClock> service(
+      config(1), TestType::make(), clock);
+  auto counts = std::make_shared<rltest::CountingListener>();
+  service.attach_listener(counts);
+  const ratelimit::RateLimitRequest req{"svc", {{{{"user", "u"}}}}};
+  // Limit 1 per second: admitted, then limited.
+  CHECK(service.should_rate_limit(req).allowed);
+  CHECK_FALSE(service.should_rate_limit(req).allowed);
+  // Reloaded at 3 per second (same path and unit: the counter, at 1, is kept): admitted twice
+  // more (2 and 3), then limited.
+  service.reload(config(3));
+  CHECK(service.should_rate_limit(req).allowed);
+  CHECK(service.should_rate_limit(req).allowed);
+  CHECK_FALSE(service.should_rate_limit(req).allowed);
+  CHECK(counts->count("svc.user", Outcome::allowed) == 1 + 2);
+  CHECK(counts->count("svc.user", Outcome::limited) == 1 + 1);
+  REQUIRE(service.detach_listener(*counts));
+  (void)service.should_rate_limit(req);
+  CHECK(counts->total() == 5);
 }

@@ -54,28 +54,18 @@ class CountingListener : public ratelimit::Listener {
     const auto it = errors_.find(kind);
     return it == errors_.end() ? 0 : it->second;
   }
-  std::uint64_t total() const {
-    std::lock_guard<std::mutex> lock(mutex_);
-    return total_;
-  }
-  std::uint64_t opened() const {
-    std::lock_guard<std::mutex> lock(mutex_);
-    return opened_;
-  }
-  std::uint64_t cache_hits() const {
-    std::lock_guard<std::mutex> lock(mutex_);
-    return cache_hits_;
-  }
-  std::uint64_t round_trips_ok() const {
-    std::lock_guard<std::mutex> lock(mutex_);
-    return round_trips_ok_;
-  }
-  std::uint64_t round_trips_failed() const {
-    std::lock_guard<std::mutex> lock(mutex_);
-    return round_trips_failed_;
-  }
+  std::uint64_t total() const { return read(total_); }
+  std::uint64_t opened() const { return read(opened_); }
+  std::uint64_t cache_hits() const { return read(cache_hits_); }
+  std::uint64_t round_trips_ok() const { return read(round_trips_ok_); }
+  std::uint64_t round_trips_failed() const { return read(round_trips_failed_); }
 
  private:
+  std::uint64_t read(const std::uint64_t& field) const {
+    std::lock_guard<std::mutex> lock(mutex_);
+    return field;
+  }
+
   mutable std::mutex mutex_;
   std::map<std::pair<std::string, ratelimit::Outcome>, std::uint64_t> by_outcome_;
   std::map<std::string, std::uint64_t> limited_keys_, errors_;

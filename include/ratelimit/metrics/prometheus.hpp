@@ -310,24 +310,15 @@ class PrometheusExporter final : public Listener {
         out += p + "_top_limited_requests{" + labels + "} " + std::to_string(count) + '\n';
     }
     head(out, p + "_redis_errors_total", "counter", "Redis failures and warnings by kind.");
-    errors_.for_each([&](std::string_view kind, const auto& v) {
-      out += p + "_redis_errors_total{kind=\"" + escape(kind) + "\"} " +
-             std::to_string(v[0].load()) + '\n';
-    });
+    family(out, p + "_redis_errors_total", "kind", errors_, 0);
     head(out, p + "_redis_round_trip_seconds", "histogram",
          "Pipelined requests to a Redis node and back.");
     round_trip_.write(out, p + "_redis_round_trip_seconds");
     head(out, p + "_redis_breaker_open", "gauge", "1 while a node's circuit breaker is open.");
-    breakers_.for_each([&](std::string_view node, const auto& v) {
-      out += p + "_redis_breaker_open{node=\"" + escape(node) + "\"} " +
-             std::to_string(v[0].load()) + '\n';
-    });
+    family(out, p + "_redis_breaker_open", "node", breakers_, 0);
     head(out, p + "_redis_breaker_changes_total", "counter",
          "Times a node's circuit breaker opened or closed.");
-    breakers_.for_each([&](std::string_view node, const auto& v) {
-      out += p + "_redis_breaker_changes_total{node=\"" + escape(node) + "\"} " +
-             std::to_string(v[1].load()) + '\n';
-    });
+    family(out, p + "_redis_breaker_changes_total", "node", breakers_, 1);
     head(out, p + "_redis_over_limit_cache_hits_total", "counter",
          "Denials answered by the over-limit cache without asking Redis.");
     out += p + "_redis_over_limit_cache_hits_total " + std::to_string(cache_hits_.load()) + '\n';
@@ -405,6 +396,16 @@ class PrometheusExporter final : public Listener {
 
   static void head(std::string& out, const std::string& name, const char* type, const char* help) {
     out += "# HELP " + name + " " + help + "\n# TYPE " + name + " " + type + "\n";
+  }
+
+  /// One line per label value of `counters`: `metric{label="value"} counters[index]`.
+  template <std::size_t N>
+  static void family(std::string& out, const std::string& metric, const char* label,
+                     const detail::LabeledCounters<N>& counters, std::size_t index) {
+    counters.for_each([&](std::string_view value, const auto& v) {
+      out += metric + "{" + label + "=\"" + escape(value) + "\"} " +
+             std::to_string(v[index].load()) + '\n';
+    });
   }
 
   static std::string& name_buffer() {
