@@ -189,8 +189,10 @@ class Limiter {
   /// with `allowed = true` and `shadow_denied = true`, its other fields the enforced
   /// decision's (a denial spends nothing, so nothing is spent). `acquire` then never waits (one
   /// decision) and a leaky bucket's `delay` is reported but not slept. Listeners hear
-  /// `Outcome::shadow_limited`. Off by default. Thread safety: safe from many threads; a
-  /// decision under way when it changes follows either setting.
+  /// `Outcome::shadow_limited`. Off by default. `try_acquire_all` (core/all_of.hpp) decides
+  /// through the bindings: it neither applies shadow mode nor tells listeners.
+  /// Thread safety: safe from many threads; a decision under way when it changes follows
+  /// either setting.
   void set_shadow_mode(bool on) { observers_.set_shadow(on); }
   /// Whether shadow mode is on. Thread safety: safe from many threads.
   bool shadow_mode() const noexcept { return observers_.shadow(); }
