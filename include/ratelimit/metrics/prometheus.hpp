@@ -249,6 +249,8 @@ class PrometheusExporter final : public Listener {
         breakers_(options_.max_nodes),
         sketch_(options_.tracked_clients) {}
 
+  /// Counts the decision under its name and outcome, its latency if sampled, and a limited
+  /// client (when the event has a key) in the top list.
   void on_decision(const DecisionEvent& e) override {
     auto& counts = decisions_.at(cut(e.name, name_buffer()));
     counts[static_cast<std::size_t>(e.outcome)].fetch_add(1, std::memory_order_relaxed);
@@ -262,19 +264,23 @@ class PrometheusExporter final : public Listener {
       sketch_.add(name, key);
     }
   }
+  /// Counts the error under its kind.
   void on_storage_error(const StorageErrorEvent& e) override {
     std::string buffer;
     errors_.at(cut(e.kind, buffer))[0].fetch_add(1, std::memory_order_relaxed);
   }
+  /// Sets the node's breaker gauge and counts the change.
   void on_breaker_change(const BreakerEvent& e) override {
     std::string buffer;
     auto& b = breakers_.at(cut(e.node, buffer));
     b[0].store(e.open ? 1 : 0, std::memory_order_relaxed);
     b[1].fetch_add(1, std::memory_order_relaxed);
   }
+  /// Counts the hit.
   void on_over_limit_cache_hit(const CacheHitEvent&) override {
     cache_hits_.fetch_add(1, std::memory_order_relaxed);
   }
+  /// Records the round trip's latency.
   void on_round_trip(const RoundTripEvent& e) override { round_trip_.record(e.latency); }
 
   /// The text exposition (Content-Type `text/plain; version=0.0.4`), at most `max_bytes()`.
