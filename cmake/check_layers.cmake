@@ -8,6 +8,7 @@
 #   1  algorithms    the pure models, their wire codecs, the registry
 #   1  http          response headers from decisions
 #   1  testing       ManualClock (only the top-level headers may include it)
+#   1  metrics       the Prometheus exporter, a listener (core/listener.hpp)
 #   2  memory        the in-process storage
 #   2  calendar      calendar periods in IANA time zones and the calendar quota (date-tz)
 #   3  redis         the Redis storage, cluster, batch; redis/detail/ the transport
@@ -32,6 +33,7 @@ set(rank_lua 0)
 set(rank_algorithms 1)
 set(rank_http 1)
 set(rank_testing 1)
+set(rank_metrics 1)
 set(rank_memory 2)
 set(rank_calendar 2)
 set(rank_redis 3)

@@ -12,9 +12,11 @@
 // before anything else (cpp-httplib would cut the value at a NUL). Denied requests get 429
 // with a small problem+json body; every limited response carries the RateLimit/X-RateLimit
 // headers.
-// GET /metrics (never limited) reports allowed and limited counts per rule and the limiter's
-// added latency. --port 0 picks a free port; the chosen one is printed as
-// "listening on http://HOST:PORT". SIGINT or SIGTERM stops it cleanly.
+// GET /metrics (never limited) is the library's Prometheus exporter (ratelimit/metrics/
+// prometheus.hpp: decisions per rule and outcome, the most limited clients, latency, Redis
+// errors, round trips and breaker), then the gateway's own request outcomes and added latency.
+// --port 0 picks a free port; the chosen one is printed as "listening on http://HOST:PORT". SIGINT
+// or SIGTERM stops it cleanly.
 
 #include <httplib.h>
 #include <pthread.h>
@@ -42,6 +44,7 @@
 
 #include <ratelimit/http.hpp>
 #include <ratelimit/in_memory_storage.hpp>
+#include <ratelimit/metrics/prometheus.hpp>
 #include <ratelimit/rules.hpp>
 
 #if defined(RATELIMIT_GATEWAY_WITH_REDIS) && __has_include(<ratelimit/rules_redis.hpp>)
@@ -158,14 +161,10 @@ class LatencyHistogram {
   std::atomic<std::uint64_t> count_{0};
 };
 
-struct RuleCounters {
-  std::atomic<std::uint64_t> allowed{0}, limited{0};
-};
-
+/// The gateway's own counters: HTTP outcomes the limiter does not see. Per-rule decisions are
+/// the exporter's (a listener on the rule set).
 struct Metrics {
-  explicit Metrics(std::size_t rules) : per_rule(rules) {}
-  std::vector<RuleCounters> per_rule;
-  std::atomic<std::uint64_t> allowed{0}, limited{0}, unmatched{0}, degraded{0};
+  std::atomic<std::uint64_t> allowed{0}, limited{0}, unmatched{0};
   std::atomic<std::uint64_t> unauthorized{0}, bad_request{0};
   LatencyHistogram latency;
 };
@@ -186,20 +185,6 @@ std::string json_escape(std::string_view s) {
     } else {
       out += c;
     }
-  }
-  return out;
-}
-
-/// Prometheus label value: backslash, quote and newline escaped.
-std::string label(std::string_view s) {
-  std::string out;
-  for (const char c : s) {
-    if (c == '\\' || c == '"') out += '\\';
-    if (c == '\n') {
-      out += "\\n";
-      continue;
-    }
-    out += c;
   }
   return out;
 }
@@ -244,26 +229,17 @@ bool has_control_character(const httplib::Headers& headers) {
                      [&](const auto& h) { return bad(h.first, false) || bad(h.second, true); });
 }
 
-std::string render_metrics(const ratelimit::Rules& rules, const Metrics& m, bool limit,
-                           const std::string& storage) {
+std::string render_metrics(const ratelimit::PrometheusExporter& exporter, const Metrics& m,
+                           bool limit, const std::string& storage) {
   std::ostringstream o;
   o << "# gateway: storage=" << storage << " limiter=" << (limit ? "on" : "off") << "\n";
-  o << "# TYPE gateway_rule_requests_total counter\n";
-  for (std::size_t i = 0; i < rules.rules().size(); ++i) {
-    const std::string name = label(rules.rules()[i].name);
-    o << "gateway_rule_requests_total{rule=\"" << name << "\",outcome=\"allowed\"} "
-      << m.per_rule[i].allowed.load() << "\n";
-    o << "gateway_rule_requests_total{rule=\"" << name << "\",outcome=\"limited\"} "
-      << m.per_rule[i].limited.load() << "\n";
-  }
+  o << exporter.render();
   o << "# TYPE gateway_requests_total counter\n"
     << "gateway_requests_total{outcome=\"allowed\"} " << m.allowed.load() << "\n"
     << "gateway_requests_total{outcome=\"limited\"} " << m.limited.load() << "\n"
     << "gateway_requests_total{outcome=\"no_rule\"} " << m.unmatched.load() << "\n"
     << "gateway_requests_total{outcome=\"unauthorized\"} " << m.unauthorized.load() << "\n"
-    << "gateway_requests_total{outcome=\"bad_request\"} " << m.bad_request.load() << "\n"
-    << "# TYPE gateway_degraded_decisions_total counter\n"
-    << "gateway_degraded_decisions_total " << m.degraded.load() << "\n";
+    << "gateway_requests_total{outcome=\"bad_request\"} " << m.bad_request.load() << "\n";
   char buf[64];
   o << "# TYPE gateway_limiter_latency_seconds summary\n";
   for (const double q : {0.5, 0.99}) {
@@ -291,8 +267,8 @@ std::thread signal_thread(std::function<void(int)> on_signal) {
 }
 
 int serve(const Options& opt, const ratelimit::Rules& rules, const KeyFile& keys, Decide decide,
-          const std::string& storage_name) {
-  Metrics metrics(rules.rules().size());
+          const std::string& storage_name, const ratelimit::PrometheusExporter& exporter) {
+  Metrics metrics;
   httplib::Server server;
   // Without it, a keep-alive client waits ~40 ms per response (Nagle's algorithm holding the
   // body back until the headers' delayed ACK): that would hide everything else in a load run.
@@ -340,16 +316,9 @@ int serve(const Options& opt, const ratelimit::Rules& rules, const KeyFile& keys
     const ratelimit::RuleSetDecision d = decide(entries);
     for (auto& [name, value] : d.headers()) res.set_header(name, value);
     std::string violated;
-    for (const auto& o : d.outcomes) {
-      const auto i = static_cast<std::size_t>(o.rule - rules.rules().data());
-      if (!o.decision.allowed) {
-        metrics.per_rule[i].limited.fetch_add(1, std::memory_order_relaxed);
+    for (const auto& o : d.outcomes)
+      if (!o.decision.allowed)
         violated += (violated.empty() ? "\"" : ", \"") + json_escape(o.rule->name) + "\"";
-      } else if (d.allowed) {
-        metrics.per_rule[i].allowed.fetch_add(1, std::memory_order_relaxed);
-      }
-      if (o.decision.degraded) metrics.degraded.fetch_add(1, std::memory_order_relaxed);
-    }
     // Admitted as anonymous with a key nobody issued: refused below (401), not counted allowed.
     const bool unknown_key = d.allowed && sent != req.headers.end() && !authenticated;
     if (d.outcomes.empty()) metrics.unmatched.fetch_add(1, std::memory_order_relaxed);
@@ -392,7 +361,7 @@ int serve(const Options& opt, const ratelimit::Rules& rules, const KeyFile& keys
     if (admit(req, res)) json(res, "{\"ok\": true}");
   });
   server.Get("/metrics", [&](const httplib::Request&, httplib::Response& res) {
-    res.set_content(render_metrics(rules, metrics, opt.limit, storage_name),
+    res.set_content(render_metrics(exporter, metrics, opt.limit, storage_name),
                     "text/plain; version=0.0.4");
   });
   server.Get("/healthz", [](const httplib::Request&, httplib::Response& res) {
@@ -433,12 +402,16 @@ int main(int argc, char** argv) {
   try {
     const ratelimit::Rules rules = ratelimit::Rules::from_file(opt.rules);
     const KeyFile keys = load_keys(opt.keys);
+    // Every rule's decisions, with the client ("api_key=K", "remote_address=IP") for the top
+    // list of limited clients, and (on Redis) the storage's errors, round trips and breaker.
+    auto exporter = std::make_shared<ratelimit::PrometheusExporter>();
     if (opt.redis.empty()) {
       auto set = std::make_shared<ratelimit::RuleSet<>>(rules);
+      set->attach_listener(exporter, {.with_keys = true});
       return serve(
           opt, set->rules(), keys,
           [set](std::span<const ratelimit::DescriptorEntry> e) { return set->decide(e); },
-          "in-process");
+          "in-process", *exporter);
     }
 #ifdef RATELIMIT_GATEWAY_REDIS
     ratelimit::RedisOptions ro;
@@ -450,10 +423,12 @@ int main(int argc, char** argv) {
     // The default two connections: every server thread's decisions share them, pipelined.
     auto set = std::make_shared<ratelimit::RuleSet<ratelimit::RedisStorage>>(
         rules, ratelimit::RedisStorage(ro));
+    set->attach_listener(exporter, {.with_keys = true});
+    set->storage().attach_listener(exporter);
     return serve(
         opt, set->rules(), keys,
         [set](std::span<const ratelimit::DescriptorEntry> e) { return set->decide(e); },
-        "redis " + opt.redis);
+        "redis " + opt.redis, *exporter);
 #else
     usage("--redis: this build has no Redis support (needs libhiredis-dev and ratelimit::redis)");
 #endif

@@ -24,6 +24,9 @@ struct Decision {
                                          ///< must wait before it is served; 0 otherwise
   bool degraded;                         ///< true when a storage failure policy decided, not the
                                          ///< algorithm on the shared state
+  bool shadow_denied = false;            ///< shadow mode (`set_shadow_mode`): the limit denied
+                                         ///< this request but it was admitted anyway; every other
+                                         ///< field is the enforced decision's (nothing was spent)
 
   /// `retry_after` of a request that can never succeed (its cost exceeds the limit).
   static constexpr std::chrono::nanoseconds never = std::chrono::nanoseconds::max();

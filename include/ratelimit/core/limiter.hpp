@@ -17,6 +17,7 @@
 #include "completion.hpp"
 #include "decision.hpp"
 #include "detail/validate.hpp"
+#include "listener.hpp"
 #include "storage.hpp"
 
 namespace ratelimit {
@@ -68,6 +69,13 @@ class Limiter {
   /// Thread safety: safe from many threads.
   Decision try_acquire(std::string_view key = {}, std::int64_t cost = 1) {
     check_cost(cost);
+    if (const detail::ObserverSet* obs = observers_.current()) [[unlikely]]
+      return observed(*obs, key, cost, [&] { return decide(key, cost); });
+    return decide(key, cost);
+  }
+
+ private:
+  Decision decide(std::string_view key, std::int64_t cost) {
     if constexpr (requires {
                     binding_.apply(binding_.locate(key), key, clock_.now(), Operation{});
                   }) {
@@ -80,6 +88,7 @@ class Limiter {
     }
   }
 
+ public:
   /// The same decision at `now`, a reading of this limiter's clock taken by the caller (the
   /// clock is not read): a service that reads the clock once per batch or event-loop turn pays
   /// for it once (as folly's `consume(n, now)`). A `now` earlier than the key's latest time is
@@ -89,6 +98,10 @@ class Limiter {
   Decision try_acquire(std::string_view key, std::int64_t cost, std::chrono::nanoseconds now) {
     check_cost(cost);
     now = std::clamp(now, std::chrono::nanoseconds{0}, max_clock_time);
+    if (const detail::ObserverSet* obs = observers_.current()) [[unlikely]]
+      return observed(*obs, key, cost, [&] {
+        return binding_.apply(key, now, Operation{cost, false, Decision::never});
+      });
     return binding_.apply(key, now, Operation{cost, false, Decision::never});
   }
 
@@ -102,8 +115,18 @@ class Limiter {
   requires std::invocable<F&, Decision>
   void try_acquire_async(std::string_view key, std::int64_t cost, F&& done) {
     check_cost(cost);
-    apply_async(key, clock_.now(), Operation{cost, false, Decision::never},
-                detail::make_completion<Decision>(std::forward<F>(done)));
+    auto completion = detail::make_completion<Decision>(std::forward<F>(done));
+    if (const detail::ObserverSet* obs = observers_.current()) [[unlikely]] {
+      // The set stays alive while this limiter does; the completion may run after the
+      // limiter is gone, so it holds copies of the set's listeners and of the name.
+      completion = [set = std::make_shared<detail::ObserverSet>(*obs), name = name_,
+                    k = std::string(key), cost, inner = std::move(completion)](Decision d) {
+        if (set->shadow) shadow(d);
+        detail::Observers::decision(*set, name, k, cost, d, std::chrono::nanoseconds{-1});
+        inner(std::move(d));
+      };
+    }
+    apply_async(key, clock_.now(), Operation{cost, false, Decision::never}, std::move(completion));
   }
 
   /// As above, through a future (its `get` blocks: not on the storage's I/O thread).
@@ -135,6 +158,47 @@ class Limiter {
   Decision acquire(std::string_view key, std::int64_t cost, std::chrono::nanoseconds max_wait) {
     check_cost(cost);
     if (max_wait.count() < 0) invalid("max_wait (ns)", max_wait.count(), "must be >= 0");
+    if (const detail::ObserverSet* obs = observers_.current()) [[unlikely]] {
+      // Shadow mode never makes a caller wait: one decision, admitted whatever it says.
+      if (obs->shadow)
+        return observed(*obs, key, cost, [&] {
+          return binding_.apply(key, clock_.now(), Operation{cost, false, Decision::never});
+        });
+      return observed(*obs, key, cost, [&] { return wait_for(key, cost, max_wait); });
+    }
+    return wait_for(key, cost, max_wait);
+  }
+
+  /// Attaches a listener: it hears of every decision this limiter makes (`try_acquire`,
+  /// `try_acquire_async`, `acquire`; not `peek`), named by `name()`, with the key only if
+  /// `options.with_keys`. What it throws is swallowed. Attaching and detaching are for
+  /// configuration, not per request: each keeps about 40 B plus 24 B per listener until the
+  /// limiter is destroyed (see detail::Observers). A copy of the limiter starts with the same
+  /// listeners. Thread safety: safe from many threads, also while deciding.
+  void attach_listener(std::shared_ptr<Listener> listener, ListenerOptions options = {}) {
+    observers_.attach(std::move(listener), options);
+  }
+
+  /// Detaches every attachment of `listener`; returns whether it was attached. A decision
+  /// already under way on another thread may still call it (it is kept alive meanwhile).
+  /// Thread safety: safe from many threads, also while deciding.
+  bool detach_listener(const Listener& listener) { return observers_.detach(&listener); }
+
+  /// Shadow mode (Envoy's `shadow_mode`, nginx's `limit_req_dry_run`): every request is decided
+  /// and spends exactly as enforced, but none is denied: a decision the limit denies comes back
+  /// with `allowed = true` and `shadow_denied = true`, its other fields the enforced
+  /// decision's (a denial spends nothing, so nothing is spent). `acquire` then never waits (one
+  /// decision) and a leaky bucket's `delay` is reported but not slept. Listeners hear
+  /// `Outcome::shadow_limited`. Off by default. `try_acquire_all` (core/all_of.hpp) decides
+  /// through the bindings: it neither applies shadow mode nor tells listeners.
+  /// Thread safety: safe from many threads; a decision under way when it changes follows
+  /// either setting.
+  void set_shadow_mode(bool on) { observers_.set_shadow(on); }
+  /// Whether shadow mode is on. Thread safety: safe from many threads.
+  bool shadow_mode() const noexcept { return observers_.shadow(); }
+
+ private:
+  Decision wait_for(std::string_view key, std::int64_t cost, std::chrono::nanoseconds max_wait) {
     const auto start = clock_.now();
     std::chrono::nanoseconds slept{0};  // <= max_wait: only budgets that fit are slept
     auto budget = max_wait;
@@ -154,6 +218,7 @@ class Limiter {
     }
   }
 
+ public:
   /// The limiter's name: limiters of one algorithm share state on a storage iff names match.
   const std::string& name() const noexcept { return name_; }
   /// The clock (a copy of a ManualClock drives the same time).
@@ -165,6 +230,36 @@ class Limiter {
   const auto& binding() const noexcept { return binding_; }
 
  private:
+  /// A denial admitted in shadow mode (see `set_shadow_mode`).
+  static void shadow(Decision& d) noexcept {
+    if (d.allowed) return;
+    d.allowed = true;
+    d.shadow_denied = true;
+  }
+
+  /// `decide()` with shadow mode applied and the listeners told, its latency sampled.
+  template <class Decide>
+  Decision observed(const detail::ObserverSet& obs, std::string_view key, std::int64_t cost,
+                    Decide&& decide) {
+    if (obs.entries.empty()) {  // shadow mode alone
+      Decision d = decide();
+      if (obs.shadow) shadow(d);
+      return d;
+    }
+    const bool sample = detail::sample_latency();
+    std::chrono::steady_clock::time_point start{};
+    if (sample) [[unlikely]]
+      start = std::chrono::steady_clock::now();
+    DecisionEvent ev;  // not zero-filled (see DecisionEvent): each field is set here
+    ev.decision = decide();
+    ev.latency = sample ? std::chrono::steady_clock::now() - start : std::chrono::nanoseconds{-1};
+    ev.name = name_;
+    ev.cost = cost;
+    if (obs.shadow) shadow(ev.decision);
+    detail::Observers::decision(obs, ev, key);
+    return ev.decision;
+  }
+
   void apply_async(std::string_view key, std::chrono::nanoseconds now, const Operation& op,
                    Completion<Decision> done) {
     if constexpr (requires { binding_.apply_async(key, now, op, std::move(done)); }) {
@@ -179,6 +274,7 @@ class Limiter {
   C clock_;
   std::string name_;
   typename binding_of<S, M>::type binding_;
+  detail::Observers observers_;
 };
 
 }  // namespace ratelimit::detail

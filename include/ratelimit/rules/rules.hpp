@@ -128,6 +128,7 @@
 #include "../core/clock.hpp"
 #include "../core/completion.hpp"
 #include "../core/decision.hpp"
+#include "../core/listener.hpp"
 #include "../core/rate.hpp"
 #include "../core/storage.hpp"
 #include "../http/headers.hpp"
@@ -800,12 +801,17 @@ class RuleSet {
   /// limit spends anything. Throws `std::invalid_argument` if cost < 1; a storage may throw per
   /// its failure policy.
   RuleSetDecision decide(std::span<const DescriptorEntry> request, std::int64_t cost = 1) {
-    Pending p = prepare(request, cost);
-    if (p.parts.empty()) return finish(std::move(p), {}, true);
-    std::vector<Decision> ds(p.parts.size());
-    const bool all = storage_.decide_all(std::span<const typename Storage::Part>(p.parts),
-                                         clock_.now(), std::span<Decision>(ds));
-    return finish(std::move(p), std::move(ds), all);
+    const detail::ObserverSet* obs = observers_.current();
+    if (obs == nullptr) [[likely]]
+      return decide_prepared(prepare(request, cost));
+    const bool sample = detail::sample_latency();
+    const auto start =
+        sample ? std::chrono::steady_clock::now() : std::chrono::steady_clock::time_point{};
+    RuleSetDecision r = decide_prepared(prepare(request, cost));
+    const auto latency =
+        sample ? std::chrono::steady_clock::now() - start : std::chrono::nanoseconds{-1};
+    report(*obs, *rules_, request, cost, r, latency);
+    return r;
   }
 
   /// `decide` without blocking: returns at once; `done(RuleSetDecision)` gets the decision
@@ -819,6 +825,15 @@ class RuleSet {
   void decide_async(std::span<const DescriptorEntry> request, std::int64_t cost, F&& done) {
     auto complete = detail::make_completion<RuleSetDecision>(std::forward<F>(done));
     auto p = std::make_shared<Pending>(prepare(request, cost));
+    if (const detail::ObserverSet* obs = observers_.current()) {
+      // The completion may outlive the set: it holds copies of the listeners and the request.
+      complete = [set = std::make_shared<detail::ObserverSet>(*obs), rules = rules_,
+                  req = std::vector<DescriptorEntry>(request.begin(), request.end()), cost,
+                  inner = std::move(complete)](RuleSetDecision d) {
+        report(*set, *rules, req, cost, d, std::chrono::nanoseconds{-1});
+        inner(std::move(d));
+      };
+    }
     if constexpr (requires(std::function<void(std::vector<Decision>&&, bool)> f) {
                     storage_.decide_all_async(std::span<const typename Storage::Part>{},
                                               std::chrono::nanoseconds{}, f);
@@ -866,14 +881,17 @@ class RuleSet {
   /// failure policy.
   /// Thread safety: safe from many threads.
   RateLimitResponse decide(const RateLimitRequest& request) {
-    ListState state = prepare_list(request);
-    while (next_round(state)) {
-      std::vector<Decision> ds(state.parts.size());
-      const bool all = storage_.decide_all(std::span<const typename Storage::Part>(state.parts),
-                                           state.now, std::span<Decision>(ds));
-      absorb(state, ds, all);
-    }
-    return finish_list(std::move(state));
+    const detail::ObserverSet* obs = observers_.current();
+    if (obs == nullptr) [[likely]]
+      return decide_list(request);
+    const bool sample = detail::sample_latency();
+    const auto start =
+        sample ? std::chrono::steady_clock::now() : std::chrono::steady_clock::time_point{};
+    RateLimitResponse r = decide_list(request);
+    const auto latency =
+        sample ? std::chrono::steady_clock::now() - start : std::chrono::nanoseconds{-1};
+    report(*obs, *rules_, request, r, latency);
+    return r;
   }
 
   /// `decide(const RateLimitRequest&)` without blocking: returns at once; `done(RateLimitResponse)`
@@ -887,6 +905,13 @@ class RuleSet {
   requires std::invocable<F&, RateLimitResponse>
   void decide_async(const RateLimitRequest& request, F&& done) {
     auto complete = detail::make_completion<RateLimitResponse>(std::forward<F>(done));
+    if (const detail::ObserverSet* obs = observers_.current()) {
+      complete = [set = std::make_shared<detail::ObserverSet>(*obs), rules = rules_, req = request,
+                  inner = std::move(complete)](RateLimitResponse r) {
+        report(*set, *rules, req, r, std::chrono::nanoseconds{-1});
+        inner(std::move(r));
+      };
+    }
     auto state = std::make_shared<ListState>(prepare_list(request));
     if constexpr (requires(std::function<void(std::vector<Decision>&&, bool)> f) {
                     storage_.decide_all_async(std::span<const typename Storage::Part>{},
@@ -898,8 +923,118 @@ class RuleSet {
     }
   }
 
+  /// Attaches a listener: it hears of each matching limit's decision for every request
+  /// (`decide` and `decide_async`, both forms), named by `metric_name`, with the rule's client
+  /// (`RuleOutcome::client`, e.g. "api_key=K") only if `options.with_keys`. Per request and
+  /// limit: `limited` when the limit denied (a shadow-mode limit: `shadow_limited`, with
+  /// `Decision::shadow_denied`), `degraded` when a failure policy decided, `allowed` when the
+  /// request was admitted; a limit that admitted a request another limit denied (its dry run)
+  /// and checks without hits are not reported. What a listener throws is swallowed. Each
+  /// attach or detach keeps about 40 B plus 24 B per listener until the set is destroyed.
+  /// Thread safety: safe from many threads, also while deciding.
+  void attach_listener(std::shared_ptr<Listener> listener, ListenerOptions options = {}) {
+    observers_.attach(std::move(listener), options);
+  }
+  /// Detaches every attachment of `listener`; returns whether it was attached. A decision
+  /// under way may still call it. Thread safety: safe from many threads.
+  bool detach_listener(const Listener& listener) { return observers_.detach(&listener); }
+
+  /// The metric name of `rule` for a request whose value for a descriptor key is
+  /// `value_of(key)` (nullptr if absent), as Envoy's rate limit service names its stats:
+  /// "<domain>.<part>.<part>..." with one part per descriptor on the rule's path, "key_value"
+  /// for a descriptor that names a value (its value or wildcard as written) and "key" for one
+  /// that takes any value; `detailed_metric: true` puts the request's value in every part,
+  /// `value_to_metric: true` in the parts of descriptors that take any value or a wildcard.
+  /// Request values widen the label set: a listener exporting them must bound its series (the
+  /// Prometheus exporter does).
+  template <class ValueOf>
+  static std::string metric_name(const Rules& rules, const Rule& rule, ValueOf&& value_of) {
+    std::string out = rules.domain();
+    for (const Rule::Step& step : rule.path) {
+      out += '.';
+      out += step.key;
+      const bool from_request = rule.detailed_metric || (rule.value_to_metric && step.varies());
+      const std::string* v = from_request ? value_of(step.key) : nullptr;
+      if (v != nullptr) {
+        out += '_';
+        out += *v;
+      } else if (step.has_value) {
+        out += '_';
+        out += step.value;
+      }
+    }
+    return out;
+  }
+
  private:
   struct ListState;  // below, after Group
+
+  /// Tells the listeners of `obs` what a flat request came to (see `attach_listener`).
+  static void report(const detail::ObserverSet& obs, const Rules& rules,
+                     std::span<const DescriptorEntry> request, std::int64_t cost,
+                     const RuleSetDecision& r, std::chrono::nanoseconds latency) noexcept {
+    try {
+      for (const RuleOutcome& o : r.outcomes) {
+        if (!o.decision.degraded && o.decision.allowed && !r.allowed) continue;  // a dry run
+        const std::string name = metric_name(
+            rules, *o.rule, [&](std::string_view k) { return detail::find_entry(request, k); });
+        detail::Observers::decision(obs, name, o.client, cost, o.decision, latency);
+      }
+    } catch (...) {  // out of memory building a name: the decision stands
+    }
+  }
+
+  /// Tells the listeners of `obs` what a descriptor-list request came to.
+  static void report(const detail::ObserverSet& obs, const Rules& rules,
+                     const RateLimitRequest& request, const RateLimitResponse& r,
+                     std::chrono::nanoseconds latency) noexcept {
+    try {
+      for (std::size_t i = 0; i < r.statuses.size(); ++i) {
+        const DescriptorStatus& st = r.statuses[i];
+        if (!st.evaluated || st.hits == 0) continue;
+        const bool over = st.code == DescriptorStatus::Code::over_limit;
+        Decision d = st.decision;
+        if (!d.degraded && !over && !r.allowed) continue;  // a dry run
+        if (st.shadow && over) {
+          d.allowed = true;
+          d.shadow_denied = true;
+        }
+        const auto& entries = request.descriptors[i].entries;
+        std::string name, client;
+        if (st.rule != nullptr && !st.override_rate) {
+          // Entry j of the descriptor landed on step j of the rule's path.
+          name = metric_name(rules, *st.rule, [&](std::string_view k) -> const std::string* {
+            for (std::size_t j = 0; j < entries.size() && j < st.rule->path.size(); ++j)
+              if (st.rule->path[j].key == k) return &entries[j].value;
+            return nullptr;
+          });
+          if (st.rule->per_client)
+            for (std::size_t j = 0; j < entries.size() && j < st.rule->path.size(); ++j)
+              if (st.rule->path[j].varies() &&
+                  std::find(rules.client_keys().begin(), rules.client_keys().end(),
+                            entries[j].key) != rules.client_keys().end()) {
+                client = entries[j].key + "=" + entries[j].value;
+                break;
+              }
+        } else {
+          name = rules.domain() + ".override";
+        }
+        detail::Observers::decision(obs, name, client, st.hits, d, latency);
+      }
+    } catch (...) {  // out of memory building a name: the decision stands
+    }
+  }
+
+  RateLimitResponse decide_list(const RateLimitRequest& request) {
+    ListState state = prepare_list(request);
+    while (next_round(state)) {
+      std::vector<Decision> ds(state.parts.size());
+      const bool all = storage_.decide_all(std::span<const typename Storage::Part>(state.parts),
+                                           state.now, std::span<Decision>(ds));
+      absorb(state, ds, all);
+    }
+    return finish_list(std::move(state));
+  }
 
   ListState prepare_list(const RateLimitRequest& request) const {
     if (request.hits_addend < 0)
@@ -1260,6 +1395,7 @@ class RuleSet {
   /// Shared with decisions in flight (decide_async), which may outlive the set.
   std::shared_ptr<const std::vector<std::unique_ptr<AnyBinding>>> bindings_;
   std::shared_ptr<const std::array<std::unique_ptr<AnyBinding>, 4>> override_bindings_;
+  detail::Observers observers_;
 };
 
 }  // namespace ratelimit

@@ -21,10 +21,12 @@
 #include <string>
 #include <unordered_map>
 #include <utility>
+#include <vector>
 
 #include "../algorithms/registry.hpp"
 #include "../core/clock.hpp"
 #include "../core/completion.hpp"
+#include "../core/listener.hpp"
 #include "../memory/in_memory_storage.hpp"
 #include "config.hpp"
 #include "rules.hpp"
@@ -101,10 +103,30 @@ class RateLimitService {
     }
     auto fresh = build(std::move(config), next);
     const std::lock_guard<std::mutex> lock(mu_);
+    // The listeners as they are now (under the lock: an attach cannot slip between).
+    for (const auto& [name, set] : fresh->sets)
+      for (const auto& [listener, options] : listeners_) set->attach_listener(listener, options);
     // Two reloads racing: the later generation wins, whichever finishes building first.
     if (fresh->generation <= current_->generation) fresh = rebuild_generation(*fresh);
     current_ = std::move(fresh);
     return current_->generation;
+  }
+
+  /// Attaches a listener to every domain's rule set, now and after every reload (see
+  /// `RuleSet::attach_listener`). Thread safety: safe from many threads, also while deciding.
+  void attach_listener(std::shared_ptr<Listener> listener, ListenerOptions options = {}) {
+    if (!listener) return;
+    const std::lock_guard<std::mutex> lock(mu_);
+    for (const auto& [name, set] : current_->sets) set->attach_listener(listener, options);
+    listeners_.emplace_back(std::move(listener), options);
+  }
+
+  /// Detaches every attachment of `listener`; returns whether it was attached.
+  /// Thread safety: safe from many threads, also while deciding.
+  bool detach_listener(const Listener& listener) {
+    const std::lock_guard<std::mutex> lock(mu_);
+    for (const auto& [name, set] : current_->sets) set->detach_listener(listener);
+    return std::erase_if(listeners_, [&](const auto& l) { return l.first.get() == &listener; }) > 0;
   }
 
   /// The configuration being served, and its generation.
@@ -144,6 +166,7 @@ class RateLimitService {
   C clock_;
   mutable std::mutex mu_;
   std::shared_ptr<const Snapshot> current_;
+  std::vector<std::pair<std::shared_ptr<Listener>, ListenerOptions>> listeners_;  ///< under mu_
 };
 
 }  // namespace ratelimit

@@ -47,26 +47,31 @@ class CircuitBreaker {
                : Pass::refused;
   }
 
-  void record_success() noexcept {
-    if (open_until_.load(std::memory_order_relaxed) == 0) return;
+  /// A call succeeded. Returns true if this closed the breaker (for monitoring: exactly one
+  /// caller sees each closing).
+  bool record_success() noexcept {
+    if (open_until_.load(std::memory_order_relaxed) == 0) return false;
     backoff_.store(initial_, std::memory_order_relaxed);
-    open_until_.store(0, std::memory_order_release);
+    return open_until_.exchange(0, std::memory_order_acq_rel) != 0;
   }
 
-  /// A call let through as `pass` failed at `now_ns`.
-  void record_failure(Pass pass, std::int64_t now_ns = steady_ns()) noexcept {
+  /// A call let through as `pass` failed at `now_ns`. Returns true if this opened the breaker
+  /// (it was closed; exactly one caller sees each opening).
+  bool record_failure(Pass pass, std::int64_t now_ns = steady_ns()) noexcept {
     if (pass == Pass::probe) {
       const std::int64_t b = std::min(backoff_.load(std::memory_order_relaxed) * 2, max_);
       backoff_.store(b, std::memory_order_relaxed);
-      open_until_.store(now_ns + b, std::memory_order_release);
-      return;
+      // A probe runs while the breaker is open; a success elsewhere may have closed it since.
+      return open_until_.exchange(now_ns + b, std::memory_order_acq_rel) == 0;
     }
     // Open (or keep open) until one back-off after this failure, never shortening it.
     const std::int64_t until = now_ns + backoff_.load(std::memory_order_relaxed);
     std::int64_t seen = open_until_.load(std::memory_order_acquire);
-    while (seen < until &&
-           !open_until_.compare_exchange_weak(seen, until, std::memory_order_acq_rel)) {
+    while (seen < until) {
+      if (open_until_.compare_exchange_weak(seen, until, std::memory_order_acq_rel))
+        return seen == 0;
     }
+    return false;
   }
 
   bool is_open() const noexcept { return open_until_.load(std::memory_order_acquire) != 0; }

@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "../../core/detail/validate.hpp"
+#include "../../core/listener.hpp"
 #include "../options.hpp"
 #include "breaker.hpp"
 #include "connection.hpp"
@@ -112,8 +113,37 @@ inline void check_redis_options(const RedisOptions& o) {
 ///
 /// Lifetime: must be owned by a std::shared_ptr (a call in flight holds one, so the client and
 /// its I/O thread outlive every call they have accepted).
+/// The name of a failure kind, for monitoring (`StorageErrorEvent::kind`).
+constexpr std::string_view failure_kind_name(RedisFailureKind k) noexcept {
+  switch (k) {
+    case RedisFailureKind::connect:
+      return "connect";
+    case RedisFailureKind::timeout:
+      return "timeout";
+    case RedisFailureKind::io:
+      return "io";
+    case RedisFailureKind::reply:
+      return "reply";
+    case RedisFailureKind::protocol:
+      return "protocol";
+    case RedisFailureKind::pool_exhausted:
+      return "pool_exhausted";
+    case RedisFailureKind::circuit_open:
+      return "circuit_open";
+    case RedisFailureKind::overloaded:
+      return "overloaded";
+    case RedisFailureKind::warning:
+      return "warning";
+  }
+  return "unknown";
+}
+
 class RedisClient : public std::enable_shared_from_this<RedisClient> {
  public:
+  /// The storage's listeners (RedisStorage::attach_listener): errors, breaker changes, round
+  /// trips, over-limit cache hits.
+  Observers observers;
+
   /// What a call's completion receives: one result per call, in order.
   using Completion = std::function<void(std::vector<RedisResult>&&)>;
 
@@ -417,7 +447,8 @@ class RedisClient : public std::enable_shared_from_this<RedisClient> {
                 node.address().address() + ": not tried, it failed recently"});
       return then(op, std::move(indexes));
     }
-    if (std::chrono::steady_clock::now() >= op->deadline) {  // spent before reaching the node
+    const auto sent_at = std::chrono::steady_clock::now();
+    if (sent_at >= op->deadline) {  // spent before reaching the node
       const RedisFailure f{RedisFailureKind::timeout,
                            node.address().address() + ": timed out before sending"};
       report(f);
@@ -435,7 +466,12 @@ class RedisClient : public std::enable_shared_from_this<RedisClient> {
     req->replies = indexes.size() * (asking ? 2 : 1);
     req->deadline = op->deadline;
     req->done = [this, &node, op, indexes = std::move(indexes), ends = std::move(ends), asking,
-                 pass, then = std::move(then)](IoOutcome&& o) mutable {
+                 pass, then = std::move(then), sent_at](IoOutcome&& o) mutable {
+      if (const ObserverSet* obs = observers.current()) {
+        const std::string address = node.address().address();
+        const RoundTripEvent ev{address, std::chrono::steady_clock::now() - sent_at, !o.error};
+        Observers::each(*obs, [&](Listener& l, bool) { l.on_round_trip(ev); });
+      }
       received(node, op, std::move(indexes), ends, asking, pass, std::move(o), std::move(then));
     };
     loop_->submit(node.io, std::move(req));
@@ -446,7 +482,7 @@ class RedisClient : public std::enable_shared_from_this<RedisClient> {
                 const std::vector<std::size_t>& ends, bool asking, CircuitBreaker::Pass pass,
                 IoOutcome&& o, Settled then) {
     if (o.error) {
-      if (o.error->node_fault()) node.breaker.record_failure(pass);
+      if (o.error->node_fault()) breaker_failure(node, pass);
       const RedisFailure f{o.error->kind(), o.error->what()};
       report(f);
       for (const std::size_t i : indexes) op->results[i].failure = f;
@@ -497,7 +533,7 @@ class RedisClient : public std::enable_shared_from_this<RedisClient> {
           replies[j].reset();
           op->results[indexes[j]].failure = RedisFailure{again.error->kind(), again.error->what()};
         }
-        if (again.error->node_fault()) node.breaker.record_failure(pass);
+        if (again.error->node_fault()) breaker_failure(node, pass);
         report({again.error->kind(), again.error->what()});
       } else {
         for (std::size_t r = 0; r < reload.size(); ++r)
@@ -527,14 +563,33 @@ class RedisClient : public std::enable_shared_from_this<RedisClient> {
       }
     }
     if (answered && node_ok)
-      node.breaker.record_success();
+      breaker_success(node);
     else if (!node_ok)
-      node.breaker.record_failure(pass);
+      breaker_failure(node, pass);
     then(op, std::move(indexes));
+  }
+
+  /// Records a node's failure on its breaker, telling the listeners if that opened it.
+  void breaker_failure(RedisNodeClient& node, CircuitBreaker::Pass pass) {
+    if (node.breaker.record_failure(pass)) breaker_changed(node, true);
+  }
+  /// Records a node's success on its breaker, telling the listeners if that closed it.
+  void breaker_success(RedisNodeClient& node) {
+    if (node.breaker.record_success()) breaker_changed(node, false);
+  }
+  void breaker_changed(RedisNodeClient& node, bool open) {
+    const ObserverSet* obs = observers.current();
+    if (obs == nullptr) return;
+    const std::string address = node.address().address();
+    Observers::each(*obs, [&](Listener& l, bool) { l.on_breaker_change({address, open}); });
   }
 
   void notify(const RedisFailure& f) noexcept {
     if (f.kind == RedisFailureKind::overloaded) overloaded_.fetch_add(1, std::memory_order_relaxed);
+    if (const ObserverSet* obs = observers.current()) {
+      const StorageErrorEvent ev{failure_kind_name(f.kind), f.message};
+      Observers::each(*obs, [&](Listener& l, bool) { l.on_storage_error(ev); });
+    }
     if (!options_.on_failure) return;
     try {
       options_.on_failure(f);
