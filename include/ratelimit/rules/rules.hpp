@@ -974,10 +974,11 @@ class RuleSet {
                      std::span<const DescriptorEntry> request, std::int64_t cost,
                      const RuleSetDecision& r, std::chrono::nanoseconds latency) noexcept {
     try {
+      const detail::FirstEntries first(request);  // hashed once when large, as `match` does
       for (const RuleOutcome& o : r.outcomes) {
         if (!o.decision.degraded && o.decision.allowed && !r.allowed) continue;  // a dry run
-        const std::string name = metric_name(
-            rules, *o.rule, [&](std::string_view k) { return detail::find_entry(request, k); });
+        const std::string name =
+            metric_name(rules, *o.rule, [&](std::string_view k) { return first.find(k); });
         detail::Observers::decision(obs, name, o.client, cost, o.decision, latency);
       }
     } catch (...) {  // out of memory building a name: the decision stands
