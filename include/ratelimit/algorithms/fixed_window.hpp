@@ -53,7 +53,7 @@ struct FixedWindowModel {
     const std::chrono::nanoseconds to_end{(k + 1) * p.window - t};
     Decision d{};
     d.limit = p.limit;
-    d.remaining = p.limit - c;
+    d.remaining = c < p.limit ? p.limit - c : 0;  // c > limit: counted under a larger limit
     d.reset_after = c > 0 ? to_end : std::chrono::nanoseconds{0};
     if (n > p.limit) {
       d.retry_after = Decision::never;

@@ -139,7 +139,8 @@ struct SlidingLogModel {
     static std::optional<WireState<State>> state(const Params& p, std::span<const detail::i128> r,
                                                  const Operation& op) {
       const auto t = detail::wire_reply_time_ns(r, 1);
-      if (!t || r.size() < 5 || r[2] < 0 || r[2] > p.limit) return std::nullopt;
+      if (!t || r.size() < 5 || r[2] < 0 || r[2] > detail::max_count)
+        return std::nullopt;  // a log spent under another binding's limit may exceed p's
       const detail::i128 newest = r[3], target = r[4];
       WireState<State> w{State{}, std::chrono::nanoseconds{*t}, false,
                          std::chrono::nanoseconds{*t}};
@@ -190,7 +191,7 @@ struct SlidingLogModel {
     const std::int64_t n = op.cost;
     Decision d{};
     d.limit = p.limit;
-    d.remaining = p.limit - live;
+    d.remaining = live < p.limit ? p.limit - live : 0;  // live > limit: logged under a larger one
     d.reset_after = live > 0 ? std::chrono::nanoseconds{s.entries.back().time + p.window - t}
                              : std::chrono::nanoseconds{0};
     if (n > p.limit) {

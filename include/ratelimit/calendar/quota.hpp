@@ -145,7 +145,7 @@ struct CalendarQuotaModel {
     const std::chrono::nanoseconds to_end{end - t};
     Decision d{};
     d.limit = p.limit;
-    d.remaining = p.limit - c;
+    d.remaining = c < p.limit ? p.limit - c : 0;  // c > limit: counted under a larger limit
     d.reset_after = c > 0 ? to_end : std::chrono::nanoseconds{0};
     if (n > p.limit) {
       d.retry_after = Decision::never;
@@ -214,8 +214,8 @@ struct CalendarQuotaModel {
       // A period ends after the decision time, at most 32 days (a month and a DST hour) later,
       // which can be past the clock range's end (2^62 ns).
       constexpr detail::i128 max_end_us = detail::max_wire_time_ns / 1000 + 32LL * 86'400'000'000;
-      if (!admitted || !t || r.size() < 4 || r[2] < 0 || r[2] > p.limit || r[3] <= *t / 1000 ||
-          r[3] > max_end_us)
+      if (!admitted || !t || r.size() < 4 || r[2] < 0 || r[2] > detail::max_count ||
+          r[3] <= *t / 1000 || r[3] > max_end_us)
         return std::nullopt;
       State s{*t, static_cast<std::int64_t>(r[3] * 1000), static_cast<std::int64_t>(r[2])};
       const Decision d = apply(p, s, std::chrono::nanoseconds{*t}, op);

@@ -34,6 +34,7 @@
 #include "../core/completion.hpp"
 #include "../core/decision.hpp"
 #include "../core/detail/validate.hpp"
+#include "../core/priority.hpp"
 #include "../core/storage.hpp"
 #include "../core/wire.hpp"
 #include "../memory/in_memory_storage.hpp"
@@ -349,7 +350,13 @@ class RedisBinding {
       using Verdict = detail::OverLimitCache::Verdict;
       const auto eval = [&](const detail::CachedState& base, Decision& out) {
         const auto& c = static_cast<const Cached&>(base);
-        if (!(c.params == params_) || (!c.any_cost && c.cost != op.cost)) return Verdict::unknown;
+        // A state that is the key's whole state decides for any limit (another priority's, see
+        // core/priority.hpp): this request is decided with its own parameters, so a denial of a
+        // sheddable request never denies a critical one. A partial state (one cost's) was
+        // rebuilt for its own parameters only.
+        if (c.any_cost ? !detail::same_but_limit(c.params, params_)
+                       : (!(c.params == params_) || c.cost != op.cost))
+          return Verdict::unknown;
         // Before the state's time (a clock stepped back, an earlier explicit time), Redis
         // decides at the key's latest admitted time, which the reply did not say.
         if (!redis_time() && now < c.time) return Verdict::unknown;

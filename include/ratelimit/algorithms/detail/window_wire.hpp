@@ -78,8 +78,11 @@ struct WindowWire : WindowWireBase {
                                                            std::span<const i128> r,
                                                            const Operation&) {
     const auto t = wire_reply_time_ns(r, 1);
-    if (!t || r.size() < 4 || r[2] < 0 || r[2] > p.limit || r[3] < 0 ||
-        r[3] > (Sliding ? p.limit : 0))
+    // Counts are bounded by the largest limit a binding of the key may have (the key may be
+    // spent under another limit than `p`'s: per-call limits, priorities), not by p's.
+    (void)p;
+    if (!t || r.size() < 4 || r[2] < 0 || r[2] > max_count || r[3] < 0 ||
+        r[3] > (Sliding ? max_count : 0))
       return std::nullopt;
     typename M::State s;
     if constexpr (Sliding)
