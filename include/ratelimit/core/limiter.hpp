@@ -226,6 +226,7 @@ class Limiter {
 
   using Binding = typename binding_of<S, M>::type;
 
+ protected:
   /// Decides `op` with priority `p`'s binding (the critical one when no reserve applies).
   Decision apply_as(Priority p, std::string_view key, std::chrono::nanoseconds now,
                     const Operation& op) {
@@ -241,6 +242,8 @@ class Limiter {
     d.delay = std::chrono::nanoseconds{0};
     return d;
   }
+
+ private:
   bool shed_configured() const noexcept { return reserves_.normal > 0 || reserves_.sheddable > 0; }
 
   S storage_;
