@@ -2,7 +2,7 @@
 //
 //   http_gateway [--port N] [--host ADDR] [--rules FILE] [--keys FILE] [--redis HOST:PORT]
 //                [--key-prefix P] [--threads N] [--no-limit]
-//                [--shed-capacity N --shed-rate N [--shed-reserves NORMAL,SHEDDABLE]]
+//                [--shed-capacity N --shed-rate RATE [--shed-reserves NORMAL,SHEDDABLE]]
 //
 // Every request is decided by the rules file (Envoy rate limit YAML, see
 // include/ratelimit/rules.hpp) against the descriptors remote_address=<peer IP> and path, plus
@@ -14,7 +14,7 @@
 // with a small problem+json body; every limited response carries the RateLimit/X-RateLimit
 // headers.
 // Load shedding (optional, --shed-capacity): before the rules, every API request spends one token
-// of one gateway-wide token bucket (capacity N, refilled at --shed-rate per second) at the
+// of one gateway-wide token bucket (capacity N, refilled at --shed-rate, e.g. "20/s") at the
 // priority of its X-Priority header (critical, normal or sheddable; absent: normal; anything
 // else: 400). Sheddable requests may use the bucket only while more than the sheddable reserve
 // is left (default 40 %), normal ones while more than the normal reserve is (default 10 %), so
@@ -77,8 +77,8 @@ struct Options {
   std::string key_prefix = "gateway:";  // Redis keys; instances sharing limits use the same
   int threads = 16;
   bool limit = true;
-  int shed_capacity = 0;  // 0: no shedding stage
-  int shed_rate = 0;      // tokens per second
+  int shed_capacity = 0;                     // 0: no shedding stage
+  std::optional<ratelimit::Rate> shed_rate;  // its refill
   ratelimit::Reserves shed_reserves{0.1, 0.4};
 };
 
@@ -86,7 +86,7 @@ struct Options {
   std::cerr << "http_gateway: " << why << "\n"
             << "usage: http_gateway [--port N] [--host ADDR] [--rules FILE] [--keys FILE]"
                " [--redis HOST:PORT] [--key-prefix P] [--threads N] [--no-limit]"
-               " [--shed-capacity N --shed-rate N [--shed-reserves NORMAL,SHEDDABLE]]\n";
+               " [--shed-capacity N --shed-rate RATE [--shed-reserves NORMAL,SHEDDABLE]]\n";
   std::exit(2);
 }
 
@@ -114,6 +114,15 @@ ratelimit::Reserves parse_reserves(const std::string& s) {
   } catch (const std::exception&) {
   }
   usage("--shed-reserves takes NORMAL,SHEDDABLE (fractions in [0, 1]), got \"" + s + "\"");
+}
+
+/// A rate such as "20/s" or "1000 per hour" (ratelimit::parse_rate).
+ratelimit::Rate parse_shed_rate(const std::string& s) {
+  try {
+    return ratelimit::parse_rate(s);
+  } catch (const std::invalid_argument& e) {
+    usage(std::string("--shed-rate: ") + e.what());
+  }
 }
 
 /// The X-Priority header's value as a priority (absent: normal), or nullopt if unknown.
@@ -152,7 +161,7 @@ Options parse_args(int argc, char** argv) {
     else if (a == "--shed-capacity")
       o.shed_capacity = to_int(next(), "--shed-capacity", 1, 1'000'000'000);
     else if (a == "--shed-rate")
-      o.shed_rate = to_int(next(), "--shed-rate", 1, 1'000'000'000);
+      o.shed_rate = parse_shed_rate(next());
     else if (a == "--shed-reserves")
       o.shed_reserves = parse_reserves(next());
     else if (a == "--help" || a == "-h")
@@ -160,7 +169,7 @@ Options parse_args(int argc, char** argv) {
     else
       usage("unknown argument " + a);
   }
-  if ((o.shed_capacity > 0) != (o.shed_rate > 0))
+  if ((o.shed_capacity > 0) != o.shed_rate.has_value())
     usage("--shed-capacity and --shed-rate go together");
   return o;
 }
@@ -509,8 +518,8 @@ template <class Storage>
 Shed make_shed(const Options& opt, Storage storage) {
   if (opt.shed_capacity == 0) return {};
   auto bucket = std::make_shared<ratelimit::TokenBucket<ratelimit::SteadyClock, Storage>>(
-      ratelimit::TokenBucketConfig{opt.shed_capacity, ratelimit::per_second(opt.shed_rate)},
-      std::move(storage), ratelimit::SteadyClock{}, "shed");
+      ratelimit::TokenBucketConfig{opt.shed_capacity, *opt.shed_rate}, std::move(storage),
+      ratelimit::SteadyClock{}, "shed");
   bucket->set_reserves(opt.shed_reserves);
   return [bucket](ratelimit::Priority p) { return bucket->try_acquire("gateway", 1, p); };
 }

@@ -69,6 +69,17 @@ std::int64_t collect(const Child& c) {
   return result;
 }
 
+/// Collects every child's count (each must be >= 0: no failure) and returns their sum.
+std::int64_t collect_all(const std::vector<Child>& children) {
+  std::int64_t total = 0;
+  for (const auto& c : children) {
+    const auto n = collect(c);
+    CHECK(n >= 0);
+    total += n;
+  }
+  return total;
+}
+
 constexpr int processes = 4;
 constexpr int threads_per_process = 2;
 constexpr int attempts_per_thread = 30;  // 4 x 2 x 30 = 240 attempts, far above the limit
@@ -101,12 +112,7 @@ void hammer_one_key(const Shape& shape) {
       return admitted.load();
     }));
   }
-  std::int64_t total = 0;
-  for (const auto& c : children) {
-    const auto n = collect(c);
-    CHECK(n >= 0);
-    total += n;
-  }
+  const std::int64_t total = collect_all(children);
   // Frozen time: exactly the limit (37) is admitted, never one more.
   CHECK(total == shape.limit);
 }
@@ -292,12 +298,7 @@ TEST_CASE("Four processes of two threads never hold more than N slots of one key
       for (auto& t : threads) t.join();
       return admitted.load();
     }));
-  std::int64_t total = 0;
-  for (const auto& c : children) {
-    const auto n = collect(c);
-    CHECK(n >= 0);
-    total += n;
-  }
+  const std::int64_t total = collect_all(children);
   CHECK(total > 0);
   CHECK(max_in_flight.load() <= slots);
   // Every slot was given back: all N are free again.
