@@ -18,7 +18,9 @@ inline constexpr std::string_view concurrency = R"lua(-- concurrency.lua: one co
 -- interchangeable, so which one does not matter), if it is still held. Leases that have ended
 -- leave on a write only (a peek or a denial changes nothing), as in the C++ model.
 -- Members are "<end>:<seq>", unique through the sequence kept in the member '#', whose score
--- is -seq: negative, so no time range reaches it. Times are whole us below 2^53.
+-- is -seq: negative, so no time range reaches it. Times are whole us below 2^53; they reach
+-- Redis as numbers (formatted exactly) or through string.format('%.0f') (Lua's own number to
+-- string conversion keeps only 14 digits, and times in us since 1970 have 16).
 --
 -- KEY      sorted set, as above (Redis Cluster: the client passes it, one key per call)
 -- ARGV     now_us (never '': the client refuses TimeSource::redis, the lease ends are its own)
@@ -38,12 +40,13 @@ end
 local function decide(key, A, o)
   local t = tonumber(A[o + 1])
   local n, N = tonumber(A[o + 4]), tonumber(A[o + 5])
-  local held = redis.call('ZCOUNT', key, '(' .. t, '+inf')
+  local after_t = string.format('(%.0f', t)  -- exclusive: a lease ending at t is not held
+  local held = redis.call('ZCOUNT', key, after_t, '+inf')
   local r = { 1, t, held, -1, -1 }
   if A[o + 3] == 's' and held + n > N then
     r[1] = 0
     if n <= N then
-      local m = redis.call('ZRANGEBYSCORE', key, '(' .. t, '+inf', 'WITHSCORES', 'LIMIT',
+      local m = redis.call('ZRANGEBYSCORE', key, after_t, '+inf', 'WITHSCORES', 'LIMIT',
                            held + n - N - 1, 1)
       r[4] = tonumber(m[2])
     end
@@ -63,7 +66,7 @@ local function write(key, A, o, r)
       local n = tonumber(A[o + 4])
       for _ = 1, n do
         local seq = -tonumber(redis.call('ZINCRBY', key, -1, '#'))
-        redis.call('ZADD', key, e, e .. ':' .. seq)
+        redis.call('ZADD', key, e, string.format('%.0f:%.0f', e, seq))
       end
       r[3] = r[3] + n
     end
