@@ -517,9 +517,10 @@ int serve(const Options& opt, const ratelimit::Rules& rules, const KeyFile& keys
 template <class Storage>
 Shed make_shed(const Options& opt, Storage storage) {
   if (opt.shed_capacity == 0) return {};
-  auto bucket = std::make_shared<ratelimit::TokenBucket<ratelimit::SteadyClock, Storage>>(
+  // SystemClock, as the rule set's: on Redis every instance shares its epoch.
+  auto bucket = std::make_shared<ratelimit::TokenBucket<ratelimit::SystemClock, Storage>>(
       ratelimit::TokenBucketConfig{opt.shed_capacity, *opt.shed_rate}, std::move(storage),
-      ratelimit::SteadyClock{}, "shed");
+      ratelimit::SystemClock{}, "shed");
   bucket->set_reserves(opt.shed_reserves);
   return [bucket](ratelimit::Priority p) { return bucket->try_acquire("gateway", 1, p); };
 }

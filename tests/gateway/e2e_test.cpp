@@ -182,3 +182,29 @@ TEST_CASE("The gateway sheds by X-Priority, lowest first, as the reserves say", 
   CHECK(gateway_shed_e2e::get_with_priority(g.port(), "urgent") == 400);
   CHECK(g.stop() == 0);
 }
+
+TEST_CASE("Two gateways sharing Redis shed from one bucket by X-Priority",
+          "[gateway][e2e][redis]") {
+  using gateway_shed_e2e::get_with_priority;
+  const auto& redis = rltest::redis_endpoint();
+  const std::string prefix = rltest::unique_prefix("e2e-shed");
+  const std::string redis_arg = redis.host + ":" + std::to_string(redis.port);
+  const std::vector<std::string> args{
+      "--port", "0",       "--no-limit", "--shed-capacity", "10",  "--shed-rate",
+      "1/h",    "--redis", redis_arg,    "--key-prefix",    prefix};
+  Gateway a(args), b(args);
+  // One bucket of 10 between them (reserves 0.1 and 0.4 by default): alternating instances,
+  // 6 sheddable, then 3 normal, then 1 critical, exactly as from one instance.
+  int sheddable = 0, normal = 0, critical = 0;
+  for (int i = 0; i < 10; ++i)
+    sheddable += get_with_priority(i % 2 == 0 ? a.port() : b.port(), "sheddable") == 200;
+  for (int i = 0; i < 6; ++i)
+    normal += get_with_priority(i % 2 == 0 ? a.port() : b.port(), "normal") == 200;
+  for (int i = 0; i < 4; ++i)
+    critical += get_with_priority(i % 2 == 0 ? a.port() : b.port(), "critical") == 200;
+  CHECK(sheddable == 6);
+  CHECK(normal == 3);
+  CHECK(critical == 1);
+  CHECK(a.stop() == 0);
+  CHECK(b.stop() == 0);
+}
