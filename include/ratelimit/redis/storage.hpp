@@ -195,11 +195,17 @@ class RedisBinding {
     return RedisPart{&ops_, this, key, tag, op};
   }
 
-  /// The same keys decided with other parameters (validated as `bind` does).
+  /// The same keys decided with other parameters (validated as `bind` does). The per-instance
+  /// limit (local_fallback, pre-limit) follows them, as the shared one divided by
+  /// `fallback_divisor`, unless `bind` was given an explicit one: a priority's reduced limit
+  /// (core/priority.hpp) then still holds while Redis is down.
   RedisBinding with_params(const typename M::Params& p) const {
     RedisBinding b = *this;
     b.bound_args_ = M::Wire::bound_args(p);
     b.params_ = p;
+    if (b.fallback_ && derived_fallback_)
+      b.fallback_.emplace(
+          fallback_->with_params(M::Wire::fallback(p, client_->options().fallback_divisor)));
     return b;
   }
 
@@ -218,7 +224,8 @@ class RedisBinding {
         params_(params),
         bound_args_(M::Wire::bound_args(params)),
         tail_(detail::redis_key_tail(M::Wire::key_tag, name)),
-        tail_hash_(hot_->cache.tail_hash(tail_)) {
+        tail_hash_(hot_->cache.tail_hash(tail_)),
+        derived_fallback_(!local.has_value()) {
     // A model whose script needs the client's time (the calendar quota: the client computes
     // the period, Redis has no time-zone data) cannot run on Redis's own clock.
     if constexpr (requires { M::Wire::needs_client_time; })
@@ -513,6 +520,7 @@ class RedisBinding {
   std::string tail_;
   std::uint64_t tail_hash_;  ///< the over-limit cache's hash of tail_
   std::optional<typename InMemoryStorage::BindingOf<M>> fallback_;
+  bool derived_fallback_;  ///< fallback_'s limit is params_ / fallback_divisor, not bind's own
 };
 
 /// Keeps every key's state in Redis, shared by every process that uses the same Redis and
