@@ -72,7 +72,9 @@ class Limiter {
   /// by p's reserve. Calls without a priority are critical (the whole limit), as before.
   /// Throws `std::invalid_argument` naming the field and value for a fraction outside [0, 1] or
   /// sheddable < normal (and whatever the storage's `with_params` throws); the limiter is then
-  /// unchanged. Needs a model whose parameters have a `limit` (all the library's do).
+  /// unchanged. Needs a model whose parameters have a `limit` (all the library's do) and whose
+  /// `apply` takes a state spent under a larger limit than its own (the library's models report
+  /// `remaining` 0 then; a model of your own must too).
   /// Thread safety: not safe concurrently with decisions on this limiter; call it before the
   /// limiter is shared.
   void set_reserves(const Reserves& r) requires requires(typename M::Params p) { p.limit -= 1; }
