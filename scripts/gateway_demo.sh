@@ -19,34 +19,9 @@ cd "$(dirname "${BASH_SOURCE[0]}")/.."
 if [[ -f scripts/deps.sh ]]; then
   bash scripts/deps.sh cmake g++ make pkg-config libyaml-cpp-dev libcpp-httplib-dev curl
 fi
-build=build/gateway
-cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=Release -DRATELIMIT_BUILD_TESTS=OFF \
-  -DRATELIMIT_BUILD_BENCH=OFF -DRATELIMIT_BUILD_EXAMPLES=ON >/dev/null
-cmake --build "$build" -j2 --target http_gateway
-
-log=$(mktemp)
-"$build/examples/http_gateway/http_gateway" --port 0 >"$log" 2>&1 &
-pid=$!
-stop() {
-  if kill -0 "$pid" 2>/dev/null; then
-    kill -TERM "$pid"
-    wait "$pid" || true
-  fi
-  rm -f "$log"
-}
-trap stop EXIT
-
-port=""
-for _ in $(seq 100); do  # up to 10 s for the server to start listening
-  port=$(sed -n 's|^listening on http://127\.0\.0\.1:\([0-9]*\).*|\1|p' "$log")
-  [[ -n "$port" ]] && break
-  kill -0 "$pid" 2>/dev/null || { cat "$log" >&2; exit 1; }
-  sleep 0.1
-done
-[[ -n "$port" ]] || { echo "gateway did not start" >&2; cat "$log" >&2; exit 1; }
+source scripts/gateway_start.sh
+gateway_start
 base="http://127.0.0.1:$port"
-echo
-head -n 1 "$log"
 
 # burst N CURL-ARGS...: sends N requests and prints how many got each status.
 burst() {

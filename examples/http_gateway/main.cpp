@@ -2,6 +2,7 @@
 //
 //   http_gateway [--port N] [--host ADDR] [--rules FILE] [--keys FILE] [--redis HOST:PORT]
 //                [--key-prefix P] [--threads N] [--no-limit]
+//                [--shed-capacity N --shed-rate RATE [--shed-reserves NORMAL,SHEDDABLE]]
 //
 // Every request is decided by the rules file (Envoy rate limit YAML, see
 // include/ratelimit/rules.hpp) against the descriptors remote_address=<peer IP> and path, plus
@@ -12,6 +13,13 @@
 // before anything else (cpp-httplib would cut the value at a NUL). Denied requests get 429
 // with a small problem+json body; every limited response carries the RateLimit/X-RateLimit
 // headers.
+// Load shedding (optional, --shed-capacity): before the rules, every API request spends one token
+// of one gateway-wide token bucket (capacity N, refilled at --shed-rate, e.g. "20/s") at the
+// priority of its X-Priority header (critical, normal or sheddable; absent: normal; anything
+// else: 400). Sheddable requests may use the bucket only while more than the sheddable reserve
+// is left (default 40 %), normal ones while more than the normal reserve is (default 10 %), so
+// under overload the sheddable traffic is cut first and critical traffic keeps its rate
+// (core/priority.hpp). A shed request gets 429 before any rule is spent.
 // GET /metrics (never limited) is the library's Prometheus exporter (ratelimit/metrics/
 // prometheus.hpp: decisions per rule and outcome, the most limited clients, latency, Redis
 // errors, round trips and breaker), then the gateway's own request outcomes and added latency.
@@ -34,6 +42,7 @@
 #include <functional>
 #include <iostream>
 #include <memory>
+#include <optional>
 #include <sstream>
 #include <stdexcept>
 #include <string>
@@ -46,6 +55,7 @@
 #include <ratelimit/in_memory_storage.hpp>
 #include <ratelimit/metrics/prometheus.hpp>
 #include <ratelimit/rules.hpp>
+#include <ratelimit/token_bucket.hpp>
 
 #if defined(RATELIMIT_GATEWAY_WITH_REDIS) && __has_include(<ratelimit/rules_redis.hpp>)
 #include <ratelimit/rules_redis.hpp>
@@ -70,12 +80,16 @@ struct Options {
   std::string key_prefix = "gateway:";  // Redis keys; instances sharing limits use the same
   int threads = 16;
   bool limit = true;
+  int shed_capacity = 0;                     // 0: no shedding stage
+  std::optional<ratelimit::Rate> shed_rate;  // its refill
+  ratelimit::Reserves shed_reserves{0.1, 0.4};
 };
 
 [[noreturn]] void usage(const std::string& why) {
   std::cerr << "http_gateway: " << why << "\n"
             << "usage: http_gateway [--port N] [--host ADDR] [--rules FILE] [--keys FILE]"
-               " [--redis HOST:PORT] [--key-prefix P] [--threads N] [--no-limit]\n";
+               " [--redis HOST:PORT] [--key-prefix P] [--threads N] [--no-limit]"
+               " [--shed-capacity N --shed-rate RATE [--shed-reserves NORMAL,SHEDDABLE]]\n";
   std::exit(2);
 }
 
@@ -88,6 +102,39 @@ int to_int(const std::string& s, const char* what, int lo, int hi) {
   }
   usage(std::string(what) + " must be a number in [" + std::to_string(lo) + ", " +
         std::to_string(hi) + "], got \"" + s + "\"");
+}
+
+/// "NORMAL,SHEDDABLE", two fractions of the shedding bucket (checked by set_reserves).
+ratelimit::Reserves parse_reserves(const std::string& s) {
+  const auto comma = s.find(',');
+  try {
+    if (comma != std::string::npos) {
+      std::size_t used1 = 0, used2 = 0;
+      const double normal = std::stod(s.substr(0, comma), &used1);
+      const double sheddable = std::stod(s.substr(comma + 1), &used2);
+      if (used1 == comma && used2 == s.size() - comma - 1) return {normal, sheddable};
+    }
+  } catch (const std::exception&) {
+  }
+  usage("--shed-reserves takes NORMAL,SHEDDABLE (fractions in [0, 1]), got \"" + s + "\"");
+}
+
+/// A rate such as "20/s" or "1000 per hour" (ratelimit::parse_rate).
+ratelimit::Rate parse_shed_rate(const std::string& s) {
+  try {
+    return ratelimit::parse_rate(s);
+  } catch (const std::invalid_argument& e) {
+    usage(std::string("--shed-rate: ") + e.what());
+  }
+}
+
+/// The X-Priority header's value as a priority (absent: normal), or nullopt if unknown.
+std::optional<ratelimit::Priority> priority_of(const httplib::Request& req) {
+  const auto h = req.headers.find("X-Priority");
+  if (h == req.headers.end() || h->second == "normal") return ratelimit::Priority::normal;
+  if (h->second == "critical") return ratelimit::Priority::critical;
+  if (h->second == "sheddable") return ratelimit::Priority::sheddable;
+  return std::nullopt;
 }
 
 Options parse_args(int argc, char** argv) {
@@ -114,11 +161,19 @@ Options parse_args(int argc, char** argv) {
       o.threads = to_int(next(), "--threads", 1, 1024);
     else if (a == "--no-limit")
       o.limit = false;
+    else if (a == "--shed-capacity")
+      o.shed_capacity = to_int(next(), "--shed-capacity", 1, 1'000'000'000);
+    else if (a == "--shed-rate")
+      o.shed_rate = parse_shed_rate(next());
+    else if (a == "--shed-reserves")
+      o.shed_reserves = parse_reserves(next());
     else if (a == "--help" || a == "-h")
       usage("help");
     else
       usage("unknown argument " + a);
   }
+  if ((o.shed_capacity > 0) != o.shed_rate.has_value())
+    usage("--shed-capacity and --shed-rate go together");
   return o;
 }
 
@@ -166,8 +221,12 @@ class LatencyHistogram {
 struct Metrics {
   std::atomic<std::uint64_t> allowed{0}, limited{0}, unmatched{0};
   std::atomic<std::uint64_t> unauthorized{0}, bad_request{0};
+  std::array<std::atomic<std::uint64_t>, 3> shed_admitted{}, shed_denied{};  // by Priority
   LatencyHistogram latency;
 };
+
+/// The shedding stage: one decision of the gateway-wide bucket at a priority.
+using Shed = std::function<ratelimit::Decision(ratelimit::Priority)>;
 
 using Decide =
     std::function<ratelimit::RuleSetDecision(std::span<const ratelimit::DescriptorEntry>)>;
@@ -240,6 +299,15 @@ std::string render_metrics(const ratelimit::PrometheusExporter& exporter, const 
     << "gateway_requests_total{outcome=\"no_rule\"} " << m.unmatched.load() << "\n"
     << "gateway_requests_total{outcome=\"unauthorized\"} " << m.unauthorized.load() << "\n"
     << "gateway_requests_total{outcome=\"bad_request\"} " << m.bad_request.load() << "\n";
+  o << "# TYPE gateway_shed_requests_total counter\n";
+  constexpr const char* priorities[] = {"critical", "normal", "sheddable"};  // index = Priority
+  for (std::size_t i = 0; i < 3; ++i) {
+    const char* p = priorities[i];
+    o << "gateway_shed_requests_total{priority=\"" << p << "\",outcome=\"allowed\"} "
+      << m.shed_admitted[i].load() << "\n";
+    o << "gateway_shed_requests_total{priority=\"" << p << "\",outcome=\"shed\"} "
+      << m.shed_denied[i].load() << "\n";
+  }
   char buf[64];
   o << "# TYPE gateway_limiter_latency_seconds summary\n";
   for (const double q : {0.5, 0.99}) {
@@ -267,7 +335,8 @@ std::thread signal_thread(std::function<void(int)> on_signal) {
 }
 
 int serve(const Options& opt, const ratelimit::Rules& rules, const KeyFile& keys, Decide decide,
-          const std::string& storage_name, const ratelimit::PrometheusExporter& exporter) {
+          Shed shed, const std::string& storage_name,
+          const ratelimit::PrometheusExporter& exporter) {
   Metrics metrics;
   httplib::Server server;
   // Without it, a keep-alive client waits ~40 ms per response (Nagle's algorithm holding the
@@ -296,6 +365,24 @@ int serve(const Options& opt, const ratelimit::Rules& rules, const KeyFile& keys
     const auto sent = req.headers.find("X-API-Key");
     const auto issued = sent == req.headers.end() ? keys.end() : keys.find(sent->second);
     const bool authenticated = issued != keys.end();
+    if (shed) {
+      const auto priority = priority_of(req);
+      if (!priority) {
+        metrics.bad_request.fetch_add(1, std::memory_order_relaxed);
+        problem(res, 400, "Bad Request", "X-Priority must be critical, normal or sheddable.");
+        return false;
+      }
+      const auto i = static_cast<std::size_t>(*priority);
+      const ratelimit::Decision d = shed(*priority);
+      if (!d.allowed) {
+        metrics.shed_denied[i].fetch_add(1, std::memory_order_relaxed);
+        res.set_header("Retry-After",
+                       std::to_string(ratelimit::detail::ceil_seconds(d.retry_after)));
+        problem(res, 429, "Too Many Requests", "Shed under load: retry later.");
+        return false;
+      }
+      metrics.shed_admitted[i].fetch_add(1, std::memory_order_relaxed);
+    }
     if (!opt.limit) {
       if (sent == req.headers.end() || authenticated) return true;
       metrics.unauthorized.fetch_add(1, std::memory_order_relaxed);
@@ -395,6 +482,19 @@ int serve(const Options& opt, const ratelimit::Rules& rules, const KeyFile& keys
   return ok ? 0 : 1;
 }
 
+/// The shedding stage of `opt` on `storage` (key "gateway" of the limiter "shed"), or an empty
+/// function when shedding is off. Throws `std::invalid_argument` for bad reserves.
+template <class Storage>
+Shed make_shed(const Options& opt, Storage storage) {
+  if (opt.shed_capacity == 0) return {};
+  // SystemClock, as the rule set's: on Redis every instance shares its epoch.
+  auto bucket = std::make_shared<ratelimit::TokenBucket<ratelimit::SystemClock, Storage>>(
+      ratelimit::TokenBucketConfig{opt.shed_capacity, *opt.shed_rate}, std::move(storage),
+      ratelimit::SystemClock{}, "shed");
+  bucket->set_reserves(opt.shed_reserves);
+  return [bucket](ratelimit::Priority p) { return bucket->try_acquire("gateway", 1, p); };
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -411,7 +511,7 @@ int main(int argc, char** argv) {
       return serve(
           opt, set->rules(), keys,
           [set](std::span<const ratelimit::DescriptorEntry> e) { return set->decide(e); },
-          "in-process", *exporter);
+          make_shed(opt, ratelimit::InMemoryStorage{}), "in-process", *exporter);
     }
 #ifdef RATELIMIT_GATEWAY_REDIS
     ratelimit::RedisOptions ro;
@@ -421,14 +521,14 @@ int main(int argc, char** argv) {
     ro.port = to_int(opt.redis.substr(colon + 1), "--redis port", 1, 65535);
     ro.key_prefix = opt.key_prefix;
     // The default two connections: every server thread's decisions share them, pipelined.
-    auto set = std::make_shared<ratelimit::RuleSet<ratelimit::RedisStorage>>(
-        rules, ratelimit::RedisStorage(ro));
+    ratelimit::RedisStorage storage(ro);
+    auto set = std::make_shared<ratelimit::RuleSet<ratelimit::RedisStorage>>(rules, storage);
     set->attach_listener(exporter, {.with_keys = true});
     set->storage().attach_listener(exporter);
     return serve(
         opt, set->rules(), keys,
         [set](std::span<const ratelimit::DescriptorEntry> e) { return set->decide(e); },
-        "redis " + opt.redis, *exporter);
+        make_shed(opt, storage), "redis " + opt.redis, *exporter);
 #else
     usage("--redis: this build has no Redis support (needs libhiredis-dev and ratelimit::redis)");
 #endif

@@ -1,10 +1,12 @@
 #pragma once
 /// @file ratelimit.hpp
-/// Everything in process: the five algorithms, the clocks, the in-memory storage and, for tests,
-/// ManualClock, and `try_acquire_all` (several limiters on one key, all or nothing). The Redis
+/// Everything in process: the five algorithms, the concurrency limit and priorities, the clocks,
+/// the in-memory storage and, for tests, ManualClock, and `try_acquire_all` (several limiters on
+/// one key, all or nothing). The Redis
 /// storage is separate (`ratelimit/redis.hpp`, target `ratelimit::redis`), and so is the
 /// calendar quota (`ratelimit/calendar_quota.hpp`, target `ratelimit::calendar`).
 
+#include "algorithms/concurrency.hpp"
 #include "algorithms/fixed_window.hpp"
 #include "algorithms/leaky_bucket.hpp"
 #include "algorithms/sliding_counter.hpp"
@@ -13,6 +15,7 @@
 #include "core/all_of.hpp"
 #include "core/clock.hpp"
 #include "core/decision.hpp"
+#include "core/priority.hpp"
 #include "core/rate.hpp"
 #include "core/storage.hpp"
 #include "memory/in_memory_storage.hpp"

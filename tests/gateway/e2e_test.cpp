@@ -141,3 +141,70 @@ TEST_CASE("Two gateways on in-process storage each admit their own limit", "[gat
   CHECK(a.stop() == 0);
   CHECK(b.stop() == 0);
 }
+
+namespace gateway_shed_e2e {
+
+/// Status of GET /api/hello with `X-Priority: priority` (no header when empty).
+int get_with_priority(int port, const std::string& priority) {
+  httplib::Client client("127.0.0.1", port);
+  client.set_connection_timeout(std::chrono::seconds{5});
+  client.set_read_timeout(std::chrono::seconds{10});
+  httplib::Headers h;
+  if (!priority.empty()) h.emplace("X-Priority", priority);
+  auto res = client.Get("/api/hello", h);
+  REQUIRE(res);
+  return res->status;
+}
+
+/// How many of `n` requests of `priority` got 200.
+int admitted_of(int port, const std::string& priority, int n) {
+  int ok = 0;
+  for (int i = 0; i < n; ++i) ok += get_with_priority(port, priority) == 200 ? 1 : 0;
+  return ok;
+}
+
+}  // namespace gateway_shed_e2e
+
+TEST_CASE("The gateway sheds by X-Priority, lowest first, as the reserves say", "[gateway][e2e]") {
+  using gateway_shed_e2e::admitted_of;
+  // A bucket of 10 refilled at 1 per hour: nothing comes back during the test. Reserves:
+  // normal ceil(10 x 0.1) = 1, sheddable ceil(10 x 0.4) = 4 tokens. Rules off (--no-limit).
+  Gateway g({"--port", "0", "--no-limit", "--shed-capacity", "10", "--shed-rate", "1/h",
+             "--shed-reserves", "0.1,0.4"});
+  // Sheddable while 4 are left after it: 10 - 4 = 6 of 10.
+  CHECK(admitted_of(g.port(), "sheddable", 10) == 6);
+  // No header is normal: while 1 is left after it: 9 - 6 = 3 more.
+  CHECK(admitted_of(g.port(), "", 5) == 3);
+  CHECK(admitted_of(g.port(), "normal", 5) == 0);
+  // Critical takes the last token, then is denied too.
+  CHECK(admitted_of(g.port(), "critical", 5) == 1);
+  // An unknown priority is a bad request, not a guess.
+  CHECK(gateway_shed_e2e::get_with_priority(g.port(), "urgent") == 400);
+  CHECK(g.stop() == 0);
+}
+
+TEST_CASE("Two gateways sharing Redis shed from one bucket by X-Priority",
+          "[gateway][e2e][redis]") {
+  using gateway_shed_e2e::get_with_priority;
+  const auto& redis = rltest::redis_endpoint();
+  const std::string prefix = rltest::unique_prefix("e2e-shed");
+  const std::string redis_arg = redis.host + ":" + std::to_string(redis.port);
+  const std::vector<std::string> args{
+      "--port", "0",       "--no-limit", "--shed-capacity", "10",  "--shed-rate",
+      "1/h",    "--redis", redis_arg,    "--key-prefix",    prefix};
+  Gateway a(args), b(args);
+  // One bucket of 10 between them (reserves 0.1 and 0.4 by default): alternating instances,
+  // 6 sheddable, then 3 normal, then 1 critical, exactly as from one instance.
+  int sheddable = 0, normal = 0, critical = 0;
+  for (int i = 0; i < 10; ++i)
+    sheddable += get_with_priority(i % 2 == 0 ? a.port() : b.port(), "sheddable") == 200;
+  for (int i = 0; i < 6; ++i)
+    normal += get_with_priority(i % 2 == 0 ? a.port() : b.port(), "normal") == 200;
+  for (int i = 0; i < 4; ++i)
+    critical += get_with_priority(i % 2 == 0 ? a.port() : b.port(), "critical") == 200;
+  CHECK(sheddable == 6);
+  CHECK(normal == 3);
+  CHECK(critical == 1);
+  CHECK(a.stop() == 0);
+  CHECK(b.stop() == 0);
+}

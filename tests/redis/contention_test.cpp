@@ -11,11 +11,13 @@
 #include <atomic>
 #include <chrono>
 #include <cstdint>
+#include <new>
 #include <string>
 #include <thread>
 #include <vector>
 
 #include <catch2/catch.hpp>
+#include <ratelimit/algorithms/concurrency.hpp>
 #include <ratelimit/manual_clock.hpp>
 #include <ratelimit/redis.hpp>
 
@@ -67,6 +69,17 @@ std::int64_t collect(const Child& c) {
   return result;
 }
 
+/// Collects every child's count (each must be >= 0: no failure) and returns their sum.
+std::int64_t collect_all(const std::vector<Child>& children) {
+  std::int64_t total = 0;
+  for (const auto& c : children) {
+    const auto n = collect(c);
+    CHECK(n >= 0);
+    total += n;
+  }
+  return total;
+}
+
 constexpr int processes = 4;
 constexpr int threads_per_process = 2;
 constexpr int attempts_per_thread = 30;  // 4 x 2 x 30 = 240 attempts, far above the limit
@@ -99,12 +112,7 @@ void hammer_one_key(const Shape& shape) {
       return admitted.load();
     }));
   }
-  std::int64_t total = 0;
-  for (const auto& c : children) {
-    const auto n = collect(c);
-    CHECK(n >= 0);
-    total += n;
-  }
+  const std::int64_t total = collect_all(children);
   // Frozen time: exactly the limit (37) is admitted, never one more.
   CHECK(total == shape.limit);
 }
@@ -240,4 +248,64 @@ TEST_CASE("Two instances with over-limit caches never deny what Redis alone woul
   both.template operator()<rltest::SlidingCounterAlgo>({10, ratelimit::per_second(10)});
   ::pthread_barrier_destroy(shared);
   ::munmap(shared, sizeof(pthread_barrier_t));
+}
+
+TEST_CASE("Four processes of two threads never hold more than N slots of one key on Redis",
+          "[redis][concurrent][concurrency_limit]") {
+  // Issue 18. Each process has its own RedisStorage (its own connections, as a separate
+  // instance would) and two threads that acquire a slot, hold it across one more Redis call,
+  // and release it; time is frozen, so only releases free slots. A counter in memory shared by
+  // the processes counts the slots held from after their acquire to just before their release,
+  // which can never be more than Redis counts held: N = 3.
+  constexpr std::int64_t slots = 3;
+  constexpr int rounds = 25;
+  auto* shared = static_cast<std::atomic<std::int64_t>*>(
+      ::mmap(nullptr, 2 * sizeof(std::atomic<std::int64_t>), PROT_READ | PROT_WRITE,
+             MAP_SHARED | MAP_ANONYMOUS, -1, 0));
+  REQUIRE(shared != MAP_FAILED);
+  std::atomic<std::int64_t>& in_flight = *new (&shared[0]) std::atomic<std::int64_t>{0};
+  std::atomic<std::int64_t>& max_in_flight = *new (&shared[1]) std::atomic<std::int64_t>{0};
+  auto options = rltest::test_redis_options("concurrency-limit");
+  std::vector<Child> children;
+  for (int p = 0; p < processes; ++p)
+    children.push_back(spawn([&]() -> std::int64_t {
+      ManualClock clock;
+      clock.set(5s);
+      ratelimit::ConcurrencyLimiter<ManualClock, RedisStorage> limiter(
+          {slots, 1h}, RedisStorage(options), clock);
+      std::atomic<std::int64_t> admitted{0};
+      std::vector<std::thread> threads;
+      for (int t = 0; t < threads_per_process; ++t)
+        threads.emplace_back([&] {
+          for (int i = 0; i < rounds; ++i) {
+            auto slot = limiter.try_acquire("shared");
+            if (slot.decision().degraded) {
+              admitted.store(-1000000);
+              return;
+            }
+            if (!slot) continue;
+            admitted.fetch_add(1);
+            const std::int64_t now_held = in_flight.fetch_add(1) + 1;
+            std::int64_t seen = max_in_flight.load();
+            while (now_held > seen && !max_in_flight.compare_exchange_weak(seen, now_held)) {
+            }
+            (void)limiter.peek("shared");  // hold it across one more round trip
+            in_flight.fetch_sub(1);
+            const auto released = slot.release();
+            if (!released || released->degraded) admitted.store(-1000000);
+          }
+        });
+      for (auto& t : threads) t.join();
+      return admitted.load();
+    }));
+  const std::int64_t total = collect_all(children);
+  CHECK(total > 0);
+  CHECK(max_in_flight.load() <= slots);
+  // Every slot was given back: all N are free again.
+  ManualClock clock;
+  clock.set(5s);
+  ratelimit::ConcurrencyLimiter<ManualClock, RedisStorage> check({slots, 1h}, RedisStorage(options),
+                                                                 clock);
+  CHECK(check.peek("shared").remaining == slots);
+  ::munmap(shared, 2 * sizeof(std::atomic<std::int64_t>));
 }

@@ -185,3 +185,29 @@ TEST_CASE("local_fallback takes an explicit per-instance limit when bind is give
   CHECK(tb.apply("k", 0ns, {}) == Decision{true, 3, 0, 0ns, 3s, 0ns, true});
   CHECK(tb.apply("k", 0ns, {}) == Decision{false, 3, 0, 1s, 3s, 0ns, true});
 }
+
+TEST_CASE("While Redis is down local_fallback keeps each priority's reserve",
+          "[redis][failure][token_bucket][priority]") {
+  // Issue 18. The per-instance bucket follows the limit each priority sees (with_params).
+  rltest::ThrowawayRedis server;
+  server.kill();
+  auto options = options_for(server, FailurePolicy::local_fallback);
+  ManualClock clock;
+  // Shared: 20 tokens at 1 per hour; local: 20 / 2 = 10 (fallback_divisor 2). Sheddable sees
+  // 20 - ceil(20 x 0.4) = 12 shared, so 12 / 2 = 6 locally; critical sees 10 locally.
+  ratelimit::TokenBucket<ManualClock, RedisStorage> tb(
+      {20, ratelimit::Rate{1, std::chrono::hours{1}}}, RedisStorage(options), clock);
+  tb.set_reserves({0.1, 0.4});
+  int sheddable = 0;
+  for (int i = 0; i < 10; ++i) {
+    const Decision d = tb.try_acquire("k", 1, ratelimit::Priority::sheddable);
+    CHECK(d.degraded);
+    sheddable += d.allowed ? 1 : 0;
+  }
+  CHECK(sheddable == 6);
+  // The same local bucket (same key): critical gets the 10 - 6 = 4 tokens left.
+  int critical = 0;
+  for (int i = 0; i < 10; ++i)
+    critical += tb.try_acquire("k", 1, ratelimit::Priority::critical).allowed ? 1 : 0;
+  CHECK(critical == 4);
+}

@@ -374,3 +374,66 @@ TEST_CASE("The pre-limit never decides for a failed Redis, and skips parts it ca
     CHECK(storage.stats().decisions == 2);
   }
 }
+
+namespace hot_keys_priority_test {
+
+/// A random priority, each a third of the time.
+ratelimit::Priority random_priority(std::mt19937_64& rng) {
+  return static_cast<ratelimit::Priority>(rng() % 3);
+}
+
+}  // namespace hot_keys_priority_test
+
+TEST_CASE("With priorities the over-limit cache decides exactly as Redis, every algorithm",
+          "[redis][hot_keys][priority]") {
+  rltest::for_each_algorithm([]<class Algo>() {
+    if constexpr (ratelimit::Algorithms::contains<typename Algo::Model>) {
+      INFO("algorithm: " << Algo::name);
+      // 10 per second; reserves normal 0.1 (1 unit), sheddable 0.4 (4 units).
+      const Shape shape{10, ratelimit::per_second(10)};
+      ManualClock clock;
+      RedisStorage plain(rltest::test_redis_options("prionocache")),
+          cached(cache_options("priocache"));
+      auto a = Algo::make(shape, plain, clock), b = Algo::make(shape, cached, clock);
+      a.set_reserves({0.1, 0.4});
+      b.set_reserves({0.1, 0.4});
+      std::mt19937_64 rng(18);
+      constexpr int steps = 600;
+      for (int i = 0; i < steps; ++i) {
+        clock.advance(std::chrono::milliseconds(rng() % 60));  // 0..59 ms: 0..0.6 refills
+        const auto p = hot_keys_priority_test::random_priority(rng);
+        const Step s = random_step(rng, shape.limit);
+        INFO("step " << i << " at " << clock.now().count() << " ns, priority "
+                     << static_cast<int>(p) << ", cost " << s.cost << (s.peek ? " (peek)" : ""));
+        const Decision without = s.peek ? a.peek("k", p) : a.try_acquire("k", s.cost, p);
+        const Decision with = s.peek ? b.peek("k", p) : b.try_acquire("k", s.cost, p);
+        REQUIRE(with == without);
+      }
+      const auto st = cached.stats();
+      CHECK(st.degraded_decisions == 0);
+      if constexpr (ratelimit::StateWire<typename Algo::Model>) CHECK(st.cache_hits > 0);
+    }
+  });
+}
+
+TEST_CASE("A cached denial of a sheddable request never denies a critical one",
+          "[redis][hot_keys][priority]") {
+  ManualClock clock;
+  RedisStorage cached(cache_options("shedcache"));
+  // Capacity 10, refilled at 1 per hour: nothing refills while this runs. Sheddable keeps
+  // R = ceil(10 x 0.4) = 4 tokens back, so it gets 10 - 4 = 6.
+  ratelimit::TokenBucket<ManualClock, RedisStorage> tb(
+      {10, ratelimit::Rate{1, std::chrono::hours{1}}}, cached, clock);
+  tb.set_reserves({0.1, 0.4});
+  for (int i = 0; i < 6; ++i) CHECK(tb.try_acquire("k", 1, ratelimit::Priority::sheddable));
+  // 4 left: the sixth admission's state denies the next sheddable request, so it is cached.
+  CHECK(cached.stats().cache_entries == 1);
+  CHECK_FALSE(tb.try_acquire("k", 1, ratelimit::Priority::sheddable));
+  CHECK(cached.stats().cache_hits == 1);  // answered here
+  // The critical requests are decided with their own limit (10) on the cached state: 4 left,
+  // so all four are admitted (by Redis), and only then is the critical one denied.
+  for (int i = 0; i < 4; ++i) CHECK(tb.try_acquire("k", 1, ratelimit::Priority::critical));
+  CHECK_FALSE(tb.try_acquire("k", 1, ratelimit::Priority::critical));
+  CHECK(cached.stats().decisions == 6 + 4);  // the critical denial came from the cache too
+  CHECK(cached.stats().cache_hits == 2);
+}

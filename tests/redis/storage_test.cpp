@@ -10,6 +10,7 @@
 #include <vector>
 
 #include <catch2/catch.hpp>
+#include <ratelimit/algorithms/concurrency.hpp>
 #include <ratelimit/fixed_window.hpp>
 #include <ratelimit/leaky_bucket.hpp>
 #include <ratelimit/manual_clock.hpp>
@@ -516,4 +517,25 @@ TEST_CASE("Every algorithm keeps one Redis key per client key, so no half of a s
     CHECK(limiter.try_acquire("k").remaining == 99);
   });
   CHECK(storage.stats().degraded_decisions == 0);
+}
+
+TEST_CASE("A concurrency limit on Redis is exact at microsecond times of today's epoch",
+          "[redis][concurrency_limit]") {
+  // Issue 18. Lease ends are compared in whole us; a time since 1970 in us has 16 digits, more
+  // than Lua's own number formatting keeps (14): the script must not lose the last ones.
+  using namespace std::chrono_literals;
+  ratelimit::ManualClock clock;
+  const auto start = std::chrono::nanoseconds{1'764'000'123'457'123'000};  // 2025-11-24, odd us
+  clock.set(start);
+  ratelimit::ConcurrencyLimiter<ratelimit::ManualClock, ratelimit::RedisStorage> limiter(
+      {1, 1s}, ratelimit::RedisStorage(rltest::test_redis_options("concurrency-us")), clock);
+  auto held = limiter.try_acquire("k");
+  REQUIRE(held);
+  // The lease ends at start + 1 s: held 1 us before, free at that very us.
+  clock.set(start + 1s - 1us);
+  const auto blocked = limiter.try_acquire("k");
+  CHECK_FALSE(blocked);
+  CHECK(blocked.decision().retry_after == 1us);
+  clock.set(start + 1s);
+  CHECK(limiter.try_acquire("k"));
 }

@@ -4,9 +4,11 @@
 /// `acquire`. The algorithms' public classes derive from this.
 
 #include <algorithm>
+#include <array>
 #include <chrono>
 #include <cstdint>
 #include <future>
+#include <optional>
 #include <stdexcept>
 #include <string>
 #include <string_view>
@@ -18,6 +20,7 @@
 #include "decision.hpp"
 #include "detail/validate.hpp"
 #include "listener.hpp"
+#include "priority.hpp"
 #include "storage.hpp"
 
 namespace ratelimit {
@@ -62,7 +65,56 @@ class Limiter {
       : storage_(std::move(storage)),
         clock_(std::move(clock)),
         name_(std::move(name)),
+        params_(params),
         binding_(storage_.template bind<M>(name_, params)) {}
+
+  /// Keeps `r` of the limit back from the lower priorities (see `Reserves`): from now on the
+  /// priority overloads decide priority p on this limiter's keys as if the limit were reduced
+  /// by p's reserve. Calls without a priority are critical (the whole limit), as before.
+  /// Throws `std::invalid_argument` naming the field and value for a fraction outside [0, 1] or
+  /// sheddable < normal (and whatever the storage's `with_params` throws); the limiter is then
+  /// unchanged. Needs a model whose parameters have a `limit` (all the library's do) and whose
+  /// `apply` takes a state spent under a larger limit than its own (the library's models report
+  /// `remaining` 0 then; a model of your own must too).
+  /// Thread safety: not safe concurrently with decisions on this limiter; call it before the
+  /// limiter is shared.
+  void set_reserves(const Reserves& r) requires requires(typename M::Params p) { p.limit -= 1; }
+  {
+    const auto ppm = detail::check_reserves(r);
+    std::array<std::optional<Binding>, 2> shed;
+    for (std::size_t i = 0; i < shed.size(); ++i) {
+      const auto p = detail::reserved_params(params_, ppm.of[i + 1]);
+      if (p.limit >= 1) shed[i].emplace(binding_.with_params(p));
+    }
+    reserves_ = r;
+    shed_ = std::move(shed);
+  }
+
+  /// The reserves set by `set_reserves` (all zero by default).
+  const Reserves& reserves() const noexcept { return reserves_; }
+
+  /// `try_acquire(key, cost)` for a request of priority `p`: admitted only if p's reserve is
+  /// left after it. The Decision is p's: limit, remaining and retry_after are those of the
+  /// limit reduced by p's reserve (retry_after is `never` when the cost exceeds that). Throws
+  /// `std::invalid_argument` if cost < 1. Thread safety: safe from many threads.
+  /// Listeners hear it and shadow mode applies, as for `try_acquire(key, cost)`.
+  Decision try_acquire(std::string_view key, std::int64_t cost, Priority p) {
+    check_cost(cost);
+    return try_acquire_as(p, key, cost, clock_.now());
+  }
+
+  /// The same at `now`, a reading of this limiter's clock (clamped to [0, 2^62] ns).
+  Decision try_acquire(std::string_view key, std::int64_t cost, Priority p,
+                       std::chrono::nanoseconds now) {
+    check_cost(cost);
+    now = std::clamp(now, std::chrono::nanoseconds{0}, max_clock_time);
+    return try_acquire_as(p, key, cost, now);
+  }
+
+  /// What a cost-1 request of priority `p` for `key` would get now; changes nothing.
+  Decision peek(std::string_view key, Priority p) {
+    return apply_as(p, key, clock_.now(), Operation{1, true, Decision::never});
+  }
 
   /// Decides one request of `cost` units for `key` now; admits it and spends its cost, or
   /// denies it and changes nothing. Throws `std::invalid_argument` if cost < 1.
@@ -270,10 +322,44 @@ class Limiter {
     }
   }
 
+  using Binding = typename binding_of<S, M>::type;
+
+ protected:
+  /// A priority's decision, observed like every other (listeners, shadow mode).
+  Decision try_acquire_as(Priority p, std::string_view key, std::int64_t cost,
+                          std::chrono::nanoseconds now) {
+    const Operation op{cost, false, Decision::never};
+    if (const detail::ObserverSet* obs = observers_.current()) [[unlikely]]
+      return observed(*obs, key, cost, [&] { return apply_as(p, key, now, op); });
+    return apply_as(p, key, now, op);
+  }
+
+  /// Decides `op` with priority `p`'s binding (the critical one when no reserve applies).
+  Decision apply_as(Priority p, std::string_view key, std::chrono::nanoseconds now,
+                    const Operation& op) {
+    if (p == Priority::critical || !shed_configured()) return binding_.apply(key, now, op);
+    const auto& b = shed_[static_cast<std::size_t>(p) - 1];
+    if (b) return b->apply(key, now, op);
+    // Nothing of the limit is left to this priority: the key's state as it is, denied forever.
+    Decision d = binding_.apply(key, now, Operation{1, true, Decision::never});
+    d.allowed = false;
+    d.limit = 0;
+    d.remaining = 0;
+    d.retry_after = Decision::never;
+    d.delay = std::chrono::nanoseconds{0};
+    return d;
+  }
+
+ private:
+  bool shed_configured() const noexcept { return reserves_.normal > 0 || reserves_.sheddable > 0; }
+
   S storage_;
   C clock_;
   std::string name_;
-  typename binding_of<S, M>::type binding_;
+  typename M::Params params_;
+  Binding binding_;
+  Reserves reserves_;
+  std::array<std::optional<Binding>, 2> shed_;  ///< normal, sheddable; empty: never admitted
   detail::Observers observers_;
 };
 

@@ -23,10 +23,10 @@ namespace ratelimit {
 /// What a limiter asks of one key.
 /// Thread safety: a plain value.
 struct Operation {
-  /// What the operation does to the key. Only `spend` exists today; the enum is the place
-  /// where the coming operations go (giving units back, releasing a held concurrency slot),
-  /// so that storages pass them through without another change of the concept.
-  enum class Kind : std::uint8_t { spend };
+  /// What the operation does to the key: `spend` (every model), or `release`, which gives back
+  /// a held concurrency slot (ConcurrencyModel only; see `lease_end`). Storages pass the kind
+  /// through to the model without looking at it.
+  enum class Kind : std::uint8_t { spend, release };
 
   /// Units (tokens or requests) the request costs, >= 1 (checked by the limiter).
   std::int64_t cost = 1;
@@ -38,6 +38,9 @@ struct Operation {
   std::chrono::nanoseconds max_wait = Decision::never;
   /// See `Kind`.
   Kind kind = Kind::spend;
+  /// ConcurrencyModel only (ns on the limiter's clock): the end of the lease a `spend` takes, or
+  /// of the lease a `release` gives back. Other models ignore it.
+  std::chrono::nanoseconds lease_end{0};
 };
 
 /// An algorithm model (see TokenBucketModel and the others).

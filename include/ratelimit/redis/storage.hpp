@@ -35,6 +35,7 @@
 #include "../core/completion.hpp"
 #include "../core/decision.hpp"
 #include "../core/detail/validate.hpp"
+#include "../core/priority.hpp"
 #include "../core/storage.hpp"
 #include "../core/wire.hpp"
 #include "../memory/in_memory_storage.hpp"
@@ -200,11 +201,17 @@ class RedisBinding {
     return RedisPart{&ops_, this, key, tag, op};
   }
 
-  /// The same keys decided with other parameters (validated as `bind` does).
+  /// The same keys decided with other parameters (validated as `bind` does). The per-instance
+  /// limit (local_fallback, pre-limit) follows them, as the shared one divided by
+  /// `fallback_divisor`, unless `bind` was given an explicit one: a priority's reduced limit
+  /// (core/priority.hpp) then still holds while Redis is down.
   RedisBinding with_params(const typename M::Params& p) const {
     RedisBinding b = *this;
     b.bound_args_ = M::Wire::bound_args(p);
     b.params_ = p;
+    if (b.fallback_ && derived_fallback_)
+      b.fallback_.emplace(
+          fallback_->with_params(M::Wire::fallback(p, client_->options().fallback_divisor)));
     return b;
   }
 
@@ -223,7 +230,8 @@ class RedisBinding {
         params_(params),
         bound_args_(M::Wire::bound_args(params)),
         tail_(detail::redis_key_tail(M::Wire::key_tag, name)),
-        tail_hash_(hot_->cache.tail_hash(tail_)) {
+        tail_hash_(hot_->cache.tail_hash(tail_)),
+        derived_fallback_(!local.has_value()) {
     // A model whose script needs the client's time (the calendar quota: the client computes
     // the period, Redis has no time-zone data) cannot run on Redis's own clock.
     if constexpr (requires { M::Wire::needs_client_time; })
@@ -356,7 +364,13 @@ class RedisBinding {
       using Verdict = detail::OverLimitCache::Verdict;
       const auto eval = [&](const detail::CachedState& base, Decision& out) {
         const auto& c = static_cast<const Cached&>(base);
-        if (!(c.params == params_) || (!c.any_cost && c.cost != op.cost)) return Verdict::unknown;
+        // A state that is the key's whole state decides for any limit (another priority's, see
+        // core/priority.hpp): this request is decided with its own parameters, so a denial of a
+        // sheddable request never denies a critical one. A partial state (one cost's) was
+        // rebuilt for its own parameters only.
+        if (c.any_cost ? !detail::same_but_limit(c.params, params_)
+                       : (!(c.params == params_) || c.cost != op.cost))
+          return Verdict::unknown;
         // Before the state's time (a clock stepped back, an earlier explicit time), Redis
         // decides at the key's latest admitted time, which the reply did not say.
         if (!redis_time() && now < c.time) return Verdict::unknown;
@@ -519,6 +533,7 @@ class RedisBinding {
   std::string tail_;
   std::uint64_t tail_hash_;  ///< the over-limit cache's hash of tail_
   std::optional<typename InMemoryStorage::BindingOf<M>> fallback_;
+  bool derived_fallback_;  ///< fallback_'s limit is params_ / fallback_divisor, not bind's own
 };
 
 /// Keeps every key's state in Redis, shared by every process that uses the same Redis and

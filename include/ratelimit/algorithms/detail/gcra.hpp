@@ -61,7 +61,10 @@ Decision gcra_apply(const GcraParams& p, GcraState& s, std::chrono::nanoseconds 
   // The fields that describe the state with backlog `bl`; computed once, for the state the
   // decision leaves (the backlog before it unless it spends).
   const auto state_after = [&](i128 bl) {
-    d.remaining = static_cast<std::int64_t>(p.limit - ceil_div(bl, p.period));
+    // Never negative: a key spent under a larger limit (a higher priority's, see
+    // core/priority.hpp) may hold more backlog than this limit.
+    const i128 left = p.limit - ceil_div(bl, p.period);
+    d.remaining = left > 0 ? static_cast<std::int64_t>(left) : 0;
     d.reset_after = ns(per_count(bl));
   };
   if (n > p.limit) {
