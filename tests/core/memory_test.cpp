@@ -15,9 +15,11 @@
 #include <unordered_map>
 
 #include <catch2/catch.hpp>
+#include <ratelimit/core/all_of.hpp>
 #include <ratelimit/in_memory_storage.hpp>
 #include <ratelimit/manual_clock.hpp>
 #include <ratelimit/sliding_log.hpp>
+#include <ratelimit/token_bucket.hpp>
 
 #include "../support/algorithms.hpp"
 #include "../support/expect.hpp"
@@ -145,3 +147,55 @@ TEST_CASE("A sliding log key never holds more than N entries, expired ones inclu
   CHECK(s.entries.size() <= 3);
   CHECK(s.entries.capacity() <= 3);  // the ring never grows past N slots
 }
+
+namespace single_state_test {
+
+// A limiter used without a key: its one state sits beside the table's shards (detail/table.hpp,
+// `Single`). Its bookkeeping must match a keyed state's where a user can see it (size, reset,
+// reclaim, all-or-nothing decisions), and it is never dropped, so a clock that steps back after
+// a reclaim still finds the spent capacity.
+TEST_CASE("A limiter without a key keeps its one state exactly, beside the table",
+          "[in_memory][single_state]") {
+  ManualClock clock;
+  clock.set(10s);
+  InMemoryStorage storage;
+  // A bucket of 2 refilled at 1 per second: 1 token every 1 s.
+  ratelimit::TokenBucket<ManualClock> limiter(
+      ratelimit::TokenBucketConfig{2, ratelimit::per_second(1)}, storage, clock);
+  CHECK(storage.size() == 0);                   // nothing decided yet
+  CHECK(limiter.try_acquire().remaining == 1);  // 2 - 1
+  CHECK(storage.size() == 1);                   // the one state, counted as a key
+  CHECK(limiter.try_acquire().remaining == 0);  // 1 - 1
+  CHECK_FALSE(limiter.try_acquire());           // empty until 11 s
+  CHECK(storage.reclaim(clock.now()) == 0);     // not fresh: 2 tokens missing
+  CHECK(storage.size() == 1);
+
+  // At 12 s both tokens are back (1 per s): fresh, so reclaim stops counting it...
+  clock.set(12s);
+  CHECK(storage.reclaim(clock.now()) == 1);
+  CHECK(storage.size() == 0);
+  // ...but keeps the state: back at 10 s the bucket is still empty (decided at its latest time,
+  // 10 s, where both tokens were spent).
+  clock.set(10s);
+  CHECK_FALSE(limiter.try_acquire());
+
+  // reset() forgets it: at 10 s a fresh bucket of 2.
+  limiter.reset();
+  CHECK(storage.size() == 0);
+  CHECK(limiter.try_acquire().remaining == 1);  // 2 - 1
+
+  // All or nothing with another limiter's single state on the same storage: `limiter` holds
+  // 1 token, `other` 2; a cost of 2 fails on the first, so neither spends.
+  ratelimit::TokenBucket<ManualClock> other(
+      ratelimit::TokenBucketConfig{2, ratelimit::per_second(1)}, storage, clock, "other");
+  const auto both = ratelimit::try_acquire_all("", 2, limiter, other);
+  CHECK_FALSE(both.allowed);
+  CHECK(other.peek().remaining == 2);    // untouched
+  CHECK(limiter.peek().remaining == 1);  // untouched
+  // A cost of 1 fits both: each spends it.
+  CHECK(ratelimit::try_acquire_all("", 1, limiter, other).allowed);
+  CHECK(other.peek().remaining == 1);    // 2 - 1
+  CHECK(limiter.peek().remaining == 0);  // 1 - 1
+}
+
+}  // namespace single_state_test

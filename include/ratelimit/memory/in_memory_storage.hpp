@@ -39,7 +39,8 @@ namespace ratelimit {
 /// sits at most `Table::max_probe` (64) slots from its home and the rest go to an ordered map:
 /// a decision costs at most 64 slot reads plus O(log n) key comparisons, and every operation
 /// holds its shard's lock for bounded work (resizes move 16 slots per operation). The empty key
-/// (a limiter with a single state) is hashed once per table, at construction, not per decision.
+/// (a limiter with a single state) is not hashed: its state sits beside the shards, with its own
+/// lock in its cache line, and is never swept.
 /// A limiter's `try_acquire` hashes its key and starts fetching the slot before it reads the
 /// clock (`locate`), so that over many keys the clock read overlaps the memory latency.
 ///
@@ -160,7 +161,7 @@ class InMemoryStorage {
     }
     /// Hashes `key` and starts fetching its slot, without waiting for it: the limiter calls it
     /// before reading the clock, so that the clock read overlaps the memory latency of a key
-    /// not in cache. The empty key (a limiter with one state) is not hashed: its hash is kept.
+    /// not in cache. The empty key (a limiter with one state) is not hashed: it has its own state.
     detail::KeyHash locate(std::string_view key) const noexcept { return table->locate(key); }
     /// `apply` for a key already located (`at` = `locate(key)`).
     Decision apply(detail::KeyHash at, std::string_view key, std::chrono::nanoseconds now,

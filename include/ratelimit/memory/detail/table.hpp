@@ -44,8 +44,8 @@ struct TableStats {
 
 /// One model's keys for one limiter name, split into 64 independently locked shards so that
 /// threads deciding different keys rarely contend. `Hash` maps a key to 64 bits (default
-/// SipHash-1-3 under the process secret, see hash.hpp; tests swap in weak ones); it must accept
-/// every key, the empty one included (hashed once, at construction).
+/// SipHash-1-3 under the process secret, see hash.hpp; tests swap in weak ones). The empty key
+/// (a limiter used without a key) is not hashed: it has its own state beside the shards.
 ///
 /// Each shard is an open-addressing array (linear probing, backward-shift deletion) of slots
 /// that hold the key's hash, the key itself when it is short, and the model's state: for the
@@ -109,18 +109,20 @@ class Table {
   Table(const Table&) = delete;
   Table& operator=(const Table&) = delete;
 
-  /// Decides `key` under its shard's lock.
+  /// Decides `key` under its shard's lock (the empty key: under the single state's lock).
   Decision apply(const Params& p, std::string_view key, std::chrono::nanoseconds now,
                  const Operation& op) {
+    if (key.empty()) return single_.apply(p, now, op);
     return apply(p, locate(key), key, now, op);
   }
 
-  /// Hashes `key` (the empty key's hash is computed once, at construction: a limiter with one
-  /// state hashes nothing) and starts fetching the cache lines its decision will touch (its
-  /// shard's lock and its home slot) without waiting for them, so that whatever the caller does
-  /// next, such as reading the clock, overlaps the memory latency. Reads only relaxed atomics:
-  /// the slot address is a hint, possibly stale (a prefetch of a stale address is harmless).
+  /// Hashes `key` (not the empty key: a limiter with one state hashes nothing) and starts fetching
+  /// the cache lines its decision will touch (its shard's lock and its home slot) without waiting
+  /// for them, so that whatever the caller does next, such as reading the clock, overlaps the
+  /// memory latency. Reads only relaxed atomics: the slot address is a hint, possibly stale (a
+  /// prefetch of a stale address is harmless).
   KeyHash locate(std::string_view key) const noexcept {
+    if (key.empty()) return KeyHash{0};  // the single state: nothing to hash or fetch
     const KeyHash h{hash_key(key)};
     const Shard& shard = shard_of(h.value);
     // For writing: the lock's compare-and-swap needs the line exclusive, and a shared copy
@@ -139,6 +141,7 @@ class Table {
   /// Decides `key`, whose `locate(key)` is `h`, under its shard's lock.
   Decision apply(const Params& p, KeyHash h, std::string_view key, std::chrono::nanoseconds now,
                  const Operation& op) {
+    if (key.empty()) return single_.apply(p, now, op);
     Shard& shard = shard_of(h.value);
     std::lock_guard lock(shard.mutex);
     return decide_in(shard, h.value, p, key, now, op);
@@ -146,17 +149,21 @@ class Table {
 
   /// The lock that guards `key`'s slot: what `InMemoryStorage::decide_all` takes, in address
   /// order, before it calls `apply_locked` on several keys.
-  ShardLock& lock_of(std::string_view key) noexcept { return shard_of(hash_key(key)).mutex; }
+  ShardLock& lock_of(std::string_view key) noexcept {
+    return key.empty() ? single_.lock : shard_of(hash_key(key)).mutex;
+  }
 
   /// Decides `key`; the caller holds `lock_of(key)`.
   Decision apply_locked(const Params& p, std::string_view key, std::chrono::nanoseconds now,
                         const Operation& op) {
+    if (key.empty()) return single_.apply_locked(p, now, op);
     const std::uint64_t h = hash_key(key);
     return decide_in(shard_of(h), h, p, key, now, op);
   }
 
   /// Puts `key` back to its fresh state (drops it).
   void reset(std::string_view key) {
+    if (key.empty()) return single_.reset();
     const std::uint64_t h = hash_key(key);
     Shard& shard = shard_of(h);
     std::lock_guard lock(shard.mutex);
@@ -169,6 +176,7 @@ class Table {
   /// Keys, slots and bytes held (each shard read under its lock, one after the other).
   TableStats stats() const {
     TableStats s;
+    s.keys = single_.held();
     for (const Shard& shard : shards_) {
       std::lock_guard lock(shard.mutex);
       s.keys += shard.cur.size + shard.old.size + shard.overflow.size();
@@ -185,7 +193,7 @@ class Table {
   /// decision), finishes any resize and shrinks sparse shards, holding each shard's lock for at
   /// most `chunk` slots at a time. Returns the number of keys dropped.
   std::size_t reclaim(std::chrono::nanoseconds now) {
-    std::size_t dropped = 0;
+    std::size_t dropped = single_.reclaim(now);
     for (Shard& shard : shards_) dropped += shard.reclaim(now);
     return dropped;
   }
@@ -196,10 +204,53 @@ class Table {
   Shard& shard_of(std::uint64_t h) noexcept { return shards_[h % shard_count]; }
   const Shard& shard_of(std::uint64_t h) const noexcept { return shards_[h % shard_count]; }
 
-  /// The key's hash; the empty key's (the key of a limiter with one state) computed once.
-  std::uint64_t hash_key(std::string_view key) const noexcept {
-    return key.empty() ? empty_hash_ : hash_(key);
-  }
+  std::uint64_t hash_key(std::string_view key) const noexcept { return hash_(key); }
+
+  /// The empty key's state (a limiter with a single state, used without a key), apart from
+  /// the shards: nothing is hashed, no slot is searched, nothing is swept, and its lock shares
+  /// the state's cache line, so a decision moves one line between threads. It is never dropped
+  /// (one state, kept exactly even when the clock steps back); it counts as a key from its
+  /// first admission until `reset`, or a `reclaim` that finds it fresh.
+  struct alignas(64) Single {
+    mutable ShardLock lock;
+    bool decided = false;  ///< since the last reset or reclaim: counted as a key
+    State state{};
+    Params params{};  ///< of the decision that set `decided`: what `reclaim` judges with
+
+    Decision apply(const Params& p, std::chrono::nanoseconds now, const Operation& op) {
+      std::lock_guard guard(lock);
+      return apply_locked(p, now, op);
+    }
+
+    Decision apply_locked(const Params& p, std::chrono::nanoseconds now, const Operation& op) {
+      Decision d = M::apply(p, state, now, op);
+      if (!decided && !op.peek && d.allowed) [[unlikely]] {
+        decided = true;
+        params = p;
+      }
+      return d;
+    }
+
+    void reset() {
+      std::lock_guard guard(lock);
+      state = State{};
+      decided = false;
+    }
+
+    std::size_t held() const {
+      std::lock_guard guard(lock);
+      return decided ? 1 : 0;
+    }
+
+    /// Stops counting the state as a key once it is fresh (the state itself is kept: it is
+    /// what makes a clock that steps back decide as before). 1 if it stopped.
+    std::size_t reclaim(std::chrono::nanoseconds now) {
+      std::lock_guard guard(lock);
+      if (!decided || !M::is_fresh(params, state, now)) return 0;
+      decided = false;
+      return 1;
+    }
+  };
 
   Decision decide_in(Shard& shard, std::uint64_t h, const Params& p, std::string_view key,
                      std::chrono::nanoseconds now, const Operation& op) {
@@ -683,7 +734,7 @@ class Table {
   };
 
   [[no_unique_address]] Hash hash_;
-  const std::uint64_t empty_hash_ = hash_(std::string_view{});
+  Single single_;
   std::array<Shard, shard_count> shards_;
 };
 
