@@ -2,6 +2,8 @@
 // rates whose exact durations fall between nanoseconds, and window edges 1 ns apart, which a
 // millisecond-resolution backend cannot express.
 #include <chrono>
+#include <cstdint>
+#include <vector>
 
 #include <catch2/catch.hpp>
 #include <ratelimit/fixed_window.hpp>
@@ -104,3 +106,72 @@ TEST_CASE("Window edges are exact to the nanosecond",
   clock.set(1s + 1ns);
   CHECK(sl.try_acquire("k") == admitted(1, 0, 1s));
 }
+
+namespace divisor_test {
+
+using ratelimit::detail::Divisor;
+
+/// floor(n / d) by the hardware's division, the definition the multiply must equal.
+std::uint64_t by_division(std::uint64_t n, std::int64_t d) {
+  return n / static_cast<std::uint64_t>(d);
+}
+
+// core/detail/arith.hpp: Divisor replaces a division by a multiply and a shift, and must equal
+// floor(n / d) for every n in [0, 2^63) and d in [1, 2^63). Checked where a multiply-and-shift
+// goes wrong if its constant is off by one: at the multiples of d and one below, at the range's
+// ends, for divisors at, below and above powers of two, and on pseudo-random pairs.
+TEST_CASE("Divisor divides exactly like the division instruction", "[arith][divisor]") {
+  constexpr std::uint64_t top = (std::uint64_t{1} << 63) - 1;  // the largest n
+  std::vector<std::int64_t> divisors{1,
+                                     2,
+                                     3,
+                                     5,
+                                     7,
+                                     10,
+                                     1000,
+                                     1'000'000,
+                                     1'000'000'007,
+                                     3'600'000'000'000,
+                                     std::int64_t{1} << 62,
+                                     static_cast<std::int64_t>(top)};
+  for (int b = 1; b < 63; ++b) {
+    const std::int64_t p = std::int64_t{1} << b;
+    divisors.insert(divisors.end(), {p - 1, p, p + 1});
+  }
+  std::uint64_t x = 0x9e3779b97f4a7c15;  // xorshift64 state
+  const auto next = [&x] {
+    x ^= x << 13;
+    x ^= x >> 7;
+    x ^= x << 17;
+    return x;
+  };
+  for (int i = 0; i < 2000; ++i)
+    divisors.push_back(static_cast<std::int64_t>(next() >> (1 + next() % 63)) | 1);
+  for (const std::int64_t d : divisors) {
+    const Divisor inv(d);
+    const auto ud = static_cast<std::uint64_t>(d);
+    std::vector<std::uint64_t> ns{0, 1, top, top - 1, ud - 1, ud, ud + 1};
+    for (const std::uint64_t q : {std::uint64_t{2}, std::uint64_t{3}, top / ud}) {
+      if (q == 0 || q > top / ud) continue;
+      ns.insert(ns.end(), {q * ud - 1, q * ud, q * ud + (ud > 1 ? ud - 1 : 0)});
+    }
+    for (int i = 0; i < 50; ++i) ns.push_back(next() >> 1);
+    for (const std::uint64_t n : ns) {
+      if (n > top) continue;
+      if (inv.quot(n) != by_division(n, d)) {
+        INFO("n = " << n << ", d = " << d);
+        REQUIRE(inv.quot(n) == by_division(n, d));
+      }
+    }
+  }
+  // The helpers built on it, against the i128 definitions.
+  using ratelimit::detail::i128;
+  CHECK(ratelimit::detail::ceil_div(i128{7}, 2, Divisor(2)) == 4);     // ceil(7 / 2)
+  CHECK(ratelimit::detail::ceil_div(i128{8}, 2, Divisor(2)) == 4);     // 8 / 2
+  CHECK(ratelimit::detail::floor_div(i128{-7}, 2, Divisor(2)) == -4);  // floor(-3.5)
+  const i128 big = i128{1} << 100;                                     // past the multiply's range
+  CHECK(ratelimit::detail::ceil_div(big + 1, 3, Divisor(3)) == (big + 1 + 2) / 3);
+  CHECK(ratelimit::detail::ceil_div(std::int64_t{10}, 4, Divisor(4)) == 3);  // ceil(2.5)
+}
+
+}  // namespace divisor_test

@@ -46,7 +46,7 @@ struct FixedWindowModel {
   static Decision apply(const Params& p, State& s, std::chrono::nanoseconds now,
                         const Operation& op) noexcept {
     const std::int64_t t = now.count() > s.last ? now.count() : s.last;
-    const std::int64_t k = t / p.window;
+    const std::int64_t k = p.window_of(t);
     // last <= t, so last is in t's window iff last >= its start (one division, not two).
     const std::int64_t c = s.last >= k * p.window ? s.count : 0;
     const std::int64_t n = op.cost;
@@ -73,7 +73,7 @@ struct FixedWindowModel {
 
   static bool is_fresh(const Params& p, const State& s, std::chrono::nanoseconds now) noexcept {
     const std::int64_t t = now.count() > s.last ? now.count() : s.last;
-    return s.count == 0 || s.last < t / p.window * p.window;  // last before t's window
+    return s.count == 0 || s.last < p.window_of(t) * p.window;  // last before t's window
   }
 };
 

@@ -51,23 +51,28 @@ struct SlidingCounterModel {
     using detail::i128;
     const std::int64_t W = p.window, N = p.limit;
     const std::int64_t t = now.count() > s.last ? now.count() : s.last;
-    const std::int64_t k = t / W;
+    const std::int64_t k = p.window_of(t);
     const auto [c, prev] = counts_at(p, s, k);
     const std::int64_t e = t - k * W;
     const std::int64_t n = op.cost;
     Decision d{};
     d.limit = N;
-    describe(d, p, c, prev, t, k);
+    // remaining and reset_after describe the state the decision leaves: computed once, for it.
     if (n > N) {
+      describe(d, p, c, prev, t, k);
       d.retry_after = Decision::never;
       return d;
     }
     if (i128{c + n} * W + i128{prev} * (W - e) > i128{N} * W) {
+      describe(d, p, c, prev, t, k);
       d.retry_after = std::chrono::nanoseconds{retry_at(p, c, prev, k, n) - t};
       return d;
     }
     d.allowed = true;
-    if (op.peek) return d;
+    if (op.peek) {
+      describe(d, p, c, prev, t, k);
+      return d;
+    }
     s = State{t, c + n, prev};
     describe(d, p, s.current, prev, t, k);
     return d;
@@ -75,7 +80,7 @@ struct SlidingCounterModel {
 
   static bool is_fresh(const Params& p, const State& s, std::chrono::nanoseconds now) noexcept {
     const std::int64_t t = now.count() > s.last ? now.count() : s.last;
-    const auto [c, prev] = counts_at(p, s, t / p.window);
+    const auto [c, prev] = counts_at(p, s, p.window_of(t));
     return c == 0 && prev == 0;
   }
 
@@ -99,7 +104,7 @@ struct SlidingCounterModel {
     using detail::i128;
     const std::int64_t W = p.window;
     const i128 free_scaled = i128{p.limit} * W - i128{c} * W - i128{prev} * (W - (t - k * W));
-    const i128 rem = detail::floor_div(free_scaled, W);
+    const i128 rem = detail::floor_div(free_scaled, W, p.per_window);
     d.remaining = rem < 0 ? 0 : static_cast<std::int64_t>(rem);
     if (c > 0)
       d.reset_after = std::chrono::nanoseconds{(k + 2) * W - t};

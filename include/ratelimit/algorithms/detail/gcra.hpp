@@ -24,6 +24,13 @@ struct GcraParams {
   std::int64_t limit;   ///< capacity B or queue size Q (units)
   std::int64_t count;   ///< units per `period`, reduced
   std::int64_t period;  ///< ns, reduced
+  /// Divisions by `period` and `count` as multiplies (computed from them on construction).
+  Divisor per_period{period};
+  Divisor per_count{count};
+  /// Whether limit x period <= 2^60, and the most ns `at` may lie ahead of t for the backlog
+  /// (at - t) x count + frac to stay <= 2^61: then gcra_apply computes in 64 bits.
+  bool fits_64 = i128{limit} * period <= (i128{1} << 60);
+  std::int64_t max_ahead_64 = count > 0 ? ((std::int64_t{1} << 61) - count) / count : 0;
 
   friend constexpr bool operator==(const GcraParams&, const GcraParams&) = default;
 };
@@ -41,29 +48,30 @@ constexpr GcraParams make_gcra_params(std::int64_t limit, std::int64_t count,
   return {limit, count / g, period.count() / g};
 }
 
-/// Shaping = false: token bucket. Shaping = true: leaky bucket (the admitted request's delay is
-/// the backlog, and `op.max_wait` bounds it).
-template <bool Shaping>
-Decision gcra_apply(const GcraParams& p, GcraState& s, std::chrono::nanoseconds now,
-                    const Operation& op) noexcept {
-  const std::int64_t t = now.count() > s.last ? now.count() : s.last;
+/// gcra_apply's arithmetic at time t >= s.last with intermediates of type I: std::int64_t when
+/// every product fits (see gcra_apply), i128 otherwise. The same code either way.
+template <bool Shaping, class I>
+Decision gcra_decide(const GcraParams& p, GcraState& s, std::int64_t t, bool ahead,
+                     const Operation& op) noexcept {
   // Backlog D * count = (at - t) * count, from at's whole ns and remainder: no 128-bit division.
-  const bool ahead = s.at_ns > t || (s.at_ns == t && s.at_frac > 0);
-  const i128 backlog = ahead ? i128{s.at_ns - t} * p.count + s.at_frac : 0;  // in 1/count ns
-  const i128 full = i128{p.limit} * p.period;  // B (or Q) in the same unit as D*count
+  const I backlog = ahead ? I{s.at_ns - t} * p.count + s.at_frac : 0;  // in 1/count ns
+  const I full = I{p.limit} * p.period;  // B (or Q) in the same unit as D*count
   const std::int64_t n = op.cost;
 
   Decision d{};
   d.limit = p.limit;
   // Divisions by `count` are skipped when it is 1 (a whole number of ns per unit, the common
-  // case once reduced): a 64-bit division costs tens of cycles, much of a decision's budget.
-  const auto per_count = [&](i128 v) { return p.count == 1 ? v : ceil_div(v, p.count); };
+  // case once reduced); the others are multiplies (Divisor): a 64-bit division instruction
+  // costs tens of cycles, much of a decision's budget.
+  const auto per_count = [&](I v) -> I {
+    return p.count == 1 ? v : static_cast<I>(ceil_div(v, p.count, p.per_count));
+  };
   // The fields that describe the state with backlog `bl`; computed once, for the state the
   // decision leaves (the backlog before it unless it spends).
-  const auto state_after = [&](i128 bl) {
+  const auto state_after = [&](I bl) {
     // Never negative: a key spent under a larger limit (a higher priority's, see
     // core/priority.hpp) may hold more backlog than this limit.
-    const i128 left = p.limit - ceil_div(bl, p.period);
+    const I left = p.limit - static_cast<I>(ceil_div(bl, p.period, p.per_period));
     d.remaining = left > 0 ? static_cast<std::int64_t>(left) : 0;
     d.reset_after = ns(per_count(bl));
   };
@@ -72,7 +80,7 @@ Decision gcra_apply(const GcraParams& p, GcraState& s, std::chrono::nanoseconds 
     d.retry_after = Decision::never;
     return d;
   }
-  const i128 needed = backlog + i128{n} * p.period;
+  const I needed = backlog + I{n} * p.period;
   if (needed > full) {
     state_after(backlog);
     d.retry_after = ns(per_count(needed - full));
@@ -94,13 +102,35 @@ Decision gcra_apply(const GcraParams& p, GcraState& s, std::chrono::nanoseconds 
     return d;
   }
   // at <- max(at, t) + n * period / count, kept as whole ns plus a remainder below count.
-  const i128 advance = (ahead ? s.at_frac : 0) + i128{n} * p.period;
-  const auto [whole, frac] = p.count == 1 ? DivMod{advance, 0} : divmod(advance, p.count);
-  s.at_ns = (ahead ? s.at_ns : t) + static_cast<std::int64_t>(whole);
-  s.at_frac = static_cast<std::int64_t>(frac);
+  const I advance = (ahead ? s.at_frac : 0) + I{n} * p.period;
+  if (p.count == 1) {
+    s.at_ns = (ahead ? s.at_ns : t) + static_cast<std::int64_t>(advance);
+    s.at_frac = 0;
+  } else {
+    const auto [whole, frac] = divmod(advance, p.count, p.per_count);
+    s.at_ns = (ahead ? s.at_ns : t) + static_cast<std::int64_t>(whole);
+    s.at_frac = static_cast<std::int64_t>(frac);
+  }
   s.last = t;
   state_after(needed);
   return d;
+}
+
+/// Shaping = false: token bucket. Shaping = true: leaky bucket (the admitted request's delay is
+/// the backlog, and `op.max_wait` bounds it).
+template <bool Shaping>
+Decision gcra_apply(const GcraParams& p, GcraState& s, std::chrono::nanoseconds now,
+                    const Operation& op) noexcept {
+  const std::int64_t t = now.count() > s.last ? now.count() : s.last;
+  const bool ahead = s.at_ns > t || (s.at_ns == t && s.at_frac > 0);
+  // In 64 bits when every intermediate stays below 2^62: full = limit x period <= 2^60
+  // (p.fits_64), the cost's n x period <= full, and the backlog (at - t) x count + frac
+  // <= 2^61 (checked here: a key spent under other parameters may hold more than full). Then
+  // needed <= 2^61 + 2^60 and advance <= count + full. Most limits fit; the 128-bit
+  // arithmetic, spilled to the stack, cost as much as the rest of the decision.
+  if (p.fits_64 && (!ahead || s.at_ns - t <= p.max_ahead_64))
+    return gcra_decide<Shaping, std::int64_t>(p, s, t, ahead, op);
+  return gcra_decide<Shaping, i128>(p, s, t, ahead, op);
 }
 
 /// True when the bucket is full (token) or the queue empty (leaky) at `now`.

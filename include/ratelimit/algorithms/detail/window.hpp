@@ -5,6 +5,7 @@
 #include <chrono>
 #include <cstdint>
 
+#include "../../core/detail/arith.hpp"
 #include "../../core/detail/validate.hpp"
 #include "../../core/rate.hpp"
 
@@ -14,6 +15,15 @@ namespace ratelimit::detail {
 struct WindowParams {
   std::int64_t limit;   ///< N (requests)
   std::int64_t window;  ///< W (ns)
+  /// Division by W as a multiply (computed from it on construction).
+  Divisor per_window{window};
+
+  /// floor(t / W): the index of the window holding t (ns, >= 0, as every clock reading).
+  constexpr std::int64_t window_of(std::int64_t t) const noexcept {
+    if (t < 0) [[unlikely]]
+      return static_cast<std::int64_t>(floor_div(t, window));
+    return static_cast<std::int64_t>(per_window.quot(static_cast<std::uint64_t>(t)));
+  }
 
   friend constexpr bool operator==(const WindowParams&, const WindowParams&) = default;
 };
