@@ -143,7 +143,7 @@ class InMemoryStorage {
   /// e.g. `SteadyClock{}.now()`), finishes resizes and shrinks sparse tables: memory is then
   /// what the keys not yet fresh need. For a service gone idle, where no decision sweeps. Each
   /// shard is locked for at most 1024 slots at a time, so decisions go on meanwhile. Freshness
-  /// is judged with the parameters of each shard's latest decision (the limiter's, unless
+  /// is judged with the parameters of a recent decision of each shard (the limiter's, unless
   /// `with_params` varies them). Returns the number of keys dropped. Never throws but
   /// `std::bad_alloc`.
   /// Thread safety: safe from many threads, concurrently with decisions.

@@ -189,9 +189,10 @@ class Table {
     return s;
   }
 
-  /// Drops every key that is fresh at `now` (under the parameters of its shard's latest
-  /// decision), finishes any resize and shrinks sparse shards, holding each shard's lock for at
-  /// most `chunk` slots at a time. Returns the number of keys dropped.
+  /// Drops every key that is fresh at `now` (under the parameters of a recent decision of its
+  /// shard: the latest of every sweep_every-th, or the first), finishes any resize and shrinks
+  /// sparse shards, holding each shard's lock for at most `chunk` slots at a time. Returns the
+  /// number of keys dropped.
   std::size_t reclaim(std::chrono::nanoseconds now) {
     std::size_t dropped = single_.reclaim(now);
     for (Shard& shard : shards_) dropped += shard.reclaim(now);
@@ -255,8 +256,11 @@ class Table {
   Decision decide_in(Shard& shard, std::uint64_t h, const Params& p, std::string_view key,
                      std::chrono::nanoseconds now, const Operation& op) {
     const std::uint64_t tag = h | 1;  // 0 marks an empty slot, 2 a moved one
-    shard.params = p;
-    shard.has_params = true;
+    // Only the shard's first line is written here (lock, counter, latest time): with two threads
+    // on one key, every line written moves between their cores at each decision. The
+    // parameters (a line or two) are kept for sweeps only when a sweep runs.
+    if (!shard.has_params) [[unlikely]]
+      shard.keep_params(p);
     if (shard.latest < now) shard.latest = now;
     Decision d;
     if (State* s = shard.find(tag, key)) {
@@ -272,6 +276,7 @@ class Table {
     }
     if (shard.old.capacity != 0) shard.migrate(p, now, migrate_step);
     if (++shard.decisions % sweep_every == 0) {
+      shard.keep_params(p);
       shard.sweep(p, now, sweep_every * sweep_step);
       if (!shard.overflow.empty()) shard.sweep_overflow(p, now, sweep_every);
       if (shard.decisions % foreign_every == 0) visit_idle(shard, now);
@@ -483,19 +488,25 @@ class Table {
   static constexpr std::size_t filter_keys = 512;
 
   struct alignas(64) Shard {
+    // The first cache line: all that a decision on a key in `cur` writes (4 + 4 + 8 + 8 + 8 +
+    // 32 bytes; see decide_in).
     mutable ShardLock mutex;
-    Array cur;                   ///< where keys are inserted
-    Array old;                   ///< being emptied into `cur` by a resize (capacity 0: none)
-    std::size_t migrate_at = 0;  ///< next `old` slot to move
-    std::size_t sweep_at = 0;    ///< next `cur` slot to sweep
+    bool has_params = false;
     std::size_t decisions = 0;
+    std::chrono::nanoseconds latest{0};  ///< the latest time decided here
+    std::size_t sweep_at = 0;            ///< next `cur` slot to sweep
+    Array cur;                           ///< where keys are inserted
+    // Read by decisions, written only by resizes and sweeps (a line that is only read is shared
+    // by the cores, not moved).
+    Array old;                       ///< being emptied into `cur` by a resize (capacity 0: none)
+    std::size_t migrate_at = 0;      ///< next `old` slot to move
     std::size_t decisions_seen = 0;  ///< `decisions` when another shard last visited
     /// Keys that found no slot within max_probe of their home, with their tags.
     std::map<std::string, Spill, std::less<>> overflow;
     std::string overflow_next;  ///< the overflow sweep's position (the next key >= it)
-    Params params{};            ///< of the latest decision: what reclaim and visits sweep with
-    bool has_params = false;
-    std::chrono::nanoseconds latest{0};  ///< the latest time decided here
+    /// Of the latest decision that swept (every sweep_every-th) or of the first: what reclaim
+    /// and visits sweep with.
+    Params params{};
     // Drops, for pinning: keys dropped since the filter was last cleared set 2 of its bits and
     // are pinned to `recent_horizon`; every key to `old_horizon` (drops before that).
     std::unique_ptr<std::uint64_t[]> filter;
@@ -513,6 +524,11 @@ class Table {
     Shard& operator=(const Shard&) = delete;
 
     std::size_t live() const noexcept { return cur.size + old.size + overflow.size(); }
+
+    void keep_params(const Params& p) {
+      params = p;
+      has_params = true;
+    }
 
     State* find(std::uint64_t tag, std::string_view key) {
       if (Slot* s = cur.find(tag, key)) return &s->state();
