@@ -20,12 +20,19 @@ struct WindowParams {
 
   /// floor(t / W): the index of the window holding t (ns, >= 0, as every clock reading).
   constexpr std::int64_t window_of(std::int64_t t) const noexcept {
-    if (t < 0) [[unlikely]]
-      return static_cast<std::int64_t>(floor_div(t, window));
-    return static_cast<std::int64_t>(per_window.quot(static_cast<std::uint64_t>(t)));
+    if (t >= 0) [[likely]]
+      return static_cast<std::int64_t>(per_window.quot(static_cast<std::uint64_t>(t)));
+    return window_before_epoch(t);
   }
 
   friend constexpr bool operator==(const WindowParams&, const WindowParams&) = default;
+
+ private:
+  /// floor(t / W) for t < 0, out of line: inline, its 128-bit division made the decision too
+  /// large for the compiler to inline into the table's lookup.
+  [[gnu::cold, gnu::noinline]] std::int64_t window_before_epoch(std::int64_t t) const noexcept {
+    return static_cast<std::int64_t>(floor_div(t, window));
+  }
 };
 
 inline WindowParams make_window_params(const Rate& r) {
