@@ -3,9 +3,11 @@
 // millisecond-resolution backend cannot express.
 #include <chrono>
 #include <cstdint>
+#include <string>
 #include <vector>
 
 #include <catch2/catch.hpp>
+#include <ratelimit/core/detail/decimal.hpp>
 #include <ratelimit/fixed_window.hpp>
 #include <ratelimit/leaky_bucket.hpp>
 #include <ratelimit/manual_clock.hpp>
@@ -175,3 +177,27 @@ TEST_CASE("Divisor divides exactly like the division instruction", "[arith][divi
 }
 
 }  // namespace divisor_test
+
+namespace decimal_test {
+
+// core/detail/decimal.hpp writes the scripts' exact arguments: 64-bit values by std::to_chars,
+// larger ones digit by digit. Both sides of the boundary, against the numbers' decimal forms.
+TEST_CASE("to_decimal writes 64-bit and 128-bit integers exactly", "[arith][decimal]") {
+  using ratelimit::detail::i128;
+  using ratelimit::detail::to_decimal;
+  const i128 two63 = i128{1} << 63;
+  CHECK(to_decimal(0) == "0");
+  CHECK(to_decimal(-7) == "-7");
+  CHECK(to_decimal(two63 - 1) == "9223372036854775807");    // 2^63 - 1, the last in 64 bits
+  CHECK(to_decimal(two63) == "9223372036854775808");        // 2^63, the first past them
+  CHECK(to_decimal(-two63) == "-9223372036854775808");      // -2^63, still 64 bits
+  CHECK(to_decimal(-two63 - 1) == "-9223372036854775809");  // past them
+  i128 e30 = 1;
+  for (int i = 0; i < 30; ++i) e30 *= 10;
+  CHECK(to_decimal(e30) == "1" + std::string(30, '0'));              // 10^30
+  CHECK(to_decimal(-e30 - 5) == "-1" + std::string(29, '0') + "5");  // -(10^30 + 5)
+  for (const i128 v : {two63 - 1, two63, -two63 - 1, e30})
+    CHECK(ratelimit::detail::parse_decimal(to_decimal(v)) == v);
+}
+
+}  // namespace decimal_test
