@@ -6,6 +6,7 @@
 #include <catch2/catch.hpp>
 
 #include <chrono>
+#include <future>
 #include <memory>
 #include <string>
 #include <string_view>
@@ -299,4 +300,25 @@ TEMPLATE_LIST_TEST_CASE("A service's listeners follow its reloads", "[monitor][r
   REQUIRE(service.detach_listener(*counts));
   (void)service.should_rate_limit(req);
   CHECK(counts->total() == 5);
+}
+
+// A non-blocking decision's completion may run after its limiter is gone (on Redis, on the I/O
+// thread): it holds the listener set itself (detail::ObserverSet, shared), so the listeners
+// still hear it and nothing reads freed memory (ASan).
+TEMPLATE_LIST_TEST_CASE("An asynchronous decision is heard even when its limiter is gone first",
+                        "[monitor][listener][async]", Backends) {
+  ManualClock clock;
+  auto storage = TestType::make();
+  auto counts = std::make_shared<rltest::CountingListener>();
+  std::promise<Decision> done;
+  auto got = done.get_future();
+  {
+    auto limiter = bucket(storage, clock, "async-gone");
+    limiter.attach_listener(counts);
+    limiter.try_acquire_async("alice", 1, [&done](Decision d) { done.set_value(d); });
+  }  // the limiter (and its attach point) destroyed, perhaps before the reply
+  const Decision d = got.get();
+  CHECK(d.allowed);  // a fresh bucket of 3: 3 - 1 left
+  CHECK(d.remaining == 2);
+  CHECK(counts->count("async-gone", Outcome::allowed) == 1);
 }

@@ -169,10 +169,10 @@ class Limiter {
     check_cost(cost);
     auto completion = detail::make_completion<Decision>(std::forward<F>(done));
     if (const detail::ObserverSet* obs = observers_.current()) [[unlikely]] {
-      // The set stays alive while this limiter does; the completion may run after the
-      // limiter is gone, so it holds copies of the set's listeners and of the name.
-      completion = [set = std::make_shared<detail::ObserverSet>(*obs), name = name_,
-                    k = std::string(key), cost, inner = std::move(completion)](Decision d) {
+      // The completion may run after the limiter is gone: it holds the set (one reference
+      // count, see detail::ObserverSet) and a copy of the name.
+      completion = [set = obs->shared_from_this(), name = name_, k = std::string(key), cost,
+                    inner = std::move(completion)](Decision d) {
         if (set->shadow && !d.allowed) shadow(d);
         detail::Observers::decision(*set, name, k, cost, d, std::chrono::nanoseconds{-1});
         inner(std::move(d));

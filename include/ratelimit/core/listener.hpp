@@ -132,8 +132,10 @@ struct ListenerEntry {
   bool with_keys = false;
 };
 
-/// An immutable set of listeners and flags, published whole.
-struct ObserverSet {
+/// An immutable set of listeners and flags, published whole. Owned by shared pointers, so an
+/// asynchronous decision's completion, which may outlive the limiter, holds the set itself
+/// (`shared_from_this`: one reference count) rather than a copy of it.
+struct ObserverSet : std::enable_shared_from_this<ObserverSet> {
   std::vector<ListenerEntry> entries;
   bool shadow = false;  ///< a limiter in shadow mode (see `Limiter::set_shadow_mode`)
 };
@@ -234,7 +236,11 @@ class Observers {
   void update(Edit&& edit) {
     std::lock_guard<std::mutex> lock(mutex_);
     const ObserverSet* cur = head_.load(std::memory_order_relaxed);
-    auto next = std::make_unique<ObserverSet>(cur != nullptr ? *cur : ObserverSet{});
+    auto next = std::make_shared<ObserverSet>();
+    if (cur != nullptr) {
+      next->entries = cur->entries;
+      next->shadow = cur->shadow;
+    }
     edit(*next);
     const ObserverSet* publish = nullptr;
     if (!next->entries.empty() || next->shadow) {
@@ -245,17 +251,24 @@ class Observers {
   }
 
   void copy_from(const Observers& other) {
-    ObserverSet copy;
+    std::vector<ListenerEntry> entries;
+    bool shadow = false;
     {
       std::lock_guard<std::mutex> lock(other.mutex_);
-      if (const ObserverSet* s = other.head_.load(std::memory_order_relaxed)) copy = *s;
+      if (const ObserverSet* s = other.head_.load(std::memory_order_relaxed)) {
+        entries = s->entries;
+        shadow = s->shadow;
+      }
     }
-    update([&](ObserverSet& s) { s = std::move(copy); });
+    update([&](ObserverSet& s) {
+      s.entries = std::move(entries);
+      s.shadow = shadow;
+    });
   }
 
   std::atomic<const ObserverSet*> head_{nullptr};
   mutable std::mutex mutex_;
-  std::vector<std::unique_ptr<const ObserverSet>> kept_;  ///< every set ever published
+  std::vector<std::shared_ptr<const ObserverSet>> kept_;  ///< every set ever published
 };
 
 }  // namespace detail

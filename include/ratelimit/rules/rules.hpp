@@ -826,8 +826,9 @@ class RuleSet {
     auto complete = detail::make_completion<RuleSetDecision>(std::forward<F>(done));
     auto p = std::make_shared<Pending>(prepare(request, cost));
     if (const detail::ObserverSet* obs = observers_.current()) {
-      // The completion may outlive the set: it holds copies of the listeners and the request.
-      complete = [set = std::make_shared<detail::ObserverSet>(*obs), rules = rules_,
+      // The completion may outlive the rule set: it holds the listener set (a reference) and a
+      // copy of the request.
+      complete = [set = obs->shared_from_this(), rules = rules_,
                   req = std::vector<DescriptorEntry>(request.begin(), request.end()), cost,
                   inner = std::move(complete)](RuleSetDecision d) {
         report(*set, *rules, req, cost, d, std::chrono::nanoseconds{-1});
@@ -906,7 +907,7 @@ class RuleSet {
   void decide_async(const RateLimitRequest& request, F&& done) {
     auto complete = detail::make_completion<RateLimitResponse>(std::forward<F>(done));
     if (const detail::ObserverSet* obs = observers_.current()) {
-      complete = [set = std::make_shared<detail::ObserverSet>(*obs), rules = rules_, req = request,
+      complete = [set = obs->shared_from_this(), rules = rules_, req = request,
                   inner = std::move(complete)](RateLimitResponse r) {
         report(*set, *rules, req, r, std::chrono::nanoseconds{-1});
         inner(std::move(r));
