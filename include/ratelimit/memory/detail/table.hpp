@@ -25,6 +25,7 @@
 #include "../../core/storage.hpp"
 #include "hash.hpp"
 #include "shard_lock.hpp"
+#include "zeroed_block.hpp"
 
 namespace ratelimit::detail {
 
@@ -57,8 +58,8 @@ struct TableStats {
 ///   many; a key that finds no slot there goes to the shard's overflow map (ordered by the key's
 ///   bytes, O(log n) comparisons). Colliding hashes thus cost at most `max_probe` slot reads plus
 ///   a map lookup, never a scan of the shard.
-/// - A resize is incremental: the new array is allocated zeroed (calloc: no writes under the
-///   lock), every later operation on the shard moves `migrate_step` slots of the old one, and
+/// - A resize is incremental: the new array is allocated zeroed (fresh pages: no writes under
+///   the lock), every later operation on the shard moves `migrate_step` slots of the old one, and
 ///   lookups read both until the old one is empty.
 /// - Reclamation is incremental: every decision sweeps `sweep_step` slots of its shard on
 ///   average (in batches of 16 every 8th decision, and one overflow entry per decision),
@@ -95,6 +96,8 @@ class Table {
   static constexpr std::size_t sweep_every = 8;
   /// Slots of the old array every operation moves during a resize.
   static constexpr std::size_t migrate_step = 16;
+  /// Bytes of an old array's migrated prefix given back to the kernel at once (one madvise).
+  static constexpr std::size_t release_batch = 64 * 1024;
   /// Every this many decisions a shard also sweeps `foreign_step` slots of an idle shard.
   static constexpr std::size_t foreign_every = 64;  // a multiple of sweep_every
   static constexpr std::size_t foreign_step = 64;
@@ -246,7 +249,7 @@ class Table {
   // key room is what is left of a 64-byte line (28 bytes for a 24-byte state: an IPv4 address,
   // a UUID's hex without dashes, a typical user id), and at least 20 bytes for larger states.
   // The state is constructed only while the slot is occupied, so a zeroed array is a valid
-  // empty one (and calloc's fresh pages need no writing).
+  // empty one (and fresh pages need no writing).
   static constexpr std::size_t line = 64;
   static constexpr std::size_t header = sizeof(std::uint64_t) + sizeof(std::uint32_t);
   static constexpr std::size_t fits_line = line - header - sizeof(State);
@@ -329,30 +332,28 @@ class Table {
     to.tag = from.tag;
   }
 
-  /// A zero-filled array of slots (calloc: large ones come as fresh pages, not written here).
+  /// A zero-filled array of slots (ZeroedBlock: a mapping of its own from a page up, its pages
+  /// untouched until keys land in them, given back to the kernel when freed).
   struct Array {
-    void* block = nullptr;
+    ZeroedBlock block;
     Slot* slots = nullptr;
     std::size_t capacity = 0;
     std::size_t size = 0;  ///< occupied slots
 
     Array() = default;
-    explicit Array(std::size_t n) {
-      block = std::calloc(n * sizeof(Slot) + alignof(Slot), 1);
-      if (block == nullptr) throw std::bad_alloc();
-      const auto at = reinterpret_cast<std::uintptr_t>(block);
-      slots = reinterpret_cast<Slot*>((at + alignof(Slot) - 1) / alignof(Slot) * alignof(Slot));
+    explicit Array(std::size_t n) : block(n * sizeof(Slot), alignof(Slot)) {
+      slots = static_cast<Slot*>(block.data());
       capacity = n;
     }
     Array(Array&& o) noexcept
-        : block(std::exchange(o.block, nullptr)),
+        : block(std::move(o.block)),
           slots(std::exchange(o.slots, nullptr)),
           capacity(std::exchange(o.capacity, 0)),
           size(std::exchange(o.size, 0)) {}
     Array& operator=(Array&& o) noexcept {
       if (this != &o) {
         release();
-        block = std::exchange(o.block, nullptr);
+        block = std::move(o.block);
         slots = std::exchange(o.slots, nullptr);
         capacity = std::exchange(o.capacity, 0);
         size = std::exchange(o.size, 0);
@@ -366,8 +367,7 @@ class Table {
       if (size > 0)
         for (std::size_t i = 0; i < capacity; ++i)
           if (slots[i].tag & 1) clear(slots[i]);
-      std::free(block);
-      block = nullptr;
+      block.reset();
       slots = nullptr;
       capacity = size = 0;
     }
@@ -380,11 +380,17 @@ class Table {
 
     std::size_t probe_limit() const noexcept { return std::min(max_probe, capacity); }
 
-    /// The slot holding `key`, or null: at most max_probe slots read, `moved` ones skipped.
-    Slot* find(std::uint64_t tag, std::string_view key) noexcept {
+    /// The slot holding `key`, or null: at most max_probe slots read, `moved` ones skipped, and
+    /// so are the slots below `moved_below` without reading them (an old array's migrated
+    /// prefix, whose pages may have been given back: they would read as empty).
+    Slot* find(std::uint64_t tag, std::string_view key, std::size_t moved_below = 0) noexcept {
       if (size == 0) return nullptr;
       std::size_t i = home(tag);
       for (std::size_t n = probe_limit(); n > 0; --n) {
+        if (i < moved_below) {
+          if (++i == capacity) i = 0;
+          continue;
+        }
         Slot& s = slots[i];
         if (s.tag == tag && key_equals(s, key)) return &s;
         if (s.tag == 0) return nullptr;
@@ -465,7 +471,7 @@ class Table {
 
     State* find(std::uint64_t tag, std::string_view key) {
       if (Slot* s = cur.find(tag, key)) return &s->state();
-      if (Slot* s = old.find(tag, key)) return &s->state();
+      if (Slot* s = old.find(tag, key, migrate_at)) return &s->state();
       if (!overflow.empty()) {
         const auto it = overflow.find(key);
         if (it != overflow.end()) return &it->second.state;
@@ -534,6 +540,10 @@ class Table {
         s.tag = moved;
         --old.size;
       }
+      // The moved prefix is never read again (lookups skip it): its pages go back to the
+      // kernel as the migration passes them, so an array being emptied shrinks as the new
+      // one fills.
+      old.block.release_prefix(migrate_at * sizeof(Slot), release_batch);
       finish_migration();
     }
 
@@ -618,7 +628,7 @@ class Table {
     void erase(std::uint64_t tag, std::string_view key) {
       if (Slot* s = cur.find(tag, key)) {
         cur.erase_at(static_cast<std::size_t>(s - cur.slots));
-      } else if (Slot* o = old.find(tag, key)) {
+      } else if (Slot* o = old.find(tag, key, migrate_at)) {
         clear(*o);
         o->tag = moved;
         --old.size;
