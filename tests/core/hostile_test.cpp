@@ -87,25 +87,54 @@ std::vector<std::string> random_keys(std::size_t count, std::size_t length, std:
   return keys;
 }
 
-/// A deliberately weak hash for the table: every key gets the same value.
+using ratelimit::detail::Hash128;
+
+/// The table stores a key's 128-bit hash instead of the key (issue 19): the weak policies
+/// below make the first word (what picks the shard, the home and the tag) weak, and the second
+/// word tell the test's keys apart, so that colliding first words still cost probes and the
+/// overflow map, while distinct keys keep distinct states.
+
+/// The second word for the weak policies: SipHash-2-4 under a fixed key. Not injective on all
+/// keys, but it tells the test's keys apart: each test that uses it checks that its keys' words
+/// are distinct.
+std::uint64_t distinct_word(std::string_view key) {
+  return ratelimit::detail::siphash<2, 4>({0x0123456789abcdef, 0xfedcba9876543210}, key.data(),
+                                          key.size());
+}
+
+/// A deliberately weak hash for the table: every key gets the same first word.
 struct ConstantHash {
-  std::uint64_t operator()(std::string_view) const noexcept { return 0x5555555555555555; }
+  Hash128 operator()(std::string_view key) const noexcept {
+    return {0x5555555555555555, distinct_word(key)};
+  }
 };
 
-/// The first version's hash with a fixed seed (what an attacker of the first version faced).
+/// The first version's hash with a fixed seed (what an attacker of the first version faced) as
+/// the first word.
 struct FirstVersionHash {
-  std::uint64_t operator()(std::string_view key) const noexcept {
-    return key.size() > 16 ? first_version_hash(key, 42) : std::hash<std::string_view>{}(key);
+  Hash128 operator()(std::string_view key) const noexcept {
+    return {key.size() > 16 ? first_version_hash(key, 42) : std::hash<std::string_view>{}(key),
+            distinct_word(key)};
   }
 };
 
-/// A hash the test controls: the key's decimal value (so the test knows shard, home and filter
-/// bits); the empty key, which every table hashes once at construction, is 0.
+/// A hash the test controls: both words are the key's decimal value (so the test knows shard,
+/// home and filter bits, and distinct numbers are distinct keys); the empty key, which every
+/// table hashes once at construction, is 0.
 struct NumberHash {
-  std::uint64_t operator()(std::string_view key) const noexcept {
-    return key.empty() ? 0 : std::stoull(std::string(key));
+  Hash128 operator()(std::string_view key) const noexcept {
+    const std::uint64_t v = key.empty() ? 0 : std::stoull(std::string(key));
+    return {v, v};
   }
 };
+
+/// True if `keys` have distinct second words under `hash` (what the weak policies need).
+template <class Hash>
+bool second_words_distinct(const std::vector<std::string>& keys, const Hash& hash) {
+  std::set<std::uint64_t> words;
+  for (const auto& k : keys) words.insert(hash(k).second);
+  return words.size() == keys.size();
+}
 
 // Token bucket of capacity 1 refilled at 1 per second: the simplest state that a request makes
 // non-fresh for exactly 1 s.
@@ -148,26 +177,83 @@ TEST_CASE("SipHash-2-4 gives the reference implementation's 64 test vectors", "[
   }
 }
 
+TEST_CASE("SipHash-2-4 with 128-bit output gives the reference implementation's 64 test vectors",
+          "[in_memory][hash]") {
+  // The 128-bit outputs of SipHash-2-4 for key 00 01 .. 0f and messages of length 0..63 whose
+  // byte i is i: `vectors_sip128` in vectors.h of the reference C implementation
+  // (github.com/veorq/SipHash), each 16 output bytes read as two little-endian words (bytes
+  // 0..7, then 8..15). The table keys its slots by this output (SipHash-1-3 rounds).
+  static constexpr Hash128 vectors[64] = {
+      {0xe6a825ba047f81a3, 0x930255c71472f66d}, {0x44af996bd8c187da, 0x45fc229b11597634},
+      {0xc75da4a48d227781, 0xe4ff0af6de8ba3fc}, {0x4ea967520cb6709c, 0x51ed8529b0b6335f},
+      {0xaf8f9c2dc16481f8, 0x7955cd7b7c6e0f7d}, {0x886f778059876813, 0x27960e69077a5254},
+      {0x1386208b33caee14, 0x5ea1d78f30a05e48}, {0x53c1dbd8beebf1a1, 0x3982f01fa64ab8c0},
+      {0x61f55862baa9623b, 0xb49714f364e2830f}, {0xabbad90a06994426, 0xed716dbb028b7fc4},
+      {0x56691478c30d1100, 0xbafbd0f3d34754c9}, {0x77666b3868c55101, 0x18dce5816fdcb4a2},
+      {0x58f35e9066b226d6, 0x25c13285f64d6382}, {0x108bc0e947e26998, 0xf752b9c44f9329d0},
+      {0x9cded766aceffc31, 0x024949e45f48c77e}, {0x11a8b03399e99354, 0xd9c3cf970fec087e},
+      {0xbb54b067caa4e26e, 0x77052385bf1533fd}, {0x98b88d73e8063d47, 0x4077e47ac466c054},
+      {0x8548bf23e4e526a4, 0x23f7aefe81a44d29}, {0xb0fa65cf31770178, 0xb12e51528920d574},
+      {0x7390223f83fc259e, 0xeb3938e8a544933e}, {0x215a52be5a498e56, 0x121d073ecd14228a},
+      {0x9a6bd15245b5294a, 0xae0aff8e52109c46}, {0xe0f5a9d5dd84d1c9, 0x1c69bf9a9ae28ccf},
+      {0xd850bd78ae79b42d, 0xad32618a178a2a88}, {0x7b445e2d045fce8e, 0x6f8f8dcbeab95150},
+      {0xe807c3b3b4530b9c, 0x661f147886e0ae7e}, {0xe4eaa669af48f2ab, 0x94eb9e122febd3bf},
+      {0x884b576816da6406, 0xf4ae587302f335b9}, {0xe97d33bfc49d4baa, 0xb76a7c463cfdd40c},
+      {0xde6baf1f477f5cea, 0x87226d68d4d71a2b}, {0xfcfa233218b03929, 0x353dc4524fde2317},
+      {0x3efcea5eca56397c, 0x68eb4665559d3e36}, {0x321cf0467107c677, 0xcfffa94e5f9db6b6},
+      {0xdf7e84b86c98a637, 0xde549b30f1f02509}, {0xf9a8a99de6f005a7, 0xc88c3c922e1a2407},
+      {0x4648c4291f7dc43d, 0x11674f90ed769e1e}, {0x1a0efce601bf620d, 0x2b69d3c551473c0d},
+      {0x9e667cca8b46038c, 0xb5e7be4b085efde4}, {0x9c2caf3bb95b8a52, 0xd92bd2d0e5cc7344},
+      {0xad5dc9951e306adf, 0xd83b91c6c80cae97}, {0x397f852c90891180, 0xdbb6705e289135e7},
+      {0xbb31c2c96a3417e6, 0x5b0ccacc34ae5036}, {0xaa21b7ef3734d927, 0x89df5aecdc211840},
+      {0x785e9ced9d7d2389, 0x4273cc66b1c9b1d8}, {0x657d5ebf91806d4a, 0x4cb150a294fa8911},
+      {0x89aee75560f9330e, 0x022949cf3d0efc3f}, {0xd1190b722b431ce6, 0x1b1563dc4bd8c88e},
+      {0xcf82f749f5aee5f7, 0x169b2608a6559037}, {0x4fa5b7d00f038d43, 0x03641a20adf237a8},
+      {0xe304bf4feed390a5, 0x3f4286f2270d7e24}, {0xc493fe72a1c1e25f, 0x38f5f9ae7cd35cb1},
+      {0x6eb306bd5c32972c, 0x7c013a8bd03d13b2}, {0x94ca6b7a2214c892, 0x9ed32a009f65f09f},
+      {0x8c32d80b1150e8dc, 0x871d91d64108d5fb}, {0x1279dac78449f167, 0xda832592b52be348},
+      {0xe94ed572cff23819, 0x362a1da96f16947e}, {0xfe49ed46961e4874, 0x8e6904163024620f},
+      {0xd8d6a998dea5fc57, 0x1d8a3d58d0386400}, {0xbe1cdcef1cdeec9f, 0x595357d9743676d4},
+      {0x53f128eb000c04e3, 0x40e772d8cb73ca66}, {0xfe1d836a9a009776, 0x7a0f6793591ca9cc},
+      {0xa067f52123545358, 0xbd5947f0a447d505}, {0x4a83502f77d15051, 0x7cbd3f979a063e50},
+  };
+  const ratelimit::detail::SipKey key{0x0706050403020100, 0x0f0e0d0c0b0a0908};
+  char message[64];
+  for (int i = 0; i < 64; ++i) message[i] = static_cast<char>(i);
+  for (std::size_t n = 0; n < 64; ++n) {
+    INFO("message length " << n);
+    const Hash128 h = ratelimit::detail::siphash128<2, 4>(key, message, n);
+    CHECK(h.first == vectors[n].first);
+    CHECK(h.second == vectors[n].second);
+  }
+}
+
 TEST_CASE("Two tables hash the same key differently", "[in_memory][hash]") {
   // Each table perturbs the process secret; equal 64-bit outputs would be a 2^-64 accident.
   const ratelimit::detail::SipKeyHash a, b;
   CHECK(a("api-key-1") != b("api-key-1"));
   CHECK(a("api-key-1") == a("api-key-1"));
+  // The same for the table's 128-bit hash, word by word.
+  const ratelimit::detail::SipKeyHash128 c, d;
+  CHECK(c("api-key-1").first != d("api-key-1").first);
+  CHECK(c("api-key-1").second != d("api-key-1").second);
+  CHECK(c("api-key-1") == c("api-key-1"));
 }
 
 TEST_CASE("The first version's colliding keys collide under its hash and spread under SipHash",
           "[in_memory][hash][regression]") {
   // Regression for issue 12, item 1: 1,000 keys built from the flaw gave one hash value under
   // two different seeds.
+  // The table's hash: its first word picks the shard and the home.
   const auto keys = first_version_colliding_keys(1000);
   std::set<std::uint64_t> old_a, old_b, sip;
-  const ratelimit::detail::SipKeyHash hash;
+  const ratelimit::detail::SipKeyHash128 hash;
   std::array<int, 64> per_shard{};
   for (const auto& k : keys) {
     old_a.insert(first_version_hash(k, 1));
     old_b.insert(first_version_hash(k, 0xfeedface));
-    sip.insert(hash(k));
-    ++per_shard[hash(k) % 64];
+    sip.insert(hash(k).first);
+    ++per_shard[hash(k).first % 64];
   }
   CHECK(old_a.size() == 1);
   CHECK(old_b == old_a);
@@ -214,6 +300,7 @@ TEST_CASE("With a hash that gives every key one value, the table stays exact and
   ratelimit::detail::Table<TokenBucketModel, ConstantHash> table;
   using T = decltype(table);
   const auto keys = random_keys(40'000, 12, 11);
+  REQUIRE(second_words_distinct(keys, ConstantHash{}));
   for (const auto& k : keys) REQUIRE(table.apply(one_per_second, k, 1s, Operation{}).allowed);
   const auto stats = table.stats();
   CHECK(stats.keys == keys.size());
@@ -229,6 +316,52 @@ TEST_CASE("With a hash that gives every key one value, the table stays exact and
   CHECK(table.size() <= T::keep + 1);
 }
 
+namespace hash128_test {
+
+/// A hash the test controls word by word: key "x/y" hashes to {x, y} (decimal); the empty key
+/// to {0, 0}.
+struct PairHash {
+  Hash128 operator()(std::string_view key) const {
+    if (key.empty()) return {};
+    const std::string k(key);
+    const std::size_t slash = k.find('/');
+    return {std::stoull(k.substr(0, slash)), std::stoull(k.substr(slash + 1))};
+  }
+};
+
+}  // namespace hash128_test
+
+TEST_CASE("A key is its 128-bit hash: equal first words are told apart by the second",
+          "[in_memory][hash]") {
+  // Issue 19: slots hold the hash's two words instead of the key. Keys "64/1" .. "64/200"
+  // share the first word (one shard, one home, one tag) and differ in the second: each keeps
+  // its own bucket. 200 keys on one home: 64 sit in the array (max_probe), 136 in the overflow
+  // map, which is keyed by both words.
+  ratelimit::detail::Table<TokenBucketModel, hash128_test::PairHash> table;
+  using T = decltype(table);
+  const auto key = [](int i) { return "64/" + std::to_string(i); };
+  for (int i = 1; i <= 200; ++i)
+    REQUIRE(table.apply(one_per_second, key(i), 1s, Operation{}).allowed);
+  // Each bucket of 1 was spent at 1 s: denied at 1.25 s, 0.75 s to wait (1 s per token).
+  for (int i = 1; i <= 200; ++i) {
+    const Decision d = table.apply(one_per_second, key(i), 1250ms, Operation{});
+    REQUIRE_FALSE(d.allowed);
+    REQUIRE(d.retry_after == 750ms);
+  }
+  // Settled (200 operations finish any resize): 64 keys in the array, the rest in the map.
+  CHECK(table.stats().keys == 200);
+  CHECK(table.stats().overflow == 200 - T::max_probe);
+  // Reset drops one key, found by both words, in the array or the overflow map alike.
+  table.reset(key(1));
+  table.reset(key(200));
+  CHECK(table.apply(one_per_second, key(1), 1250ms, Operation{}).allowed);
+  CHECK(table.apply(one_per_second, key(200), 1250ms, Operation{}).allowed);
+  CHECK_FALSE(table.apply(one_per_second, key(100), 1250ms, Operation{}).allowed);
+  // Two spellings with the same two words are one key (what the class comment bounds at
+  // n^2 / 2^129 for SipHash under the secret): "064/7" is "64/7", whose token is spent.
+  CHECK_FALSE(table.apply(one_per_second, "064/7", 1250ms, Operation{}).allowed);
+}
+
 TEST_CASE("The first version's colliding keys stay cheap even under the first version's hash",
           "[in_memory][hash][regression]") {
   // Even if an attacker could collide the hash (here: the first version's, fixed seed), 80,000
@@ -237,6 +370,7 @@ TEST_CASE("The first version's colliding keys stay cheap even under the first ve
   // stay exact.
   ratelimit::detail::Table<TokenBucketModel, FirstVersionHash> table;
   const auto keys = first_version_colliding_keys(80'000);
+  REQUIRE(second_words_distinct(keys, FirstVersionHash{}));
   for (const auto& k : keys) REQUIRE(table.apply(one_per_second, k, 1s, Operation{}).allowed);
   for (const auto& k : keys) REQUIRE_FALSE(table.apply(one_per_second, k, 1s, Operation{}).allowed);
   CHECK(table.stats().overflow >= keys.size() - decltype(table)::max_probe);

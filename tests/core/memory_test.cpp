@@ -8,11 +8,15 @@
 // G x K keys after G generations; dropping the fresh ones must keep size() to a small multiple
 // of one generation, while every decision, on new keys, revisited live keys and revisited
 // dropped keys alike, equals the naive reference model's (which never forgets anything).
+#include <sys/mman.h>
+#include <unistd.h>
+
 #include <algorithm>
 #include <chrono>
 #include <cstdint>
 #include <string>
 #include <unordered_map>
+#include <vector>
 
 #include <catch2/catch.hpp>
 #include <ratelimit/core/all_of.hpp>
@@ -199,3 +203,53 @@ TEST_CASE("A limiter without a key keeps its one state exactly, beside the table
 }
 
 }  // namespace single_state_test
+
+// --- slot arrays that give memory back (issue 19) ----------------------------------------------
+
+namespace zeroed_block_test {
+
+/// Which of the `pages` pages from `at` are resident (mincore), as a string of '1' and '0'.
+std::string residency(const void* at, std::size_t pages) {
+  const std::size_t page = static_cast<std::size_t>(sysconf(_SC_PAGESIZE));
+  std::vector<unsigned char> v(pages);
+  REQUIRE(mincore(const_cast<void*>(at), pages * page, v.data()) == 0);
+  std::string s;
+  for (const unsigned char c : v) s += (c & 1) ? '1' : '0';
+  return s;
+}
+
+}  // namespace zeroed_block_test
+
+TEST_CASE("A slot array's pages stay untouched until written and go back as its prefix is released",
+          "[in_memory][memory]") {
+  // Regression for issue 19: arrays freed by resizes stayed resident (calloc'd from the heap
+  // once glibc had raised its mmap threshold), 177 bytes per key at 1,000,000 keys.
+  using ratelimit::detail::ZeroedBlock;
+  using zeroed_block_test::residency;
+  const std::size_t page = static_cast<std::size_t>(sysconf(_SC_PAGESIZE));
+  ZeroedBlock block(8 * page, 64);
+  auto* bytes = static_cast<unsigned char*>(block.data());
+  REQUIRE(bytes != nullptr);
+  CHECK(reinterpret_cast<std::uintptr_t>(bytes) % page == 0);  // a mapping of its own
+  // Nothing written yet: no page resident (a fresh array costs no page faults).
+  CHECK(residency(bytes, 8) == "00000000");
+  for (std::size_t i = 0; i < 8 * page; i += 512) bytes[i] = 7;
+  CHECK(residency(bytes, 8) == "11111111");
+  // 2.5 pages released with a batch of 4 pages: fewer than a batch due, nothing happens yet.
+  block.release_prefix(2 * page + page / 2, 4 * page);
+  CHECK(residency(bytes, 8) == "11111111");
+  // 5.5 pages: 5 whole pages due (>= one batch), given back; the sixth is partly live.
+  block.release_prefix(5 * page + page / 2, 4 * page);
+  CHECK(residency(bytes, 8) == "00000111");
+  // Given-back pages read as zeros again.
+  CHECK(bytes[0] == 0);
+  CHECK(bytes[5 * page] == 7);
+  // The whole block: the rest goes at once, however small (the end of a migration).
+  block.release_prefix(8 * page, 4 * page);
+  CHECK(residency(bytes + 5 * page, 3) == "000");
+  // A block under a page comes from calloc, zeroed and aligned.
+  ZeroedBlock small(100, 64);
+  auto* s = static_cast<unsigned char*>(small.data());
+  CHECK(reinterpret_cast<std::uintptr_t>(s) % 64 == 0);
+  CHECK(std::all_of(s, s + 100, [](unsigned char c) { return c == 0; }));
+}

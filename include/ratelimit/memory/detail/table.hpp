@@ -25,12 +25,13 @@
 #include "../../core/storage.hpp"
 #include "hash.hpp"
 #include "shard_lock.hpp"
+#include "zeroed_block.hpp"
 
 namespace ratelimit::detail {
 
 /// A key's hash, as `Table::locate` returns it (the key's slot already being fetched).
 struct KeyHash {
-  std::uint64_t value;
+  Hash128 value;
 };
 
 /// What a table holds, for monitoring and tests.
@@ -43,23 +44,37 @@ struct TableStats {
 };
 
 /// One model's keys for one limiter name, split into 64 independently locked shards so that
-/// threads deciding different keys rarely contend. `Hash` maps a key to 64 bits (default
-/// SipHash-1-3 under the process secret, see hash.hpp; tests swap in weak ones). The empty key
-/// (a limiter used without a key) is not hashed: it has its own state beside the shards.
+/// threads deciding different keys rarely contend. `Hash` maps a key to a Hash128 (default
+/// SipHash-1-3 with 128-bit output under the process secret, see hash.hpp; tests swap in weak
+/// ones). The empty key (a limiter used without a key) is not hashed: it has its own state
+/// beside the shards.
 ///
-/// Each shard is an open-addressing array (linear probing, backward-shift deletion) of slots
-/// that hold the key's hash, the key itself when it is short, and the model's state: for the
-/// 16- and 24-byte states a slot is one 64-byte cache line, so a decision on a key that is not
-/// in cache costs one memory access.
+/// Keys are not stored: a key is its 128-bit hash. Each shard is an open-addressing array
+/// (linear probing, backward-shift deletion) of slots {tag: the first hash word with bit 0 set
+/// (0 marks an empty slot, 2 a migrated one), check: the second word, the model's state}:
+/// 32 bytes for the 16-byte state (fixed window), 40 for the 24-byte ones (GCRA, sliding
+/// counter), more for the sliding log's; no heap copy of long keys and no byte compare. Why
+/// this is safe: two distinct keys share a state only if both 64-bit words of their SipHash
+/// collide. SipHash is a PRF under the process's 128-bit secret, so among n keys that happens
+/// with probability about n^2 / 2^129 (1e-25 for 10 million keys; the shard and home bits
+/// cost nothing, they are the same words), and nobody who does not know the secret can choose
+/// keys that collide more often (what flooding and impersonating another key would need): the
+/// same argument that lets the keyed hash resist flooding, with 128 bits instead of 64.
+/// Memory: a 40-byte slot at the arrays' 0.56 to 0.7 load is 57 to 71 bytes per key (see
+/// InMemoryStorage for the measured figures); a slot of 40 bytes may straddle two cache lines,
+/// and `locate` fetches both.
 ///
 /// Bounded work per operation, whatever the keys:
 /// - A key is placed at most `max_probe` slots from its home, and a lookup reads at most that
-///   many; a key that finds no slot there goes to the shard's overflow map (ordered by the key's
-///   bytes, O(log n) comparisons). Colliding hashes thus cost at most `max_probe` slot reads plus
-///   a map lookup, never a scan of the shard.
-/// - A resize is incremental: the new array is allocated zeroed (calloc: no writes under the
-///   lock), every later operation on the shard moves `migrate_step` slots of the old one, and
-///   lookups read both until the old one is empty.
+///   many; a key that finds no slot there goes to the shard's overflow map (ordered by the
+///   128-bit hash, O(log n) comparisons). Colliding hashes thus cost at most `max_probe` slot reads
+///   plus a map lookup, never a scan of the shard.
+/// - A resize is incremental: the new array is allocated zeroed (fresh pages: no writes under
+///   the lock), every later operation on the shard moves `migrate_step` slots of the old one, and
+///   lookups read both until the old one is empty. Arrays of a page or more are mappings of
+///   their own (ZeroedBlock), so a freed array goes back to the kernel at once, and the old
+///   array's pages go back as the migration passes them (in `release_batch` steps): a resize
+///   holds about 1.3 times the new array at its peak, not the new one plus all earlier ones.
 /// - Reclamation is incremental: every decision sweeps `sweep_step` slots of its shard on
 ///   average (in batches of 16 every 8th decision, and one overflow entry per decision),
 ///   dropping up to as many keys back to their fresh state; every
@@ -76,7 +91,7 @@ struct TableStats {
 /// last 512 drops) says it may have been dropped (about 5 % of never-seen keys, false positive)
 /// or more than 512 keys were dropped from the shard since the clock's reading; those are
 /// pinned like dropped keys.
-template <Model M, class Hash = SipKeyHash>
+template <Model M, class Hash = SipKeyHash128>
 class Table {
   using State = typename M::State;
   using Params = typename M::Params;
@@ -89,12 +104,18 @@ class Table {
   static constexpr std::size_t max_probe = 64;
   /// Slots of its own shard every decision sweeps, on average: every `sweep_every`-th decision
   /// of a shard sweeps sweep_every x sweep_step slots at once, their cache lines fetched
-  /// together (one slot is one line: fetching them one by one, two per decision, cost two
-  /// memory latencies per decision).
+  /// together (fetching them one by one, two per decision, cost two memory latencies per
+  /// decision).
   static constexpr std::size_t sweep_step = 2;
   static constexpr std::size_t sweep_every = 8;
-  /// Slots of the old array every operation moves during a resize.
-  static constexpr std::size_t migrate_step = 16;
+  /// Slots of the old array every operation moves during a resize (their lines fetched
+  /// together). The total work of a resize does not depend on it; the time both arrays are
+  /// held does: at 16, with inserts landing on most pages of the new array while the old one
+  /// was still mostly held, 1,000,000 keys peaked at 105 resident bytes per key (40-byte
+  /// slots), at 64 at 77.
+  static constexpr std::size_t migrate_step = 64;
+  /// Bytes of an old array's migrated prefix given back to the kernel at once (one madvise).
+  static constexpr std::size_t release_batch = 64 * 1024;
   /// Every this many decisions a shard also sweeps `foreign_step` slots of an idle shard.
   static constexpr std::size_t foreign_every = 64;  // a multiple of sweep_every
   static constexpr std::size_t foreign_step = 64;
@@ -122,9 +143,9 @@ class Table {
   /// memory latency. Reads only relaxed atomics: the slot address is a hint, possibly stale (a
   /// prefetch of a stale address is harmless).
   KeyHash locate(std::string_view key) const noexcept {
-    if (key.empty()) return KeyHash{0};  // the single state: nothing to hash or fetch
+    if (key.empty()) return KeyHash{};  // the single state: nothing to hash or fetch
     const KeyHash h{hash_key(key)};
-    const Shard& shard = shard_of(h.value);
+    const Shard& shard = shard_of(h.value.first);
     // For writing: the lock's compare-and-swap needs the line exclusive, and a shared copy
     // fetched first would cost a second transfer when another core holds it.
     __builtin_prefetch(&shard, 1);
@@ -132,8 +153,12 @@ class Table {
     const auto capacity = shard.hint_capacity.load(std::memory_order_relaxed);
     if (capacity != 0) {
       const std::size_t i = static_cast<std::size_t>(
-          (static_cast<HashWide>(h.value | 1) * capacity) >> 64);  // Array::home
-      __builtin_prefetch(reinterpret_cast<const void*>(base + i * sizeof(Slot)));
+          (static_cast<HashWide>(h.value.first | 1) * capacity) >> 64);  // Array::home
+      // Every line the slot touches (half the 40-byte slots straddle two lines).
+      const std::uintptr_t first = base + i * sizeof(Slot);
+      const std::uintptr_t last = first + sizeof(Slot) - 1;
+      for (std::uintptr_t at = first & ~std::uintptr_t{line - 1}; at <= last; at += line)
+        __builtin_prefetch(reinterpret_cast<const void*>(at));
     }
     return h;
   }
@@ -142,32 +167,32 @@ class Table {
   Decision apply(const Params& p, KeyHash h, std::string_view key, std::chrono::nanoseconds now,
                  const Operation& op) {
     if (key.empty()) return single_.apply(p, now, op);
-    Shard& shard = shard_of(h.value);
+    Shard& shard = shard_of(h.value.first);
     std::lock_guard lock(shard.mutex);
-    return decide_in(shard, h.value, p, key, now, op);
+    return decide_in(shard, h.value, p, now, op);
   }
 
   /// The lock that guards `key`'s slot: what `InMemoryStorage::decide_all` takes, in address
   /// order, before it calls `apply_locked` on several keys.
   ShardLock& lock_of(std::string_view key) noexcept {
-    return key.empty() ? single_.lock : shard_of(hash_key(key)).mutex;
+    return key.empty() ? single_.lock : shard_of(hash_key(key).first).mutex;
   }
 
   /// Decides `key`; the caller holds `lock_of(key)`.
   Decision apply_locked(const Params& p, std::string_view key, std::chrono::nanoseconds now,
                         const Operation& op) {
     if (key.empty()) return single_.apply_locked(p, now, op);
-    const std::uint64_t h = hash_key(key);
-    return decide_in(shard_of(h), h, p, key, now, op);
+    const Hash128 h = hash_key(key);
+    return decide_in(shard_of(h.first), h, p, now, op);
   }
 
   /// Puts `key` back to its fresh state (drops it).
   void reset(std::string_view key) {
     if (key.empty()) return single_.reset();
-    const std::uint64_t h = hash_key(key);
-    Shard& shard = shard_of(h);
+    const Hash128 h = hash_key(key);
+    Shard& shard = shard_of(h.first);
     std::lock_guard lock(shard.mutex);
-    shard.erase(h | 1, key);
+    shard.erase(h.first | 1, h.second);
   }
 
   /// Keys held.
@@ -205,7 +230,7 @@ class Table {
   Shard& shard_of(std::uint64_t h) noexcept { return shards_[h % shard_count]; }
   const Shard& shard_of(std::uint64_t h) const noexcept { return shards_[h % shard_count]; }
 
-  std::uint64_t hash_key(std::string_view key) const noexcept { return hash_(key); }
+  Hash128 hash_key(std::string_view key) const noexcept { return hash_(key); }
 
   /// The empty key's state (a limiter with a single state, used without a key), apart from
   /// the shards: nothing is hashed, no slot is searched, nothing is swept, and its lock shares
@@ -253,9 +278,10 @@ class Table {
     }
   };
 
-  Decision decide_in(Shard& shard, std::uint64_t h, const Params& p, std::string_view key,
-                     std::chrono::nanoseconds now, const Operation& op) {
-    const std::uint64_t tag = h | 1;  // 0 marks an empty slot, 2 a moved one
+  Decision decide_in(Shard& shard, Hash128 h, const Params& p, std::chrono::nanoseconds now,
+                     const Operation& op) {
+    const std::uint64_t tag = h.first | 1;  // 0 marks an empty slot, 2 a moved one
+    const std::uint64_t check = h.second;
     // Only the shard's first line is written here (lock, counter, latest time): with two threads
     // on one key, every line written moves between their cores at each decision. The
     // parameters (a line or two) are kept for sweeps only when a sweep runs.
@@ -263,16 +289,16 @@ class Table {
       shard.keep_params(p);
     if (shard.latest < now) shard.latest = now;
     Decision d;
-    if (State* s = shard.find(tag, key)) {
+    if (State* s = shard.find(tag, check)) {
       d = M::apply(p, *s, now, op);
     } else {
       // A key dropped as fresh is decided no earlier than its drop time, as if it had kept its
       // state, so a clock that steps back never revives spent capacity (see the class comment).
-      const auto pin = shard.pinned_time(h);
+      const auto pin = shard.pinned_time(h.first);
       const auto t = now < pin ? pin : now;
       State fresh{};
       d = M::apply(p, fresh, t, op);
-      if (!M::is_fresh(p, fresh, t)) shard.insert(tag, key, std::move(fresh));
+      if (!M::is_fresh(p, fresh, t)) shard.insert(tag, check, std::move(fresh));
     }
     if (shard.old.capacity != 0) shard.migrate(p, now, migrate_step);
     if (++shard.decisions % sweep_every == 0) {
@@ -298,117 +324,62 @@ class Table {
     other.mutex.unlock();
   }
 
-  // Slot layout: tag (8 bytes), key length (4), key bytes or a heap pointer, state. The inline
-  // key room is what is left of a 64-byte line (28 bytes for a 24-byte state: an IPv4 address,
-  // a UUID's hex without dashes, a typical user id), and at least 20 bytes for larger states.
-  // The state is constructed only while the slot is occupied, so a zeroed array is a valid
-  // empty one (and calloc's fresh pages need no writing).
+  // Slot layout: tag, check, state (see the class comment). The state is constructed only
+  // while the slot is occupied, so a zeroed array is a valid empty one (and fresh pages need
+  // no writing).
   static constexpr std::size_t line = 64;
-  static constexpr std::size_t header = sizeof(std::uint64_t) + sizeof(std::uint32_t);
-  static constexpr std::size_t fits_line = line - header - sizeof(State);
-  static constexpr std::size_t room_unaligned =
-      sizeof(State) + header + 20 <= line ? fits_line : 28;
-  static constexpr std::size_t inline_room =
-      room_unaligned - (header + room_unaligned) % alignof(State);
-  static constexpr std::size_t slot_align =
-      header + inline_room + sizeof(State) <= line ? line : alignof(State);
-  static constexpr std::uint32_t spilled_length = 0xffffffff;
   static constexpr std::uint64_t moved = 2;  ///< tag of an old-array slot already migrated
 
-  struct alignas(slot_align) Slot {
-    std::uint64_t tag;        ///< the key's hash with bit 0 set; 0: empty; `moved`: migrated
-    std::uint32_t length;     ///< key bytes if <= inline_room, else spilled_length
-    char bytes[inline_room];  ///< the key, or (spilled) a pointer to [size_t length][bytes]
+  struct Slot {
+    std::uint64_t tag;    ///< first hash word with bit 0 set; 0: empty; `moved`: migrated
+    std::uint64_t check;  ///< second hash word
     alignas(State) unsigned char state_bytes[sizeof(State)];
 
     State& state() noexcept { return *std::launder(reinterpret_cast<State*>(state_bytes)); }
   };
-  static_assert(inline_room >= sizeof(char*) + 8, "a slot must hold at least a heap pointer");
   static_assert(std::is_trivially_destructible_v<Slot>);
 
-  static const char* spilled(const Slot& s) noexcept {
-    const char* heap;
-    std::memcpy(&heap, s.bytes, sizeof heap);
-    return heap;
-  }
-
-  static bool key_equals(const Slot& s, std::string_view key) noexcept {
-    const std::size_t n = key.size();
-    if (n <= inline_room) return s.length == n && equal_bytes(s.bytes, key.data(), n);
-    if (s.length != spilled_length) return false;
-    const char* heap = spilled(s);
-    std::size_t stored;
-    std::memcpy(&stored, heap, sizeof stored);
-    return stored == n && std::memcmp(heap + sizeof stored, key.data(), n) == 0;
-  }
-
-  static std::string_view key_of(const Slot& s) noexcept {
-    if (s.length != spilled_length) return {s.bytes, s.length};
-    const char* heap = spilled(s);
-    std::size_t n;
-    std::memcpy(&n, heap, sizeof n);
-    return {heap + sizeof n, n};
-  }
-
-  /// Fills the empty slot `s` with a key and a state.
-  static void fill(Slot& s, std::uint64_t tag, std::string_view key, State&& state) {
-    const std::size_t n = key.size();
-    if (n <= inline_room) {
-      if (n > 0) std::memcpy(s.bytes, key.data(), n);
-      s.length = static_cast<std::uint32_t>(n);
-    } else {
-      char* heap = new char[sizeof n + n];
-      std::memcpy(heap, &n, sizeof n);
-      std::memcpy(heap + sizeof n, key.data(), n);
-      std::memcpy(s.bytes, &heap, sizeof heap);
-      s.length = spilled_length;
-    }
+  /// Fills the empty slot `s` with a key's hash and state.
+  static void fill(Slot& s, std::uint64_t tag, std::uint64_t check, State&& state) {
     ::new (static_cast<void*>(s.state_bytes)) State(std::move(state));
+    s.check = check;
     s.tag = tag;
   }
 
-  /// Empties an occupied slot (its key and state), leaving the tag to the caller.
-  static void clear(Slot& s) noexcept {
-    if (s.length == spilled_length) delete[] spilled(s);
-    s.state().~State();
-    s.length = 0;
-  }
+  /// Empties an occupied slot's state, leaving the tag to the caller.
+  static void clear(Slot& s) noexcept { s.state().~State(); }
 
-  /// Moves the key and state of occupied `from` into empty `to` (a spilled key's ownership
-  /// too); `from` is left without a state, its tag to the caller.
+  /// Moves the hash and state of occupied `from` into empty `to`; `from` is left without a
+  /// state, its tag to the caller.
   static void move_slot(Slot& to, Slot& from) noexcept {
-    to.length = from.length;
-    std::memcpy(to.bytes, from.bytes, inline_room);
     ::new (static_cast<void*>(to.state_bytes)) State(std::move(from.state()));
     from.state().~State();
-    from.length = 0;
+    to.check = from.check;
     to.tag = from.tag;
   }
 
-  /// A zero-filled array of slots (calloc: large ones come as fresh pages, not written here).
+  /// A zero-filled array of slots (ZeroedBlock: a mapping of its own from a page up, its pages
+  /// untouched until keys land in them, given back to the kernel when freed).
   struct Array {
-    void* block = nullptr;
+    ZeroedBlock block;
     Slot* slots = nullptr;
     std::size_t capacity = 0;
     std::size_t size = 0;  ///< occupied slots
 
     Array() = default;
-    explicit Array(std::size_t n) {
-      block = std::calloc(n * sizeof(Slot) + alignof(Slot), 1);
-      if (block == nullptr) throw std::bad_alloc();
-      const auto at = reinterpret_cast<std::uintptr_t>(block);
-      slots = reinterpret_cast<Slot*>((at + alignof(Slot) - 1) / alignof(Slot) * alignof(Slot));
+    explicit Array(std::size_t n) : block(n * sizeof(Slot), alignof(Slot)) {
+      slots = static_cast<Slot*>(block.data());
       capacity = n;
     }
     Array(Array&& o) noexcept
-        : block(std::exchange(o.block, nullptr)),
+        : block(std::move(o.block)),
           slots(std::exchange(o.slots, nullptr)),
           capacity(std::exchange(o.capacity, 0)),
           size(std::exchange(o.size, 0)) {}
     Array& operator=(Array&& o) noexcept {
       if (this != &o) {
         release();
-        block = std::exchange(o.block, nullptr);
+        block = std::move(o.block);
         slots = std::exchange(o.slots, nullptr);
         capacity = std::exchange(o.capacity, 0);
         size = std::exchange(o.size, 0);
@@ -422,8 +393,7 @@ class Table {
       if (size > 0)
         for (std::size_t i = 0; i < capacity; ++i)
           if (slots[i].tag & 1) clear(slots[i]);
-      std::free(block);
-      block = nullptr;
+      block.reset();
       slots = nullptr;
       capacity = size = 0;
     }
@@ -436,13 +406,19 @@ class Table {
 
     std::size_t probe_limit() const noexcept { return std::min(max_probe, capacity); }
 
-    /// The slot holding `key`, or null: at most max_probe slots read, `moved` ones skipped.
-    Slot* find(std::uint64_t tag, std::string_view key) noexcept {
+    /// The slot holding the key of hash (tag, check), or null: at most max_probe slots read,
+    /// `moved` ones skipped, and so are the slots below `moved_below` without reading them (an
+    /// old array's migrated prefix, whose pages may have been given back: they read as empty).
+    Slot* find(std::uint64_t tag, std::uint64_t check, std::size_t moved_below = 0) noexcept {
       if (size == 0) return nullptr;
       std::size_t i = home(tag);
       for (std::size_t n = probe_limit(); n > 0; --n) {
+        if (i < moved_below) {
+          if (++i == capacity) i = 0;
+          continue;
+        }
         Slot& s = slots[i];
-        if (s.tag == tag && key_equals(s, key)) return &s;
+        if (s.tag == tag && s.check == check) return &s;
         if (s.tag == 0) return nullptr;
         if (++i == capacity) i = 0;
       }
@@ -479,17 +455,13 @@ class Table {
     }
   };
 
-  struct Spill {
-    std::uint64_t tag;
-    State state;
-  };
-
   static constexpr std::size_t filter_words = 4096 / 64;
   static constexpr std::size_t filter_keys = 512;
 
   struct alignas(64) Shard {
-    // The first cache line: all that a decision on a key in `cur` writes (4 + 4 + 8 + 8 + 8 +
-    // 32 bytes; see decide_in).
+    // The first cache line holds all that a decision on a key already held writes (the lock,
+    // the counter, the latest time; see decide_in). `cur` follows: read by every decision,
+    // written by inserts.
     mutable ShardLock mutex;
     bool has_params = false;
     std::size_t decisions = 0;
@@ -501,9 +473,9 @@ class Table {
     Array old;                       ///< being emptied into `cur` by a resize (capacity 0: none)
     std::size_t migrate_at = 0;      ///< next `old` slot to move
     std::size_t decisions_seen = 0;  ///< `decisions` when another shard last visited
-    /// Keys that found no slot within max_probe of their home, with their tags.
-    std::map<std::string, Spill, std::less<>> overflow;
-    std::string overflow_next;  ///< the overflow sweep's position (the next key >= it)
+    /// Keys that found no slot within max_probe of their home, by (tag, check).
+    std::map<Hash128, State> overflow;
+    Hash128 overflow_next;  ///< the overflow sweep's position (the next hash >= it)
     /// Of the latest decision that swept (every sweep_every-th) or of the first: what reclaim
     /// and visits sweep with.
     Params params{};
@@ -530,28 +502,25 @@ class Table {
       has_params = true;
     }
 
-    State* find(std::uint64_t tag, std::string_view key) {
-      if (Slot* s = cur.find(tag, key)) return &s->state();
-      if (Slot* s = old.find(tag, key)) return &s->state();
+    State* find(std::uint64_t tag, std::uint64_t check) {
+      if (Slot* s = cur.find(tag, check)) return &s->state();
+      if (Slot* s = old.find(tag, check, migrate_at)) return &s->state();
       if (!overflow.empty()) {
-        const auto it = overflow.find(key);
-        if (it != overflow.end()) return &it->second.state;
+        const auto it = overflow.find(Hash128{tag, check});
+        if (it != overflow.end()) return &it->second;
       }
       return nullptr;
     }
 
-    /// Adds `key` (known to be absent), starting a resize first if `cur` would pass 7/10 full.
-    void insert(std::uint64_t tag, std::string_view key, State&& state) {
+    /// Adds the key of hash (tag, check) (known to be absent), starting a resize first if `cur`
+    /// would pass 7/10 full.
+    void insert(std::uint64_t tag, std::uint64_t check, State&& state) {
       if (old.capacity == 0 && (cur.size + 1) * 10 > cur.capacity * 7) start_resize();
-      place(tag, key, std::move(state));
-    }
-
-    void place(std::uint64_t tag, std::string_view key, State&& state) {
       if (Slot* s = cur.capacity ? cur.free_slot(tag) : nullptr) {
-        fill(*s, tag, key, std::move(state));
+        fill(*s, tag, check, std::move(state));
         ++cur.size;
       } else {
-        overflow.emplace(std::string(key), Spill{tag, std::move(state)});
+        overflow.emplace(Hash128{tag, check}, std::move(state));
       }
     }
 
@@ -595,12 +564,16 @@ class Table {
           move_slot(*to, s);
           ++cur.size;
         } else {
-          overflow.emplace(std::string(key_of(s)), Spill{s.tag, std::move(s.state())});
+          overflow.emplace(Hash128{s.tag, s.check}, std::move(s.state()));
           clear(s);
         }
         s.tag = moved;
         --old.size;
       }
+      // The moved prefix is never read again (lookups skip it): its pages go back to the
+      // kernel as the migration passes them, so an array being emptied shrinks as the new
+      // one fills.
+      old.block.release_prefix(migrate_at * sizeof(Slot), release_batch);
       finish_migration();
     }
 
@@ -642,9 +615,9 @@ class Table {
         auto it = overflow.lower_bound(overflow_next);
         if (it == overflow.end()) it = overflow.begin();
         auto next = std::next(it);
-        overflow_next = next == overflow.end() ? std::string() : next->first;
-        if (M::is_fresh(p, it->second.state, now)) {
-          record_drop(it->second.tag, now);
+        overflow_next = next == overflow.end() ? Hash128{} : next->first;
+        if (M::is_fresh(p, it->second, now)) {
+          record_drop(it->first.first, now);
           overflow.erase(it);
         }
       }
@@ -682,16 +655,16 @@ class Table {
               static_cast<std::size_t>(tag >> 20) % 4096};
     }
 
-    void erase(std::uint64_t tag, std::string_view key) {
-      if (Slot* s = cur.find(tag, key)) {
+    void erase(std::uint64_t tag, std::uint64_t check) {
+      if (Slot* s = cur.find(tag, check)) {
         cur.erase_at(static_cast<std::size_t>(s - cur.slots));
-      } else if (Slot* o = old.find(tag, key)) {
+      } else if (Slot* o = old.find(tag, check, migrate_at)) {
         clear(*o);
         o->tag = moved;
         --old.size;
         finish_migration();
       } else if (!overflow.empty()) {
-        const auto it = overflow.find(key);
+        const auto it = overflow.find(Hash128{tag, check});
         if (it != overflow.end()) overflow.erase(it);
       }
     }
@@ -712,8 +685,8 @@ class Table {
         } else if (!overflow.empty() && swept == nullptr) {
           // The overflow map first, whole (it only holds keys that found no slot).
           for (auto it = overflow.begin(); it != overflow.end();) {
-            if (M::is_fresh(params, it->second.state, now)) {
-              record_drop(it->second.tag, now);
+            if (M::is_fresh(params, it->second, now)) {
+              record_drop(it->first.first, now);
               it = overflow.erase(it);
             } else {
               ++it;
