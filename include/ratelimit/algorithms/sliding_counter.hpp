@@ -57,24 +57,21 @@ struct SlidingCounterModel {
     const std::int64_t n = op.cost;
     Decision d{};
     d.limit = N;
-    // remaining and reset_after describe the state the decision leaves: computed once, for it.
+    std::int64_t left_current = c;  // the current count the decision leaves
     if (n > N) {
-      describe(d, p, c, prev, t, k);
       d.retry_after = Decision::never;
-      return d;
-    }
-    if (i128{c + n} * W + i128{prev} * (W - e) > i128{N} * W) {
-      describe(d, p, c, prev, t, k);
+    } else if (i128{c + n} * W + i128{prev} * (W - e) > i128{N} * W) {
       d.retry_after = std::chrono::nanoseconds{retry_at(p, c, prev, k, n) - t};
-      return d;
+    } else {
+      d.allowed = true;
+      if (!op.peek) {
+        s = State{t, c + n, prev};
+        left_current = c + n;
+      }
     }
-    d.allowed = true;
-    if (op.peek) {
-      describe(d, p, c, prev, t, k);
-      return d;
-    }
-    s = State{t, c + n, prev};
-    describe(d, p, s.current, prev, t, k);
+    // remaining and reset_after describe the state the decision leaves: computed once, at one
+    // call site (so the compiler inlines it), for that state.
+    describe(d, p, left_current, prev, t, k);
     return d;
   }
 

@@ -48,6 +48,22 @@ constexpr GcraParams make_gcra_params(std::int64_t limit, std::int64_t count,
   return {limit, count / g, period.count() / g};
 }
 
+/// For the leaky bucket (Shaping): whether a request admissible now is served within
+/// `op.max_wait` after the backlog's `delay`; sets `d.delay` if so, else `d.retry_after` (when
+/// it would fit). The token bucket has no delay: always true.
+template <bool Shaping>
+constexpr bool admit_within_wait(Decision& d, std::chrono::nanoseconds delay,
+                                 const Operation& op) noexcept {
+  if constexpr (Shaping) {
+    if (delay > op.max_wait) {
+      d.retry_after = delay - op.max_wait;
+      return false;
+    }
+    d.delay = delay;
+  }
+  return true;
+}
+
 /// gcra_apply's arithmetic at time t >= s.last with intermediates of type I: std::int64_t when
 /// every product fits (see gcra_apply), i128 otherwise. The same code either way.
 template <bool Shaping, class I>
@@ -75,44 +91,30 @@ Decision gcra_decide(const GcraParams& p, GcraState& s, std::int64_t t, bool ahe
     d.remaining = left > 0 ? static_cast<std::int64_t>(left) : 0;
     d.reset_after = ns(per_count(bl));
   };
+  I after = backlog;  // the backlog the decision leaves
   if (n > p.limit) {
-    state_after(backlog);
     d.retry_after = Decision::never;
-    return d;
-  }
-  const I needed = backlog + I{n} * p.period;
-  if (needed > full) {
-    state_after(backlog);
+  } else if (const I needed = backlog + I{n} * p.period; needed > full) {
     d.retry_after = ns(per_count(needed - full));
-    return d;
-  }
-  if constexpr (Shaping) {
-    const auto delay = ns(per_count(backlog));
-    if (delay > op.max_wait) {
-      // Admissible now, but served too late for the caller: report when it would fit.
-      state_after(backlog);
-      d.retry_after = delay - op.max_wait;
-      return d;
+  } else if (admit_within_wait<Shaping>(d, ns(per_count(backlog)), op)) {
+    d.allowed = true;
+    if (!op.peek) {
+      // at <- max(at, t) + n * period / count, kept as whole ns plus a remainder below count.
+      const I advance = (ahead ? s.at_frac : 0) + I{n} * p.period;
+      if (p.count == 1) {
+        s.at_ns = (ahead ? s.at_ns : t) + static_cast<std::int64_t>(advance);
+        s.at_frac = 0;
+      } else {
+        const auto [whole, frac] = divmod(advance, p.count, p.per_count);
+        s.at_ns = (ahead ? s.at_ns : t) + static_cast<std::int64_t>(whole);
+        s.at_frac = static_cast<std::int64_t>(frac);
+      }
+      s.last = t;
+      after = needed;
     }
-    d.delay = delay;
   }
-  d.allowed = true;
-  if (op.peek) {
-    state_after(backlog);
-    return d;
-  }
-  // at <- max(at, t) + n * period / count, kept as whole ns plus a remainder below count.
-  const I advance = (ahead ? s.at_frac : 0) + I{n} * p.period;
-  if (p.count == 1) {
-    s.at_ns = (ahead ? s.at_ns : t) + static_cast<std::int64_t>(advance);
-    s.at_frac = 0;
-  } else {
-    const auto [whole, frac] = divmod(advance, p.count, p.per_count);
-    s.at_ns = (ahead ? s.at_ns : t) + static_cast<std::int64_t>(whole);
-    s.at_frac = static_cast<std::int64_t>(frac);
-  }
-  s.last = t;
-  state_after(needed);
+  // One call site, so the compiler inlines it (called from each branch, it was not).
+  state_after(after);
   return d;
 }
 
