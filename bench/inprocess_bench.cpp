@@ -366,6 +366,24 @@ void BM_OneKeyAdmitted(benchmark::State& state) {
   one_key<A, C>(state, A::admitting(), admitted_step<A>());
 }
 
+// One key bound once (`limiter.bind_key`): the same decision without hashing the key.
+template <class A, class C>
+void BM_OneKeyBound(benchmark::State& state) {
+  Ticker<C> ticker(admitted_step<A>());
+  typename A::template Limiter<C> limiter(A::admitting(), InMemoryStorage{}, ticker.clock);
+  auto bound = limiter.bind_key("client-0000042");
+  std::int64_t admitted = 0;
+  for (auto _ : state) {
+    ticker.tick();
+    const Decision d = bound.try_acquire();
+    admitted += d.allowed;
+    benchmark::DoNotOptimize(d);
+  }
+  state.SetItemsProcessed(state.iterations());
+  state.counters["admitted"] =
+      static_cast<double>(admitted) / static_cast<double>(state.iterations());
+}
+
 // No key (the empty key: a limiter with a single state), admitted.
 template <class A, class C>
 void BM_NoKey(benchmark::State& state) {
@@ -541,6 +559,8 @@ void register_algorithm() {
   maybe_fixed(benchmark::RegisterBenchmark((base + "NoKey" + suffix).c_str(), BM_NoKey<A, C>));
   maybe_fixed(benchmark::RegisterBenchmark((base + "OneKeyAdmitted" + suffix).c_str(),
                                            BM_OneKeyAdmitted<A, C>));
+  maybe_fixed(
+      benchmark::RegisterBenchmark((base + "OneKeyBound" + suffix).c_str(), BM_OneKeyBound<A, C>));
   maybe_fixed(benchmark::RegisterBenchmark((base + "OneKeyDenied" + suffix).c_str(),
                                            BM_OneKeyDenied<A, C>));
   maybe_fixed(benchmark::RegisterBenchmark((base + "OneKeyTwoThreads" + suffix).c_str(),

@@ -14,7 +14,9 @@
 #include <string_view>
 #include <type_traits>
 #include <utility>
+#include <variant>
 
+#include "bound_key.hpp"
 #include "clock.hpp"
 #include "completion.hpp"
 #include "decision.hpp"
@@ -42,6 +44,22 @@ template <class S, class M>
 struct binding_of<S, M, true> {
   using type = decltype(std::declval<S&>().template bind<M>(
       std::string_view{}, std::declval<const typename M::Params&>()));
+};
+
+/// A binding that can locate a key before deciding it (`locate`, then `apply(located, ...)`).
+template <class B>
+concept Locating = requires(const B& b, std::string_view k, std::chrono::nanoseconds t) {
+  b.apply(b.locate(k), k, t, Operation{});
+};
+
+/// What `B::locate` returns, or std::monostate for a binding that does not locate.
+template <class B>
+struct located_of {
+  using type = std::monostate;
+};
+template <Locating B>
+struct located_of<B> {
+  using type = decltype(std::declval<const B&>().locate(std::string_view{}));
 };
 
 /// How long the caller of `acquire` waits in all if admitted after `d` (a denial) is retried.
@@ -127,17 +145,60 @@ class Limiter {
   }
 
  private:
+  /// Whether the storage can locate a key before deciding it (in process: hash it and start
+  /// fetching its slot).
+  static constexpr bool locates = Locating<typename binding_of<S, M>::type>;
+
   Decision decide(std::string_view key, std::int64_t cost) {
-    if constexpr (requires {
-                    binding_.apply(binding_.locate(key), key, clock_.now(), Operation{});
-                  }) {
-      // A storage that can locate a key before deciding it (in process: hash it and start
-      // fetching its slot) does so before the clock read, which then overlaps the fetch.
+    if constexpr (locates) {
+      // Located before the clock read, which then overlaps the slot's fetch.
       const auto at = binding_.locate(key);
       return binding_.apply(at, key, clock_.now(), Operation{cost, false, Decision::never});
     } else {
       return binding_.apply(key, clock_.now(), Operation{cost, false, Decision::never});
     }
+  }
+
+ public:
+  /// What the storage finds from a key alone (in process its hash; nothing elsewhere).
+  using Located = typename located_of<typename binding_of<S, M>::type>::type;
+
+  /// This limiter for one key fixed now (see `BoundKey`): its decisions skip the work that
+  /// depends on the key alone (in process, hashing it). The handle refers to this limiter,
+  /// which must outlive it. Thread safety: safe from many threads.
+  BoundKey<Limiter> bind_key(std::string key) { return BoundKey<Limiter>(*this, std::move(key)); }
+
+ private:
+  friend class BoundKey<Limiter>;
+
+  Located locate_key(std::string_view key) const {
+    if constexpr (locates)
+      return binding_.locate(key);
+    else
+      return {};
+  }
+
+  /// Stands for "read the clock" in `decide_located` (no clock reading is negative).
+  static constexpr std::chrono::nanoseconds read_clock{-1};
+
+  /// A bound key's decision: `try_acquire(key, cost[, now])` with the key already located, at
+  /// `at_time` (clamped to the clock range) or at the clock's reading if it is `read_clock`.
+  Decision decide_located(const Located& at, std::string_view key, std::int64_t cost,
+                          std::chrono::nanoseconds at_time = read_clock) {
+    check_cost(cost);
+    const auto run = [&] {
+      const auto now = at_time == read_clock
+                           ? clock_.now()
+                           : std::clamp(at_time, std::chrono::nanoseconds{0}, max_clock_time);
+      const Operation op{cost, false, Decision::never};
+      if constexpr (locates)
+        return binding_.apply(at, key, now, op);
+      else
+        return binding_.apply(key, now, op);
+    };
+    if (const detail::ObserverSet* obs = observers_.current()) [[unlikely]]
+      return observed(*obs, key, cost, run);
+    return run();
   }
 
  public:
