@@ -2,7 +2,6 @@
 /// @file core/bound_key.hpp
 /// A limiter bound to one key, fixed once (`limiter.bind_key(key)`).
 
-#include <algorithm>
 #include <chrono>
 #include <cstdint>
 #include <string>
@@ -26,12 +25,14 @@ template <class L>
 class BoundKey {
  public:
   /// `limiter.try_acquire(key(), cost)`.
-  Decision try_acquire(std::int64_t cost = 1) { return limiter_->decide_located(at_, key_, cost); }
+  Decision try_acquire(std::int64_t cost = 1) {
+    return limiter_->decide_located(at_, key_, cost, L::read_clock);
+  }
 
   /// `limiter.try_acquire(key(), cost, now)`: at a clock reading taken by the caller (clamped
   /// to the clock range [0, 2^62] ns, as there).
   Decision try_acquire(std::int64_t cost, std::chrono::nanoseconds now) {
-    return limiter_->decide_located(at_, key_, cost, std::max(now, std::chrono::nanoseconds{0}));
+    return limiter_->decide_located(at_, key_, cost, L::clock_range(now));
   }
 
   /// `limiter.peek(key())`.

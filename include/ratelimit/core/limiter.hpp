@@ -125,8 +125,7 @@ class Limiter {
   Decision try_acquire(std::string_view key, std::int64_t cost, Priority p,
                        std::chrono::nanoseconds now) {
     check_cost(cost);
-    now = std::clamp(now, std::chrono::nanoseconds{0}, max_clock_time);
-    return try_acquire_as(p, key, cost, now);
+    return try_acquire_as(p, key, cost, clock_range(now));
   }
 
   /// What a cost-1 request of priority `p` for `key` would get now; changes nothing.
@@ -138,28 +137,20 @@ class Limiter {
   /// denies it and changes nothing. Throws `std::invalid_argument` if cost < 1.
   /// Thread safety: safe from many threads.
   Decision try_acquire(std::string_view key = {}, std::int64_t cost = 1) {
-    check_cost(cost);
-    if (const detail::ObserverSet* obs = observers_.current()) [[unlikely]]
-      return observed(*obs, key, cost, [&] { return decide(key, cost); });
-    return decide(key, cost);
+    // Located before the clock read, which then overlaps the slot's fetch (in process).
+    return decide_located(locate_key(key), key, cost, read_clock);
   }
 
- private:
-  /// Whether the storage can locate a key before deciding it (in process: hash it and start
-  /// fetching its slot).
-  static constexpr bool locates = Locating<typename binding_of<S, M>::type>;
-
-  Decision decide(std::string_view key, std::int64_t cost) {
-    if constexpr (locates) {
-      // Located before the clock read, which then overlaps the slot's fetch.
-      const auto at = binding_.locate(key);
-      return binding_.apply(at, key, clock_.now(), Operation{cost, false, Decision::never});
-    } else {
-      return binding_.apply(key, clock_.now(), Operation{cost, false, Decision::never});
-    }
+  /// The same decision at `now`, a reading of this limiter's clock taken by the caller (the
+  /// clock is not read): a service that reads the clock once per batch or event-loop turn pays
+  /// for it once (as folly's `consume(n, now)`). A `now` earlier than the key's latest time is
+  /// decided at that time, as always. A `now` outside the clock range [0, 2^62] ns is clamped
+  /// to it, as a clock reading would be (the models' arithmetic relies on the range).
+  /// Throws `std::invalid_argument` if cost < 1. Thread safety: safe from many threads.
+  Decision try_acquire(std::string_view key, std::int64_t cost, std::chrono::nanoseconds now) {
+    return decide_located(locate_key(key), key, cost, clock_range(now));
   }
 
- public:
   /// What the storage finds from a key alone (in process its hash; nothing elsewhere).
   using Located = typename located_of<typename binding_of<S, M>::type>::type;
 
@@ -171,6 +162,10 @@ class Limiter {
  private:
   friend class BoundKey<Limiter>;
 
+  /// Whether the storage can locate a key before deciding it (in process: hash it and start
+  /// fetching its slot).
+  static constexpr bool locates = Locating<typename binding_of<S, M>::type>;
+
   Located locate_key(std::string_view key) const {
     if constexpr (locates)
       return binding_.locate(key);
@@ -181,20 +176,24 @@ class Limiter {
   /// Stands for "read the clock" in `decide_located` (no clock reading is negative).
   static constexpr std::chrono::nanoseconds read_clock{-1};
 
-  /// A bound key's decision: `try_acquire(key, cost[, now])` with the key already located, at
-  /// `at_time` (clamped to the clock range) or at the clock's reading if it is `read_clock`.
+  /// A caller's time clamped to the clock range [0, 2^62] ns.
+  static std::chrono::nanoseconds clock_range(std::chrono::nanoseconds now) noexcept {
+    return std::clamp(now, std::chrono::nanoseconds{0}, max_clock_time);
+  }
+
+  /// Every `try_acquire` without a priority: the key already located, decided at `now` (in the
+  /// clock range) or at the clock's reading if it is `read_clock`; listeners and shadow mode
+  /// applied.
   Decision decide_located(const Located& at, std::string_view key, std::int64_t cost,
-                          std::chrono::nanoseconds at_time = read_clock) {
+                          std::chrono::nanoseconds now) {
     check_cost(cost);
     const auto run = [&] {
-      const auto now = at_time == read_clock
-                           ? clock_.now()
-                           : std::clamp(at_time, std::chrono::nanoseconds{0}, max_clock_time);
       const Operation op{cost, false, Decision::never};
+      const auto t = now == read_clock ? clock_.now() : now;
       if constexpr (locates)
-        return binding_.apply(at, key, now, op);
+        return binding_.apply(at, key, t, op);
       else
-        return binding_.apply(key, now, op);
+        return binding_.apply(key, t, op);
     };
     if (const detail::ObserverSet* obs = observers_.current()) [[unlikely]]
       return observed(*obs, key, cost, run);
@@ -202,22 +201,6 @@ class Limiter {
   }
 
  public:
-  /// The same decision at `now`, a reading of this limiter's clock taken by the caller (the
-  /// clock is not read): a service that reads the clock once per batch or event-loop turn pays
-  /// for it once (as folly's `consume(n, now)`). A `now` earlier than the key's latest time is
-  /// decided at that time, as always. A `now` outside the clock range [0, 2^62] ns is clamped
-  /// to it, as a clock reading would be (the models' arithmetic relies on the range).
-  /// Throws `std::invalid_argument` if cost < 1. Thread safety: safe from many threads.
-  Decision try_acquire(std::string_view key, std::int64_t cost, std::chrono::nanoseconds now) {
-    check_cost(cost);
-    now = std::clamp(now, std::chrono::nanoseconds{0}, max_clock_time);
-    if (const detail::ObserverSet* obs = observers_.current()) [[unlikely]]
-      return observed(*obs, key, cost, [&] {
-        return binding_.apply(key, now, Operation{cost, false, Decision::never});
-      });
-    return binding_.apply(key, now, Operation{cost, false, Decision::never});
-  }
-
   /// The same decision without blocking: returns at once and hands the Decision to
   /// `done(Decision)`, exactly once. On a Redis storage the request joins the storage's
   /// pipeline and `done` runs on its I/O thread (or here, before this returns, when Redis is
