@@ -47,18 +47,22 @@ namespace ratelimit {
 /// key and starts fetching the slot before it reads the clock (`locate`), so that over many keys
 /// the clock read overlaps the memory latency.
 ///
-/// Memory follows the active keys, with no background thread: every decision sweeps 2 slots of
-/// its shard (one of 64) on average (16 slots every 8th decision, their lines fetched together)
-/// and drops up to as many keys back to their fresh state, and a shard under 1/5 full after a
-/// pass shrinks. A key that became fresh is thus dropped within (C + K) / 2 (+ 8) decisions on
-/// its shard, whatever the insert rate: C the shard's slots (under twice its keys
-/// plus resize room), K the keys dropped on the way (K < 7/10 C). Every 64th decision of a shard
-/// also sweeps 64 slots of a shard that had no decision since, so a table whose traffic moved
-/// elsewhere also gives memory back. A shard holding at most 8 keys is not swept. `reclaim(now)`
-/// drops every fresh key at once (for a service gone idle). Dropping never changes a decision: a
-/// dropped key is decided no earlier than its drop time (the latest time it was known at), so even
-/// a clock that steps back cannot revive spent capacity; a key that never had state is decided at
-/// its own time (but for a shard's drop filter's false positives, see detail/table.hpp).
+/// Memory follows the active keys, with no background thread: every decision under a shard's
+/// lock sweeps 2 slots of its shard (one of 64) on average (16 slots every 8th decision, their
+/// lines fetched together; also every 8th decision of a thread, so that lock-free decisions
+/// sweep too) and drops up to as many keys back to their fresh state, and a shard under 1/5 full
+/// after a pass shrinks. A key that became fresh is thus dropped within (C + K) / 2 (+ 8) decisions
+/// under its shard's lock, whatever the insert rate (an insert takes the lock): C the shard's
+/// slots (under twice its keys plus resize room), K the keys dropped on the way (K < 7/10 C).
+/// Every 8th sweep of a shard also sweeps 64 slots of a shard that had no decision under its
+/// lock since, so a table whose traffic moved elsewhere also gives memory back. Arrays a resize
+/// emptied are kept, their pages given back, for later arrays of the same shard (a lock-free
+/// decision may still read one): address space, not memory, up to a few times the largest. A shard
+/// holding at most 8 keys is not swept. `reclaim(now)` drops every fresh key at once (for a service
+/// gone idle). Dropping never changes a decision: a dropped key is decided no earlier than its drop
+/// time (the latest time it was known at), so even a clock that steps back cannot revive spent
+/// capacity; a key that never had state is decided at its own time (but for a shard's drop filter's
+/// false positives, see detail/table.hpp).
 ///
 /// Per key it costs one table slot, whatever the key's length: the two hash words (16 bytes)
 /// and the algorithm's state (`sizeof(Model::State)`): 32 bytes for the fixed window's 16-byte
@@ -73,14 +77,19 @@ namespace ratelimit {
 /// reserved, 89 in the same runs. That figure is read right after the millionth insert; read
 /// every 5,000 inserts on the way, a token bucket's table peaked at 77 (during resizes).
 ///
-/// Atomicity (the multi-key protocol): every change of a slot happens under its shard's lock.
-/// A single-key decision takes that one lock; `decide_all` takes the locks of all its keys'
-/// shards, each once, in ascending address order (so two decisions never wait for each other in
-/// a cycle), dry-runs every part, commits them only if all admit, then releases. Sweeping
+/// Atomicity (the multi-key protocol): a key's state changes either under its shard's lock or,
+/// for a single-key decision on a key already held (all algorithms but the sliding log), under
+/// a lock bit in its slot, taken with one compare-and-swap while the shard's lock is free: such
+/// a decision backs off to the shard's lock if it finds it held, and whoever holds the shard's
+/// lock waits for a slot's bit to clear before it reads or moves that slot (both sequentially
+/// consistent, so one of the two always sees the other). With two threads on one key, only
+/// the slot's cache line then moves between their cores. Every 8th decision of a thread, and
+/// every insert, takes the shard's lock and does the shard's upkeep (the sweeps below).
+/// `decide_all` takes the locks of all its keys' shards, each once, in ascending address order
+/// (so two decisions never wait for each other in a cycle), dry-runs every part, commits them
+/// only if all admit, then releases: no lock-free decision runs on its keys meanwhile. Sweeping
 /// another shard only try-locks it. No other table or lock is involved, so a limiter and a rule
-/// set may decide the same counter. A future lock-free single-key path (a compare-and-swap on
-/// the slot) must respect the same protocol: `decide_all` will then also set a lock bit in each
-/// slot it holds, and the CAS path falls back to the shard lock while that bit is set.
+/// set may decide the same counter.
 /// Thread safety: every member is safe from many threads.
 class InMemoryStorage {
  public:

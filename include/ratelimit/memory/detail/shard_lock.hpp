@@ -7,17 +7,28 @@
 
 namespace ratelimit::detail {
 
+/// Tells the CPU that this thread spins on a value another core is about to change.
+inline void cpu_relax() noexcept {
+#if defined(__x86_64__) || defined(__i386__)
+  __builtin_ia32_pause();
+#endif
+}
+
 /// A mutex for the shards' short critical sections (one decision: tens of ns). Free: one CAS to
 /// take it and one exchange to leave it, inline (std::mutex costs two calls into libc on top).
 /// Held: a short spin, since the holder is about to leave, then a futex wait through
 /// `std::atomic::wait`, so a holder that was preempted costs its waiters no CPU (with more
 /// threads than cores, pure spinning would burn the time the holder needs to finish).
+/// Every operation is sequentially consistent (on x86 the same instructions as acquire and
+/// release): the table's lock-free path relies on it (see Table::decide_fast: a decision that
+/// took a slot's lock bit and then sees this lock free, and a holder of this lock that then sees
+/// the slot's bit clear, cannot both miss each other).
 /// Thread safety: it is the synchronization; satisfies Lockable (lock, try_lock, unlock).
 class ShardLock {
  public:
   void lock() noexcept {
     std::uint32_t expected = free_;
-    if (!state_.compare_exchange_strong(expected, held_, std::memory_order_acquire,
+    if (!state_.compare_exchange_strong(expected, held_, std::memory_order_seq_cst,
                                         std::memory_order_relaxed))
       lock_contended();
   }
@@ -25,37 +36,34 @@ class ShardLock {
   /// Takes the lock if it is free, without waiting; true if taken.
   bool try_lock() noexcept {
     std::uint32_t expected = free_;
-    return state_.compare_exchange_strong(expected, held_, std::memory_order_acquire,
+    return state_.compare_exchange_strong(expected, held_, std::memory_order_seq_cst,
                                           std::memory_order_relaxed);
   }
 
   void unlock() noexcept {
-    if (state_.exchange(free_, std::memory_order_release) == waited_) state_.notify_one();
+    if (state_.exchange(free_, std::memory_order_seq_cst) == waited_) state_.notify_one();
   }
+
+  /// Whether some thread holds the lock (a sequentially consistent load, see the class comment).
+  bool held() const noexcept { return state_.load(std::memory_order_seq_cst) != free_; }
 
  private:
   static constexpr std::uint32_t free_ = 0, held_ = 1, waited_ = 2;
   static constexpr int spins_ = 100;
 
-  static void relax() noexcept {
-#if defined(__x86_64__) || defined(__i386__)
-    __builtin_ia32_pause();
-#endif
-  }
-
   void lock_contended() noexcept {
     for (int i = 0; i < spins_; ++i) {
-      relax();
+      cpu_relax();
       std::uint32_t expected = free_;
       if (state_.load(std::memory_order_relaxed) == free_ &&
-          state_.compare_exchange_weak(expected, held_, std::memory_order_acquire,
+          state_.compare_exchange_weak(expected, held_, std::memory_order_seq_cst,
                                        std::memory_order_relaxed))
         return;
     }
     // Mark the lock as waited on, so that the holder's unlock wakes one of us; whoever takes it
     // this way keeps the mark (it cannot know whether others still wait), costing at most one
     // spare wake-up.
-    while (state_.exchange(waited_, std::memory_order_acquire) != free_)
+    while (state_.exchange(waited_, std::memory_order_seq_cst) != free_)
       state_.wait(waited_, std::memory_order_relaxed);
   }
 

@@ -18,8 +18,10 @@
 #include <new>
 #include <string>
 #include <string_view>
+#include <thread>
 #include <type_traits>
 #include <utility>
+#include <vector>
 
 #include "../../core/decision.hpp"
 #include "../../core/storage.hpp"
@@ -33,6 +35,11 @@ namespace ratelimit::detail {
 struct KeyHash {
   Hash128 value;
 };
+
+/// This thread's decisions on keyed tables, counted to give every sweep_every-th of them the
+/// shard's upkeep (see Table::apply). Per thread, not per shard: a shared counter would be one
+/// more cache line moving between cores at each decision.
+inline thread_local std::uint32_t upkeep_turn = 0;
 
 /// What a table holds, for monitoring and tests.
 struct TableStats {
@@ -51,7 +58,8 @@ struct TableStats {
 ///
 /// Keys are not stored: a key is its 128-bit hash. Each shard is an open-addressing array
 /// (linear probing, backward-shift deletion) of slots {tag: the first hash word with bit 0 set
-/// (0 marks an empty slot, 2 a migrated one), check: the second word, the model's state}:
+/// and bit 1 (the slot's lock bit) clear (0 marks an empty slot, 4 a migrated one), check: the
+/// second word, the model's state}:
 /// 32 bytes for the 16-byte state (fixed window), 40 for the 24-byte ones (GCRA, sliding
 /// counter), more for the sliding log's; no heap copy of long keys and no byte compare. Why
 /// this is safe: two distinct keys share a state only if both 64-bit words of their SipHash
@@ -72,20 +80,29 @@ struct TableStats {
 /// - A resize is incremental: the new array is allocated zeroed (fresh pages: no writes under
 ///   the lock), every later operation on the shard moves `migrate_step` slots of the old one, and
 ///   lookups read both until the old one is empty. Arrays of a page or more are mappings of
-///   their own (ZeroedBlock), so a freed array goes back to the kernel at once, and the old
-///   array's pages go back as the migration passes them (in `release_batch` steps): a resize
-///   holds about 1.3 times the new array at its peak, not the new one plus all earlier ones.
-/// - Reclamation is incremental: every decision sweeps `sweep_step` slots of its shard on
-///   average (in batches of 16 every 8th decision, and one overflow entry per decision),
-///   dropping up to as many keys back to their fresh state; every
-///   `foreign_every`-th decision of a shard also sweeps `foreign_step` slots of another shard
-///   that had no decision since it was last visited (try_lock: never waits). A pass over a
-///   shard of C slots that drops K keys thus takes at most (C + K) / sweep_step of its
-///   decisions (K < 7/10 C), whatever the insert rate; a shard under 1/5 full after a pass
-///   shrinks. A shard holding at most `keep` keys is not swept. `reclaim(now)` sweeps
-///   everything at once, in chunks of `chunk` slots per lock hold.
+///   their own (ZeroedBlock): the old array's pages go back to the kernel as the migration
+///   passes them (in `release_batch` steps), and the rest when it ends, so a resize holds
+///   about 1.3 times the new array at its peak. The emptied block is kept as a spare for a
+///   later array (`Shard::spares`: a lock-free decision may still read it).
+/// - Reclamation is incremental: every decision under the shard's lock counts, and every
+///   `sweep_every`-th of them, as well as every sweep_every-th decision of each thread (those
+///   that find their key held are otherwise lock-free and counted nowhere), sweeps
+///   sweep_every x `sweep_step` slots of the shard (and sweep_every overflow entries), dropping
+///   up to as many keys back to their fresh state; every `foreign_every / sweep_every`-th sweep
+///   of a shard also sweeps `foreign_step` slots of another shard that had no decision under
+///   its lock since it was last visited (try_lock: never waits). A pass over a shard of C
+///   slots that drops K keys thus takes at most (C + K) / sweep_step of its decisions under the
+///   lock (K < 7/10 C), whatever the insert rate (inserts take the lock); a shard under 1/5
+///   full after a pass shrinks. A shard holding at most `keep` keys is not swept.
+///   `reclaim(now)` sweeps everything at once, in chunks of `chunk` slots per lock hold.
 ///
-/// A dropped key is decided no earlier than its drop time (the shard's latest time then), as if
+/// Decisions on a key already held in its shard's current array, for models whose state is
+/// trivially copyable (all but the sliding log), take no lock: a compare-and-swap sets the
+/// slot's lock bit, and the decision checks that the shard's lock is free (see `decide_fast`
+/// for why this is atomic with everything done under the lock, multi-key decisions included).
+///
+/// A dropped key is decided no earlier than its drop time (the shard's latest time then, or the
+/// latest time its state saw, whichever is later), as if
 /// it had kept its state, so a clock that steps back never revives spent capacity. A key that
 /// never had state is decided at its own time, unless the shard's drop filter (4096 bits, the
 /// last 512 drops) says it may have been dropped (about 5 % of never-seen keys, false positive)
@@ -140,8 +157,8 @@ class Table {
   /// Hashes `key` (not the empty key: a limiter with one state hashes nothing) and starts fetching
   /// the cache lines its decision will touch (its shard's lock and its home slot) without waiting
   /// for them, so that whatever the caller does next, such as reading the clock, overlaps the
-  /// memory latency. Reads only relaxed atomics: the slot address is a hint, possibly stale (a
-  /// prefetch of a stale address is harmless).
+  /// memory latency. Takes no lock: the slot address is a hint, possibly stale (a prefetch of a
+  /// stale address is harmless).
   KeyHash locate(std::string_view key) const noexcept {
     if (key.empty()) return KeyHash{};  // the single state: nothing to hash or fetch
     const KeyHash h{hash_key(key)};
@@ -149,27 +166,36 @@ class Table {
     // For writing: the lock's compare-and-swap needs the line exclusive, and a shared copy
     // fetched first would cost a second transfer when another core holds it.
     __builtin_prefetch(&shard, 1);
-    const auto base = shard.hint_slots.load(std::memory_order_relaxed);
-    const auto capacity = shard.hint_capacity.load(std::memory_order_relaxed);
+    // Acquire (a plain load on x86): the array's header and zeroed slots were written first.
+    const Slot* slots = shard.published.load(std::memory_order_acquire);
+    const std::size_t capacity = slots ? capacity_of(slots) : 0;
     if (capacity != 0) {
-      const std::size_t i = static_cast<std::size_t>(
-          (static_cast<HashWide>(h.value.first | 1) * capacity) >> 64);  // Array::home
-      // Every line the slot touches (half the 40-byte slots straddle two lines).
-      const std::uintptr_t first = base + i * sizeof(Slot);
+      // Every line the slot touches (half the 40-byte slots straddle two lines), for writing:
+      // a decision without the shard's lock takes the slot's lock bit.
+      const auto first = reinterpret_cast<std::uintptr_t>(&slots[home(tag_of(h.value), capacity)]);
       const std::uintptr_t last = first + sizeof(Slot) - 1;
       for (std::uintptr_t at = first & ~std::uintptr_t{line - 1}; at <= last; at += line)
-        __builtin_prefetch(reinterpret_cast<const void*>(at));
+        __builtin_prefetch(reinterpret_cast<const void*>(at), 1);
     }
     return h;
   }
 
-  /// Decides `key`, whose `locate(key)` is `h`, under its shard's lock.
+  /// Decides `key`, whose `locate(key)` is `h`: a key already held, when its model's state is
+  /// trivially copyable, without the shard's lock (see `decide_fast`), otherwise under it.
   Decision apply(const Params& p, KeyHash h, std::string_view key, std::chrono::nanoseconds now,
                  const Operation& op) {
     if (key.empty()) return single_.apply(p, now, op);
     Shard& shard = shard_of(h.value.first);
+    bool upkeep = false;
+    if constexpr (lock_free) {
+      // Every sweep_every-th decision of a thread takes the lock and does the shard's upkeep
+      // (sweeping, as the decisions that find their key held no longer count in the shard).
+      upkeep = ++upkeep_turn % sweep_every == 0;
+      Decision d;
+      if (!upkeep && decide_fast(shard, tag_of(h.value), h.value.second, p, now, op, d)) return d;
+    }
     std::lock_guard lock(shard.mutex);
-    return decide_in(shard, h.value, p, now, op);
+    return decide_in(shard, h.value, p, now, op, upkeep);
   }
 
   /// The lock that guards `key`'s slot: what `InMemoryStorage::decide_all` takes, in address
@@ -183,7 +209,7 @@ class Table {
                         const Operation& op) {
     if (key.empty()) return single_.apply_locked(p, now, op);
     const Hash128 h = hash_key(key);
-    return decide_in(shard_of(h.first), h, p, now, op);
+    return decide_in(shard_of(h.first), h, p, now, op, false);
   }
 
   /// Puts `key` back to its fresh state (drops it).
@@ -192,7 +218,7 @@ class Table {
     const Hash128 h = hash_key(key);
     Shard& shard = shard_of(h.first);
     std::lock_guard lock(shard.mutex);
-    shard.erase(h.first | 1, h.second);
+    shard.erase(tag_of(h), h.second);
   }
 
   /// Keys held.
@@ -226,6 +252,7 @@ class Table {
 
  private:
   struct Shard;
+  struct Slot;
 
   Shard& shard_of(std::uint64_t h) noexcept { return shards_[h % shard_count]; }
   const Shard& shard_of(std::uint64_t h) const noexcept { return shards_[h % shard_count]; }
@@ -278,9 +305,10 @@ class Table {
     }
   };
 
+  /// Decides under the shard's lock; `upkeep`: sweep whatever the shard's count of decisions.
   Decision decide_in(Shard& shard, Hash128 h, const Params& p, std::chrono::nanoseconds now,
-                     const Operation& op) {
-    const std::uint64_t tag = h.first | 1;  // 0 marks an empty slot, 2 a moved one
+                     const Operation& op, bool upkeep) {
+    const std::uint64_t tag = tag_of(h);
     const std::uint64_t check = h.second;
     // Only the shard's first line is written here (lock, counter, latest time): with two threads
     // on one key, every line written moves between their cores at each decision. The
@@ -301,13 +329,78 @@ class Table {
       if (!M::is_fresh(p, fresh, t)) shard.insert(tag, check, std::move(fresh));
     }
     if (shard.old.capacity != 0) shard.migrate(p, now, migrate_step);
-    if (++shard.decisions % sweep_every == 0) {
+    if (++shard.decisions % sweep_every == 0 || upkeep) {
       shard.keep_params(p);
       shard.sweep(p, now, sweep_every * sweep_step);
       if (!shard.overflow.empty()) shard.sweep_overflow(p, now, sweep_every);
-      if (shard.decisions % foreign_every == 0) visit_idle(shard, now);
+      if (++shard.sweeps % (foreign_every / sweep_every) == 0) visit_idle(shard, now);
     }
     return d;
+  }
+
+  /// A decision on a key already held in its shard's current array, without the shard's lock:
+  /// one compare-and-swap takes the lock bit in the slot's tag word, the model decides on the
+  /// slot's state in place, and a store releases the bit. With two threads on one key, only the
+  /// slot's cache line moves between their cores (the shard's line is only read).
+  ///
+  /// Why it is atomic with everything done under the shard's lock (sweeps, resizes, inserts,
+  /// `decide_all`'s multi-key decisions): after taking the bit, it reads the shard's lock and
+  /// backs off (releases the bit, returns false) if anyone holds it; a holder of the shard's
+  /// lock waits, before it reads or moves any occupied slot, until that slot's bit is clear
+  /// (`Slot::state`). Both are sequentially consistent, so of a decision taking a bit and a
+  /// thread taking the lock, at least one sees the other (the store-load pattern of Dekker's
+  /// algorithm): a decision that goes on runs entirely before the lock holder touches its slot.
+  /// Arrays are never freed while the table lives (a resize keeps them for reuse, their pages
+  /// given back), so a stale pointer to an array is still readable; the CAS on the exact tag
+  /// fails on a slot whose key moved. Returns false, having changed nothing, when the key is
+  /// not found (not held, in the old array of a resize, in the overflow map), the shard's lock
+  /// is held, or the bit stays taken; the caller then decides under the lock.
+  bool decide_fast(Shard& shard, std::uint64_t tag, std::uint64_t check, const Params& p,
+                   std::chrono::nanoseconds now, const Operation& op, Decision& d) {
+    Slot* const slots = shard.published.load(std::memory_order_acquire);
+    const std::size_t capacity = slots ? capacity_of(slots) : 0;
+    if (capacity == 0) return false;
+    std::size_t i = home(tag, capacity);
+    // Most keys sit at their home: the CAS goes there first, so that a slot another core holds
+    // moves once (exclusive, for the CAS), not twice (shared for a read, then exclusive).
+    std::uint64_t t = tag;
+    if (!tag_ref(slots[i]).compare_exchange_strong(t, tag | lock_bit, std::memory_order_seq_cst,
+                                                   std::memory_order_relaxed)) {
+      // Held by another decision, or elsewhere: find it (at most max_probe slots), take its bit.
+      for (std::size_t n = std::min(max_probe, capacity); (t & ~lock_bit) != tag;
+           t = load_tag(slots[i])) {
+        if (t == 0 || --n == 0) return false;
+        if (++i == capacity) i = 0;
+      }
+      if (!take_bit(slots[i], tag)) return false;
+    }
+    Slot* const s = &slots[i];
+    if (shard.mutex.held() || s->check != check) {
+      // Back off without having read the state. The tag is restored only if nobody changed it
+      // meanwhile (a lock holder may have moved or erased the slot's key; it did not wait for
+      // this bit, which it saw set by a thread that had not yet read the lock).
+      std::uint64_t held = tag | lock_bit;
+      tag_ref(*s).compare_exchange_strong(held, tag, std::memory_order_release,
+                                          std::memory_order_relaxed);
+      return false;
+    }
+    d = M::apply(p, s->held_state(), now, op);
+    tag_ref(*s).store(tag, std::memory_order_release);
+    return true;
+  }
+
+  /// Sets the lock bit of the slot holding `tag`, waiting a little while another decision holds
+  /// it; false if the slot no longer holds `tag` or the wait ran out (the caller then takes the
+  /// shard's lock, which waits without spinning).
+  static bool take_bit(Slot& s, std::uint64_t tag) noexcept {
+    for (int spins = 0;; ++spins) {
+      std::uint64_t expected = tag;
+      if (tag_ref(s).compare_exchange_weak(expected, tag | lock_bit, std::memory_order_seq_cst,
+                                           std::memory_order_relaxed))
+        return true;
+      if ((expected & ~lock_bit) != tag || spins == bit_spins) return false;
+      cpu_relax();
+    }
   }
 
   /// Sweeps a bit of the next shard in turn that had no decision since our last visit, so that
@@ -315,7 +408,7 @@ class Table {
   /// caller holds its own shard's lock (and, in decide_all, others).
   void visit_idle(Shard& self, std::chrono::nanoseconds now) {
     const std::size_t own = static_cast<std::size_t>(&self - shards_.data());
-    const std::size_t turn = (self.decisions / foreign_every) % (shard_count - 1);
+    const std::size_t turn = (self.sweeps / (foreign_every / sweep_every)) % (shard_count - 1);
     Shard& other = shards_[(own + 1 + turn) % shard_count];
     if (!other.mutex.try_lock()) return;
     if (other.has_params && other.decisions == other.decisions_seen)
@@ -328,22 +421,76 @@ class Table {
   // while the slot is occupied, so a zeroed array is a valid empty one (and fresh pages need
   // no writing).
   static constexpr std::size_t line = 64;
-  static constexpr std::uint64_t moved = 2;  ///< tag of an old-array slot already migrated
+  /// A decision without the shard's lock holds this bit of its slot's tag (see decide_fast).
+  static constexpr std::uint64_t lock_bit = 2;
+  static constexpr std::uint64_t moved = 4;  ///< tag of an old-array slot already migrated
+  /// Whether decisions on held keys go without the shard's lock: for states that are plain
+  /// words (a sliding log's entries live on the heap, and its decisions may allocate).
+  static constexpr bool lock_free = std::is_trivially_copyable_v<State>;
+  /// Spins (a pause each) a lock-free decision waits for another one to leave its slot.
+  static constexpr int bit_spins = 64;
+
+  /// A key's tag: its first hash word with bit 0 set (0 marks an empty slot) and the lock bit
+  /// clear. Bits 0 and 1 carry nothing: every key of a shard has the same low 6 bits.
+  static constexpr std::uint64_t tag_of(Hash128 h) noexcept { return (h.first | 1) & ~lock_bit; }
 
   struct Slot {
-    std::uint64_t tag;    ///< first hash word with bit 0 set; 0: empty; `moved`: migrated
+    /// A key's tag, possibly with lock_bit; 0: empty; `moved`: migrated. Always accessed as an
+    /// atomic (tag_ref): lock-free decisions read and take it without the shard's lock.
+    std::uint64_t tag;
     std::uint64_t check;  ///< second hash word
     alignas(State) unsigned char state_bytes[sizeof(State)];
 
-    State& state() noexcept { return *std::launder(reinterpret_cast<State*>(state_bytes)); }
+    /// The state, for a holder of the shard's lock: waits until no lock-free decision holds the
+    /// slot (see decide_fast). An empty slot has no state to wait for.
+    State& state() noexcept {
+      for (int spins = 0; tag_ref(*this).load(std::memory_order_seq_cst) & lock_bit; ++spins)
+        spins < bit_spins ? cpu_relax() : std::this_thread::yield();
+      return held_state();
+    }
+    /// The state, for the holder of the slot's lock bit.
+    State& held_state() noexcept { return *std::launder(reinterpret_cast<State*>(state_bytes)); }
   };
   static_assert(std::is_trivially_destructible_v<Slot>);
+
+  static std::atomic_ref<std::uint64_t> tag_ref(Slot& s) noexcept {
+    return std::atomic_ref<std::uint64_t>(s.tag);
+  }
+  /// The tag as last stored, lock bit included (relaxed: what it guards is read only after a
+  /// CAS or under the shard's lock).
+  static std::uint64_t load_tag(const Slot& s) noexcept {
+    return tag_ref(const_cast<Slot&>(s)).load(std::memory_order_relaxed);
+  }
+  /// The key's tag without the lock bit (for the holder of the shard's lock).
+  static std::uint64_t key_tag(const Slot& s) noexcept { return load_tag(s) & ~lock_bit; }
+  /// Publishes a tag (release: the slot's check and state are written first).
+  static void store_tag(Slot& s, std::uint64_t tag) noexcept {
+    tag_ref(s).store(tag, std::memory_order_release);
+  }
+
+  /// The slot a tag starts probing from in an array of `capacity` slots: the tag scaled to
+  /// [0, capacity) by a multiply, so the capacity need not be a power of two.
+  static std::size_t home(std::uint64_t tag, std::size_t capacity) noexcept {
+    return static_cast<std::size_t>((static_cast<HashWide>(tag) * capacity) >> 64);
+  }
+
+  /// Every array starts with one line holding its capacity, so that a lock-free decision
+  /// holding only the array's address (`Shard::published`) reads a capacity that matches it.
+  static constexpr std::size_t header_bytes = line;
+  static std::atomic_ref<std::uint64_t> capacity_ref(const Slot* slots) noexcept {
+    auto* header = reinterpret_cast<const std::uint64_t*>(
+        reinterpret_cast<const unsigned char*>(slots) - header_bytes);
+    return std::atomic_ref<std::uint64_t>(*const_cast<std::uint64_t*>(header));
+  }
+  static std::size_t capacity_of(const Slot* slots) noexcept {
+    return static_cast<std::size_t>(capacity_ref(slots).load(std::memory_order_relaxed));
+  }
 
   /// Fills the empty slot `s` with a key's hash and state.
   static void fill(Slot& s, std::uint64_t tag, std::uint64_t check, State&& state) {
     ::new (static_cast<void*>(s.state_bytes)) State(std::move(state));
     s.check = check;
-    s.tag = tag;
+    store_tag(s, tag);
   }
 
   /// Empties an occupied slot's state, leaving the tag to the caller.
@@ -355,7 +502,17 @@ class Table {
     ::new (static_cast<void*>(to.state_bytes)) State(std::move(from.state()));
     from.state().~State();
     to.check = from.check;
-    to.tag = from.tag;
+    store_tag(to, key_tag(from));
+  }
+
+  /// The time a key dropped at `now` is pinned to: the latest its state has seen, when the
+  /// model keeps it, if later than now (a lock-free decision does not write the shard's
+  /// latest time).
+  static std::chrono::nanoseconds seen(const State& s, std::chrono::nanoseconds now) noexcept {
+    if constexpr (requires { s.last; })
+      return std::max(now, std::chrono::nanoseconds{s.last});
+    else
+      return now;
   }
 
   /// A zero-filled array of slots (ZeroedBlock: a mapping of its own from a page up, its pages
@@ -367,10 +524,13 @@ class Table {
     std::size_t size = 0;  ///< occupied slots
 
     Array() = default;
-    explicit Array(std::size_t n) : block(n * sizeof(Slot), alignof(Slot)) {
-      slots = static_cast<Slot*>(block.data());
+    /// `n` slots in `b` (zeroed, at least bytes_for(n) bytes), the header written.
+    Array(ZeroedBlock&& b, std::size_t n) : block(std::move(b)) {
+      slots = reinterpret_cast<Slot*>(static_cast<unsigned char*>(block.data()) + header_bytes);
       capacity = n;
+      capacity_ref(slots).store(n, std::memory_order_relaxed);
     }
+    static std::size_t bytes_for(std::size_t n) noexcept { return header_bytes + n * sizeof(Slot); }
     Array(Array&& o) noexcept
         : block(std::move(o.block)),
           slots(std::exchange(o.slots, nullptr)),
@@ -392,17 +552,13 @@ class Table {
     void release() noexcept {
       if (size > 0)
         for (std::size_t i = 0; i < capacity; ++i)
-          if (slots[i].tag & 1) clear(slots[i]);
+          if (load_tag(slots[i]) & 1) clear(slots[i]);
       block.reset();
       slots = nullptr;
       capacity = size = 0;
     }
 
-    /// The slot a tag starts probing from: the tag scaled to [0, capacity) by a multiply, so
-    /// the capacity need not be a power of two.
-    std::size_t home(std::uint64_t tag) const noexcept {
-      return static_cast<std::size_t>((static_cast<HashWide>(tag) * capacity) >> 64);
-    }
+    std::size_t home(std::uint64_t tag) const noexcept { return Table::home(tag, capacity); }
 
     std::size_t probe_limit() const noexcept { return std::min(max_probe, capacity); }
 
@@ -418,8 +574,9 @@ class Table {
           continue;
         }
         Slot& s = slots[i];
-        if (s.tag == tag && s.check == check) return &s;
-        if (s.tag == 0) return nullptr;
+        const std::uint64_t t = key_tag(s);
+        if (t == tag && s.check == check) return &s;
+        if (t == 0) return nullptr;
         if (++i == capacity) i = 0;
       }
       return nullptr;
@@ -429,7 +586,7 @@ class Table {
     Slot* free_slot(std::uint64_t tag) noexcept {
       std::size_t i = home(tag);
       for (std::size_t n = probe_limit(); n > 0; --n) {
-        if (slots[i].tag == 0) return &slots[i];
+        if (load_tag(slots[i]) == 0) return &slots[i];
         if (++i == capacity) i = 0;
       }
       return nullptr;
@@ -442,15 +599,16 @@ class Table {
       for (std::size_t j = hole;;) {
         if (++j == capacity) j = 0;
         Slot& next = slots[j];
-        if (next.tag == 0) break;
-        const std::size_t h = home(next.tag);
+        const std::uint64_t t = key_tag(next);
+        if (t == 0) break;
+        const std::size_t h = home(t);
         // `next` may fill the hole only if its home is not cyclically within (hole, j].
         const bool stays = hole <= j ? (hole < h && h <= j) : (hole < h || h <= j);
         if (stays) continue;
         move_slot(slots[hole], next);
         hole = j;
       }
-      slots[hole].tag = 0;
+      store_tag(slots[hole], 0);
       --size;
     }
   };
@@ -464,7 +622,11 @@ class Table {
     // written by inserts.
     mutable ShardLock mutex;
     bool has_params = false;
-    std::size_t decisions = 0;
+    /// `cur.slots` (its capacity in the array's header), for lock-free decisions and `locate`'s
+    /// prefetch, which read it without the lock. Null until the first array.
+    std::atomic<Slot*> published{nullptr};
+    std::size_t decisions = 0;           ///< under the lock (lock-free ones are not counted)
+    std::size_t sweeps = 0;              ///< upkeeps done, for the cadence of visits
     std::chrono::nanoseconds latest{0};  ///< the latest time decided here
     std::size_t sweep_at = 0;            ///< next `cur` slot to sweep
     Array cur;                           ///< where keys are inserted
@@ -485,11 +647,12 @@ class Table {
     std::size_t filtered = 0;
     std::chrono::nanoseconds recent_horizon{0};
     std::chrono::nanoseconds old_horizon{0};
-    // `cur`'s slots and capacity as of its latest resize, for `locate`'s prefetch, which reads
-    // them without the lock (relaxed: a hint; the pair may be torn, which costs a useless
-    // prefetch at worst).
-    std::atomic<std::uintptr_t> hint_slots{0};
-    std::atomic<std::size_t> hint_capacity{0};
+    /// Blocks of earlier arrays, their pages given back, kept for later arrays: a lock-free
+    /// decision may still read an array after a resize replaced it, so no array's memory is
+    /// freed while the table lives. A new array takes the smallest spare of its size to twice
+    /// it, so the spares of a shard stay within a few times its largest array's address space
+    /// (at most about three per doubling of size), none of it resident but small calloc'd ones.
+    std::vector<ZeroedBlock> spares;
 
     Shard() = default;
     Shard(const Shard&) = delete;
@@ -530,16 +693,42 @@ class Table {
     void start_resize(std::size_t step = migrate_step) {
       const std::size_t room = (cur.capacity / step + 1) * 10 / 7;
       const std::size_t n = std::max(min_capacity, (live() + 1) * 7 / 4 + room);
+      Array next = new_array(n);
+      spares.reserve(spares.size() + 1);  // for `old`'s block, when its migration ends
       old = std::move(cur);
-      cur = Array(n);
+      cur = std::move(next);
       migrate_at = 0;
       sweep_at = 0;
-      hint_slots.store(reinterpret_cast<std::uintptr_t>(cur.slots), std::memory_order_relaxed);
-      hint_capacity.store(cur.capacity, std::memory_order_relaxed);
+      published.store(cur.slots, std::memory_order_release);
     }
 
+    /// An array of `n` zeroed slots, in a spare block if one fits (see `spares`).
+    Array new_array(std::size_t n) {
+      const std::size_t bytes = Array::bytes_for(n);
+      auto best = spares.end();
+      for (auto it = spares.begin(); it != spares.end(); ++it)
+        if (it->size() >= bytes && it->size() / 2 <= bytes &&
+            (best == spares.end() || it->size() < best->size()))
+          best = it;
+      if (best == spares.end()) return Array(ZeroedBlock(bytes, line), n);
+      ZeroedBlock block = std::move(*best);
+      spares.erase(best);
+      return Array(std::move(block), n);
+    }
+
+    /// Ends a resize once `old` is empty: its block becomes a spare, its pages given back (a
+    /// calloc'd one, too small to give back, gets its tags cleared instead, so that it reads
+    /// as empty to a lock-free decision holding a stale pointer and is ready to be used again).
     void finish_migration() noexcept {
-      if (old.capacity != 0 && (old.size == 0 || migrate_at >= old.capacity)) old.release();
+      if (old.capacity == 0 || (old.size != 0 && migrate_at < old.capacity)) return;
+      old.size = 0;  // every slot was moved or cleared: nothing for release() to destroy
+      if (!old.block.recycle()) {
+        Slot* const slots = old.slots;
+        const std::size_t n = (old.block.size() - header_bytes) / sizeof(Slot);
+        for (std::size_t i = 0; i < n; ++i) tag_ref(slots[i]).store(0, std::memory_order_relaxed);
+      }
+      spares.push_back(std::move(old.block));  // room reserved by start_resize: never throws
+      old = Array{};
     }
 
     /// Bounded upkeep after a decision: moves migrate_step slots of a resize, sweeps `slots`
@@ -556,18 +745,19 @@ class Table {
         __builtin_prefetch(&old.slots[i]);
       for (; n > 0 && migrate_at < old.capacity && old.size > 0; --n, ++migrate_at) {
         Slot& s = old.slots[migrate_at];
-        if (!(s.tag & 1)) continue;
+        const std::uint64_t tag = key_tag(s);
+        if (!(tag & 1)) continue;
         if (live() > floor && M::is_fresh(p, s.state(), now)) {
-          record_drop(s.tag, now);
+          record_drop(tag, seen(s.state(), now));
           clear(s);
-        } else if (Slot* to = cur.free_slot(s.tag)) {
+        } else if (Slot* to = cur.free_slot(tag)) {
           move_slot(*to, s);
           ++cur.size;
         } else {
-          overflow.emplace(Hash128{s.tag, s.check}, std::move(s.state()));
+          overflow.emplace(Hash128{tag, s.check}, std::move(s.state()));
           clear(s);
         }
-        s.tag = moved;
+        store_tag(s, moved);
         --old.size;
       }
       // The moved prefix is never read again (lookups skip it): its pages go back to the
@@ -598,9 +788,9 @@ class Table {
           return;
         }
         Slot& s = cur.slots[sweep_at];
-        if (s.tag != 0 && live() > keep && M::is_fresh(p, s.state(), now)) {
+        if (load_tag(s) != 0 && live() > keep && M::is_fresh(p, s.state(), now)) {
           if (drops == 0) return;
-          record_drop(s.tag, now);
+          record_drop(key_tag(s), seen(s.state(), now));
           cur.erase_at(sweep_at);
           --drops;
         } else {
@@ -617,7 +807,7 @@ class Table {
         auto next = std::next(it);
         overflow_next = next == overflow.end() ? Hash128{} : next->first;
         if (M::is_fresh(p, it->second, now)) {
-          record_drop(it->first.first, now);
+          record_drop(it->first.first, seen(it->second, now));
           overflow.erase(it);
         }
       }
@@ -625,7 +815,7 @@ class Table {
 
     /// Notes that a key with `tag` was dropped as fresh at `now`: it is pinned to the latest
     /// time of this shard, which no key's own time exceeds.
-    void record_drop(std::uint64_t tag, std::chrono::nanoseconds now) {
+    void record_drop(std::uint64_t tag, std::chrono::nanoseconds now) {  // now: see seen()
       const auto at = std::max(latest, now);
       if (!filter) filter = std::make_unique<std::uint64_t[]>(filter_words);
       if (filtered == filter_keys) {
@@ -660,7 +850,7 @@ class Table {
         cur.erase_at(static_cast<std::size_t>(s - cur.slots));
       } else if (Slot* o = old.find(tag, check, migrate_at)) {
         clear(*o);
-        o->tag = moved;
+        store_tag(*o, moved);
         --old.size;
         finish_migration();
       } else if (!overflow.empty()) {
@@ -686,7 +876,7 @@ class Table {
           // The overflow map first, whole (it only holds keys that found no slot).
           for (auto it = overflow.begin(); it != overflow.end();) {
             if (M::is_fresh(params, it->second, now)) {
-              record_drop(it->first.first, now);
+              record_drop(it->first.first, seen(it->second, now));
               it = overflow.erase(it);
             } else {
               ++it;
@@ -701,8 +891,8 @@ class Table {
           }
           for (std::size_t n = chunk; n > 0 && at < cur.capacity; --n) {
             Slot& s = cur.slots[at];
-            if (s.tag != 0 && M::is_fresh(params, s.state(), now)) {
-              record_drop(s.tag, now);
+            if (load_tag(s) != 0 && M::is_fresh(params, s.state(), now)) {
+              record_drop(key_tag(s), seen(s.state(), now));
               cur.erase_at(at);
             } else {
               ++at;

@@ -42,6 +42,7 @@ class ZeroedBlock {
       base_ = p;
       data_ = p;
     } else {
+      small_ = bytes;
       base_ = std::calloc(bytes + align, 1);
       if (base_ == nullptr) throw std::bad_alloc();
       const auto at = reinterpret_cast<std::uintptr_t>(base_);
@@ -52,6 +53,7 @@ class ZeroedBlock {
       : base_(std::exchange(o.base_, nullptr)),
         data_(std::exchange(o.data_, nullptr)),
         mapped_(std::exchange(o.mapped_, 0)),
+        small_(std::exchange(o.small_, 0)),
         released_(std::exchange(o.released_, 0)) {}
   ZeroedBlock& operator=(ZeroedBlock&& o) noexcept {
     if (this != &o) {
@@ -59,6 +61,7 @@ class ZeroedBlock {
       base_ = std::exchange(o.base_, nullptr);
       data_ = std::exchange(o.data_, nullptr);
       mapped_ = std::exchange(o.mapped_, 0);
+      small_ = std::exchange(o.small_, 0);
       released_ = std::exchange(o.released_, 0);
     }
     return *this;
@@ -69,6 +72,21 @@ class ZeroedBlock {
 
   /// The aligned start of the block (null if empty).
   void* data() const noexcept { return data_; }
+
+  /// Usable bytes from data() (at least those asked for).
+  std::size_t size() const noexcept { return mapped_ != 0 ? mapped_ : small_; }
+
+  /// For a block kept to be used again: a mapping gives all its pages back to the kernel (they
+  /// read as zeros again) and returns true; a calloc'd block is left as it is (false: the caller
+  /// clears what it needs).
+  bool recycle() noexcept {
+    if (mapped_ == 0) return false;
+    // A failure leaves the pages resident and their contents: the caller must not rely on
+    // zeros then, so it is reported as not recycled.
+    if (::madvise(base_, mapped_, MADV_DONTNEED) != 0) return false;
+    released_ = 0;
+    return true;
+  }
 
   /// Gives the whole pages of the first `bytes` bytes back to the kernel, if the block is a
   /// mapping and at least `batch` bytes more than last time are due (one system call per
@@ -92,7 +110,7 @@ class ZeroedBlock {
     else
       std::free(base_);
     base_ = data_ = nullptr;
-    mapped_ = released_ = 0;
+    mapped_ = small_ = released_ = 0;
   }
 
  private:
@@ -104,6 +122,7 @@ class ZeroedBlock {
   void* base_ = nullptr;
   void* data_ = nullptr;
   std::size_t mapped_ = 0;    ///< bytes mapped (0: calloc'd)
+  std::size_t small_ = 0;     ///< bytes asked of calloc (0: mapped)
   std::size_t released_ = 0;  ///< bytes at the start given back by release_prefix
 };
 
