@@ -185,19 +185,29 @@ class Table {
   Decision apply(const Params& p, KeyHash h, std::string_view key, std::chrono::nanoseconds now,
                  const Operation& op) {
     if (key.empty()) return single_.apply(p, now, op);
-    Shard& shard = shard_of(h.value.first);
+    return apply_keyed(p, h.value, now, op);
+  }
+
+ private:
+  /// `apply` for a key that is not empty. Out of line: inline, its two paths (with and without
+  /// the shard's lock) made every caller too large for the compiler to inline the single
+  /// state's path and the model's decision into.
+  [[gnu::noinline]] Decision apply_keyed(const Params& p, Hash128 h, std::chrono::nanoseconds now,
+                                         const Operation& op) {
+    Shard& shard = shard_of(h.first);
     bool upkeep = false;
     if constexpr (lock_free) {
       // Every sweep_every-th decision of a thread takes the lock and does the shard's upkeep
       // (sweeping, as the decisions that find their key held no longer count in the shard).
       upkeep = ++upkeep_turn % sweep_every == 0;
       Decision d;
-      if (!upkeep && decide_fast(shard, tag_of(h.value), h.value.second, p, now, op, d)) return d;
+      if (!upkeep && decide_fast(shard, tag_of(h), h.second, p, now, op, d)) return d;
     }
     std::lock_guard lock(shard.mutex);
-    return decide_in(shard, h.value, p, now, op, upkeep);
+    return decide_in(shard, h, p, now, op, upkeep);
   }
 
+ public:
   /// The lock that guards `key`'s slot: what `InMemoryStorage::decide_all` takes, in address
   /// order, before it calls `apply_locked` on several keys.
   ShardLock& lock_of(std::string_view key) noexcept {
