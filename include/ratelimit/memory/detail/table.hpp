@@ -163,9 +163,9 @@ class Table {
     if (key.empty()) return KeyHash{};  // the single state: nothing to hash or fetch
     const KeyHash h{hash_key(key)};
     const Shard& shard = shard_of(h.value.first);
-    // For writing: the lock's compare-and-swap needs the line exclusive, and a shared copy
-    // fetched first would cost a second transfer when another core holds it.
-    __builtin_prefetch(&shard, 1);
+    // For reading: a decision on a held key only reads its shard's line (the lock, the array);
+    // taking it exclusive would move it away from other cores that also only read it.
+    __builtin_prefetch(&shard);
     // Acquire (a plain load on x86): the array's header and zeroed slots were written first.
     const Slot* slots = shard.published.load(std::memory_order_acquire);
     const std::size_t capacity = slots ? capacity_of(slots) : 0;
@@ -367,6 +367,13 @@ class Table {
   /// is held, or the bit stays taken; the caller then decides under the lock.
   bool decide_fast(Shard& shard, std::uint64_t tag, std::uint64_t check, const Params& p,
                    std::chrono::nanoseconds now, const Operation& op, Decision& d) {
+    // A holder of the shard's lock (an insert, another thread's upkeep) leaves it within tens
+    // of ns: wait for that rather than queue behind it, since while this decision holds the
+    // lock, the other threads' lock-free decisions would back off and queue too (a convoy).
+    for (int spins = 0; shard.mutex.held(); ++spins) {
+      if (spins == bit_spins) return false;
+      cpu_relax();
+    }
     Slot* const slots = shard.published.load(std::memory_order_acquire);
     const std::size_t capacity = slots ? capacity_of(slots) : 0;
     if (capacity == 0) return false;
