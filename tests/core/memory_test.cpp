@@ -253,3 +253,36 @@ TEST_CASE("A slot array's pages stay untouched until written and go back as its 
   CHECK(reinterpret_cast<std::uintptr_t>(s) % 64 == 0);
   CHECK(std::all_of(s, s + 100, [](unsigned char c) { return c == 0; }));
 }
+
+namespace key_memo_test {
+
+using namespace std::chrono_literals;
+
+TEST_CASE("The per-thread memo of the last key hashed never gives a key another's state",
+          "[in_memory][hash]") {
+  // A bucket of 3 tokens, no refill at a frozen time: every key's k-th spend leaves 3 - k. The
+  // memo remembers one key per thread; alternating keys of equal length, a key and its
+  // prefix, the same key in two tables, keys at the memo's 48-byte limit and beyond, each key
+  // must count on its own: the 1st, 2nd and 3rd spend of each leave 2, 1, 0, the 4th is denied.
+  ratelimit::ManualClock clock;
+  clock.set(1s);
+  ratelimit::InMemoryStorage storage;
+  ratelimit::TokenBucket<ratelimit::ManualClock> a({3, ratelimit::per_hour(1)}, storage, clock,
+                                                   "a");
+  ratelimit::TokenBucket<ratelimit::ManualClock> b({3, ratelimit::per_hour(1)}, storage, clock,
+                                                   "b");
+  const std::string k48(48, 'k'), k49(49, 'k');
+  const std::vector<std::string> keys{"x", "y", "xy", std::string("x\0", 2), k48, k49};
+  for (std::int64_t spend = 1; spend <= 4; ++spend)
+    for (const std::string& key : keys)
+      for (auto* limiter : {&a, &b}) {
+        INFO("key of " << key.size() << " bytes, spend " << spend);
+        const auto d = limiter->try_acquire(key);
+        CHECK(d.allowed == (spend <= 3));
+        if (spend <= 3) CHECK(d.remaining == 3 - spend);
+      }
+  // "x", "y", "xy", "x\0", the 48-byte and the 49-byte key, in each of the two tables.
+  CHECK(storage.size() == 2 * 6);
+}
+
+}  // namespace key_memo_test
