@@ -429,9 +429,9 @@ class Table {
     }
     Slot* const s = &slots[i];
     if (shard.mutex.held() || s->check != check) {
-      // Back off without having read the state. The tag is restored only if nobody changed it
-      // meanwhile (a lock holder may have moved or erased the slot's key; it did not wait for
-      // this bit, which it saw set by a thread that had not yet read the lock).
+      // Back off without having read the state. A lock holder that waits to change this tag
+      // (`store_tag`) goes on once the bit is clear; the tag is restored only if nobody changed
+      // it meanwhile all the same.
       std::uint64_t held = tag | lock_bit;
       tag_ref(*s).compare_exchange_strong(held, tag, std::memory_order_release,
                                           std::memory_order_relaxed);
@@ -516,8 +516,24 @@ class Table {
   }
   /// The key's tag without the lock bit (for the holder of the shard's lock).
   static std::uint64_t key_tag(const Slot& s) noexcept { return load_tag(s) & ~lock_bit; }
-  /// Publishes a tag (release: the slot's check and state are written first).
+  /// Publishes a tag (release: the slot's check and state are written first), for the holder
+  /// of the shard's lock, once no lock-free decision holds the slot's bit. A decision may take
+  /// the bit after the lock holder last waited for it (`Slot::state`); overwriting the bit then
+  /// would let that decision, had it not yet read the shard's lock, find the lock released
+  /// and decide on a slot emptied or reused meanwhile (its own key's tag written back into an
+  /// empty slot, or a state changed beside another decision's). Waiting keeps its bit until it
+  /// has seen the lock held and backed off.
   static void store_tag(Slot& s, std::uint64_t tag) noexcept {
+    for (int spins = 0;; ++spins) {
+      std::uint64_t expected = key_tag(s);
+      if (tag_ref(s).compare_exchange_weak(expected, tag, std::memory_order_release,
+                                           std::memory_order_relaxed))
+        return;
+      spins < bit_spins ? cpu_relax() : std::this_thread::yield();
+    }
+  }
+  /// Publishes the tag of an empty slot (0 or `moved`: no lock-free decision takes their bit).
+  static void store_empty_slot_tag(Slot& s, std::uint64_t tag) noexcept {
     tag_ref(s).store(tag, std::memory_order_release);
   }
 
@@ -543,7 +559,7 @@ class Table {
   static void fill(Slot& s, std::uint64_t tag, std::uint64_t check, State&& state) {
     ::new (static_cast<void*>(s.state_bytes)) State(std::move(state));
     s.check = check;
-    store_tag(s, tag);
+    store_empty_slot_tag(s, tag);
   }
 
   /// Empties an occupied slot's state, leaving the tag to the caller.

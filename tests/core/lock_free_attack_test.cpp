@@ -1,0 +1,290 @@
+// Issue 19, from the attacker's side: the lock-free path (Table::decide_fast) against what it
+// must stay atomic with. Keys whose hashes collide (one tag for every key, or distinct tags all
+// probing from one home), multi-key decisions while both of their keys are decided lock-free
+// near the limit, more threads than cores on one key, and limiters whose clocks differ sharing
+// one table while sweeps judge at yet another time. Each checks exact admissions at a frozen
+// time (every admission leaves a distinct remaining). ThreadSanitizer runs this (label
+// `concurrent`).
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <latch>
+#include <string>
+#include <string_view>
+#include <thread>
+#include <vector>
+
+#include <catch2/catch.hpp>
+#include <ratelimit/core/all_of.hpp>
+#include <ratelimit/fixed_window.hpp>
+#include <ratelimit/in_memory_storage.hpp>
+#include <ratelimit/manual_clock.hpp>
+#include <ratelimit/memory/detail/table.hpp>
+#include <ratelimit/token_bucket.hpp>
+
+namespace lock_free_attack_test {
+
+using namespace std::chrono_literals;
+using ratelimit::InMemoryStorage;
+using ratelimit::ManualClock;
+using ratelimit::Operation;
+using ratelimit::TokenBucketModel;
+using ratelimit::detail::Hash128;
+
+/// A second hash word that tells keys apart (SipHash-2-4 under a fixed test key).
+std::uint64_t distinct_word(std::string_view key) {
+  return ratelimit::detail::siphash<2, 4>({0x0123456789abcdef, 0xfedcba9876543210}, key.data(),
+                                          key.size());
+}
+
+/// Every key has the same first word: one shard, one tag, one home; told apart only by the
+/// second word (checked after the lock bit is taken).
+struct OneTagHash {
+  Hash128 operator()(std::string_view key) const noexcept {
+    return {0x5555555555555555, distinct_word(key)};
+  }
+};
+
+/// Distinct first words, all multiples of 64 below 2^26: one shard, distinct tags, and home 0
+/// in any array of fewer than 2^38 slots, so the keys probe past each other (the first 64 in
+/// the array, the rest in the overflow map).
+struct OneHomeHash {
+  Hash128 operator()(std::string_view key) const noexcept {
+    const std::uint64_t w = distinct_word(key);
+    return {(w % (std::uint64_t{1} << 20)) * 64, w};
+  }
+};
+
+/// The sorted list 0, 1, ..., n - 1: the remaining values n admissions from n tokens leave.
+std::vector<std::int64_t> countdown(std::int64_t n) {
+  std::vector<std::int64_t> v(static_cast<std::size_t>(n));
+  for (std::int64_t i = 0; i < n; ++i) v[static_cast<std::size_t>(i)] = i;
+  return v;
+}
+
+template <class Hash>
+void colliding_keys_stay_exact() {
+  // 3 threads spend 1 token at a time from 32 hot keys of 50 tokens (refill 1 per hour, so at
+  // the frozen 10 s nothing refills: exactly 50 admissions each), while a fourth inserts churn
+  // keys and resets each 16 later (shifting the slots after it, hot ones among them) and a
+  // fifth reclaims at 10 s (dropping 200 old keys spent at 1 s under 1 per second, fresh since
+  // 2 s). All keys collide (see the hashes), so lock-free decisions take bits of slots whose tag
+  // matches theirs but whose key is another (back off on the check) or probe past other keys.
+  constexpr int hot_keys = 32, threads = 3, rounds = 25;  // 3 x 25 = 75 attempts > 50
+  constexpr std::int64_t tokens = 50;
+  ratelimit::detail::Table<TokenBucketModel, Hash> table;
+  const auto old_params = TokenBucketModel::make_params({1, ratelimit::per_second(1)});
+  const auto hot_params = TokenBucketModel::make_params({tokens, ratelimit::per_hour(1)});
+  for (int i = 0; i < 200; ++i)
+    REQUIRE(table.apply(old_params, "old-" + std::to_string(i), 1s, Operation{}).allowed);
+  const auto hot = [](int k) { return "hot-" + std::to_string(k); };
+  std::vector<std::vector<std::int64_t>> seen(hot_keys);
+  for (int k = 0; k < hot_keys; ++k) {
+    const auto d = table.apply(hot_params, hot(k), 10s, Operation{});
+    REQUIRE(d.allowed);
+    seen[static_cast<std::size_t>(k)].push_back(d.remaining);
+  }
+  std::vector<std::vector<std::vector<std::int64_t>>> mine(
+      threads, std::vector<std::vector<std::int64_t>>(hot_keys));
+  std::atomic<int> running{threads};
+  std::latch start(threads + 2);
+  std::vector<std::thread> pool;
+  for (int t = 0; t < threads; ++t)
+    pool.emplace_back([&, t] {
+      start.arrive_and_wait();
+      for (int r = 0; r < rounds; ++r)
+        for (int k = 0; k < hot_keys; ++k) {
+          const auto d = table.apply(hot_params, hot(k), 10s, Operation{});
+          if (d.allowed)
+            mine[static_cast<std::size_t>(t)][static_cast<std::size_t>(k)].push_back(d.remaining);
+        }
+      --running;
+    });
+  pool.emplace_back([&] {
+    start.arrive_and_wait();
+    for (int i = 0; running.load() > 0; ++i) {
+      (void)table.apply(hot_params, "churn-" + std::to_string(i), 10s, Operation{});
+      if (i >= 16) table.reset("churn-" + std::to_string(i - 16));
+    }
+  });
+  pool.emplace_back([&] {
+    start.arrive_and_wait();
+    while (running.load() > 0) (void)table.reclaim(10s);
+  });
+  for (auto& th : pool) th.join();
+  for (int k = 0; k < hot_keys; ++k) {
+    INFO("key " << hot(k));
+    auto& all = seen[static_cast<std::size_t>(k)];
+    for (const auto& m : mine)
+      all.insert(all.end(), m[static_cast<std::size_t>(k)].begin(),
+                 m[static_cast<std::size_t>(k)].end());
+    std::sort(all.begin(), all.end());
+    // 50 tokens, no refill: admissions leave 49, ..., 0 once each.
+    CHECK(all == countdown(tokens));
+    CHECK(table.apply(hot_params, hot(k), 10s, Operation{1, true}).remaining == 0);
+  }
+}
+
+TEST_CASE("Lock-free decisions stay exact when every key has the same tag",
+          "[in_memory][concurrency][lock_free][hash]") {
+  colliding_keys_stay_exact<OneTagHash>();
+}
+
+TEST_CASE("Lock-free decisions stay exact when every key probes from the same home",
+          "[in_memory][concurrency][lock_free][hash]") {
+  colliding_keys_stay_exact<OneHomeHash>();
+}
+
+TEST_CASE("Multi-key decisions stay all or nothing while both keys are decided lock-free",
+          "[in_memory][concurrency][lock_free][decide_all]") {
+  // Key "k" in two tables ("x" and "y"), 60 tokens each, refill 1 per hour: at the frozen 10 s
+  // exactly 60 admissions per table. One thread spends "x" alone, one "y" alone (lock-free once
+  // held), two spend both at once (try_acquire_all: decide_all). Each admission on a table
+  // leaves a distinct remaining, 59 .. 0 (a commit that undid or doubled a lock-free spend
+  // shows as a repeat or a gap), and each admitted pair spent both: singles_x + pairs = 60 =
+  // singles_y + pairs.
+  constexpr std::int64_t tokens = 60;
+  constexpr int attempts = 80;  // per thread: more than the tokens
+  ManualClock clock;
+  clock.set(10s);
+  InMemoryStorage storage;
+  ratelimit::TokenBucket<ManualClock> x({tokens, ratelimit::per_hour(1)}, storage, clock, "x");
+  ratelimit::TokenBucket<ManualClock> y({tokens, ratelimit::per_hour(1)}, storage, clock, "y");
+  // Both held before the race (their first spend is an insert, under the lock).
+  std::vector<std::int64_t> seen_x{x.try_acquire("k").remaining};
+  std::vector<std::int64_t> seen_y{y.try_acquire("k").remaining};
+  std::vector<std::int64_t> single_x, single_y;
+  std::vector<std::vector<std::int64_t>> pair_x(2), pair_y(2);
+  std::latch start(4);
+  std::vector<std::thread> pool;
+  pool.emplace_back([&] {
+    start.arrive_and_wait();
+    for (int i = 0; i < attempts; ++i)
+      if (const auto d = x.try_acquire("k"); d.allowed) single_x.push_back(d.remaining);
+  });
+  pool.emplace_back([&] {
+    start.arrive_and_wait();
+    for (int i = 0; i < attempts; ++i)
+      if (const auto d = y.try_acquire("k"); d.allowed) single_y.push_back(d.remaining);
+  });
+  for (std::size_t t = 0; t < 2; ++t)
+    pool.emplace_back([&, t] {
+      start.arrive_and_wait();
+      for (int i = 0; i < attempts; ++i) {
+        const auto d = ratelimit::try_acquire_all("k", 1, x, y);
+        if (!d.allowed) continue;
+        pair_x[t].push_back(d.decisions[0].remaining);
+        pair_y[t].push_back(d.decisions[1].remaining);
+      }
+    });
+  for (auto& th : pool) th.join();
+  const std::size_t pairs = pair_x[0].size() + pair_x[1].size();
+  seen_x.insert(seen_x.end(), single_x.begin(), single_x.end());
+  seen_y.insert(seen_y.end(), single_y.begin(), single_y.end());
+  for (std::size_t t = 0; t < 2; ++t) {
+    seen_x.insert(seen_x.end(), pair_x[t].begin(), pair_x[t].end());
+    seen_y.insert(seen_y.end(), pair_y[t].begin(), pair_y[t].end());
+  }
+  std::sort(seen_x.begin(), seen_x.end());
+  std::sort(seen_y.begin(), seen_y.end());
+  CHECK(seen_x == countdown(tokens));
+  CHECK(seen_y == countdown(tokens));
+  // 1 before the race + singles + pairs = 60 on each table.
+  CHECK(1 + single_x.size() + pairs == static_cast<std::size_t>(tokens));
+  CHECK(1 + single_y.size() + pairs == static_cast<std::size_t>(tokens));
+  CHECK(x.peek("k").remaining == 0);
+  CHECK(y.peek("k").remaining == 0);
+}
+
+TEST_CASE("More threads than cores on one key admit exactly the limit",
+          "[in_memory][concurrency][lock_free]") {
+  // 12 threads (the CI machine has 2 cores: the lock bit's holder is often preempted, and its
+  // waiters must fall back to the shard's lock rather than spin forever) spend a token bucket
+  // key and a fixed-window key of 1,000 each at a frozen time, 150 attempts per thread and key
+  // (1,800 > 1,000): exactly 1,000 admissions per key, remaining 999 .. 0 once each.
+  constexpr int threads = 12, attempts = 150;
+  constexpr std::int64_t limit = 1000;
+  ManualClock clock;
+  clock.set(30s);
+  InMemoryStorage storage;
+  ratelimit::TokenBucket<ManualClock> bucket({limit, ratelimit::per_hour(1)}, storage, clock);
+  ratelimit::FixedWindow<ManualClock> window(ratelimit::per_hour(limit), storage, clock);
+  std::vector<std::int64_t> seen_bucket{bucket.try_acquire("k").remaining};
+  std::vector<std::int64_t> seen_window{window.try_acquire("k").remaining};
+  std::vector<std::vector<std::int64_t>> mine_bucket(threads), mine_window(threads);
+  std::latch start(threads);
+  std::vector<std::thread> pool;
+  for (std::size_t t = 0; t < threads; ++t)
+    pool.emplace_back([&, t] {
+      start.arrive_and_wait();
+      for (int i = 0; i < attempts; ++i) {
+        if (const auto d = bucket.try_acquire("k"); d.allowed) mine_bucket[t].push_back(d.remaining);
+        if (const auto d = window.try_acquire("k"); d.allowed) mine_window[t].push_back(d.remaining);
+      }
+    });
+  for (auto& th : pool) th.join();
+  for (std::size_t t = 0; t < threads; ++t) {
+    seen_bucket.insert(seen_bucket.end(), mine_bucket[t].begin(), mine_bucket[t].end());
+    seen_window.insert(seen_window.end(), mine_window[t].begin(), mine_window[t].end());
+  }
+  std::sort(seen_bucket.begin(), seen_bucket.end());
+  std::sort(seen_window.begin(), seen_window.end());
+  CHECK(seen_bucket == countdown(limit));
+  CHECK(seen_window == countdown(limit));
+}
+
+TEST_CASE("Limiters with different clocks on one table stay exact while sweeps judge at a third",
+          "[in_memory][concurrency][lock_free][clock]") {
+  // One table "t", 40 tokens refilled at 1 per hour per key: `late` reads 100 s, `early` 10 s (a clock that
+  // stepped back, or another host's), both spending 16 hot keys lock-free (the keys inserted
+  // at 10 s, so the shard's latest time is behind what `late` decides at). A third thread
+  // reclaims at 50 s, between them, while old keys (1 per second, spent at 1 s, fresh from
+  // 2 s) are dropped around the hot ones. A hot key that a sweep judged fresh at the earlier
+  // time and dropped would come back full for `early`: more than 40 admissions.
+  constexpr int hot_keys = 16, rounds = 40;  // 2 threads x 40 = 80 attempts per key > 40
+  ManualClock early_clock, late_clock;
+  early_clock.set(1s);
+  late_clock.set(100s);
+  InMemoryStorage storage;
+  ratelimit::TokenBucket<ManualClock> old({1, ratelimit::per_second(1)}, storage, early_clock,
+                                          "t");
+  ratelimit::TokenBucket<ManualClock> early({40, ratelimit::per_hour(1)}, storage, early_clock,
+                                            "t");
+  ratelimit::TokenBucket<ManualClock> late({40, ratelimit::per_hour(1)}, storage, late_clock,
+                                           "t");
+  for (int i = 0; i < 2'000; ++i) REQUIRE(old.try_acquire("old-" + std::to_string(i)));
+  early_clock.set(10s);
+  const auto hot = [](int k) { return "hot-" + std::to_string(k); };
+  for (int k = 0; k < hot_keys; ++k) REQUIRE(early.try_acquire(hot(k)).remaining == 39);
+  std::vector<std::vector<int>> admitted(2, std::vector<int>(hot_keys, 0));
+  std::atomic<int> running{2};
+  std::latch start(3);
+  std::vector<std::thread> pool;
+  for (std::size_t t = 0; t < 2; ++t)
+    pool.emplace_back([&, t] {
+      auto& limiter = t == 0 ? early : late;
+      start.arrive_and_wait();
+      for (int r = 0; r < rounds; ++r)
+        for (int k = 0; k < hot_keys; ++k)
+          if (limiter.try_acquire(hot(k)).allowed) ++admitted[t][static_cast<std::size_t>(k)];
+      --running;
+    });
+  pool.emplace_back([&] {
+    start.arrive_and_wait();
+    while (running.load() > 0) (void)storage.reclaim(50s);
+  });
+  for (auto& th : pool) th.join();
+  for (int k = 0; k < hot_keys; ++k) {
+    INFO("key " << hot(k));
+    const auto i = static_cast<std::size_t>(k);
+    // 40 tokens, refill 1 per hour: from 10 s to 100 s, 90 / 3600 of a token, none whole; so
+    // 40 admissions in all, 1 before the race and 39 during it, whoever's clock.
+    CHECK(1 + admitted[0][i] + admitted[1][i] == 40);
+    // Not fresh at 50 s (nor at 100 s): never dropped, so no clock sees capacity come back.
+    CHECK(early.peek(hot(k)).remaining == 0);
+    CHECK(late.peek(hot(k)).remaining == 0);
+  }
+}
+
+}  // namespace lock_free_attack_test
