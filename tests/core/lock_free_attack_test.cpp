@@ -136,6 +136,72 @@ TEST_CASE("Lock-free decisions stay exact when every key probes from the same ho
   colliding_keys_stay_exact<OneHomeHash>();
 }
 
+/// Key "i" (decimal) has home slot i in an array of 11 slots (what a shard holding 7 keys
+/// has: 8 slots, then 11 at the 6th insert), all in one shard: keys 0 .. 6 sit in a run at
+/// their homes, so erasing key 0 scans the whole run (none of the others may shift back)
+/// before it clears slot 0's tag.
+struct RunHash {
+  Hash128 operator()(std::string_view key) const {
+    const std::uint64_t i = std::stoull(std::string(key));
+    __extension__ using u128 = unsigned __int128;
+    const auto start = static_cast<std::uint64_t>((static_cast<u128>(i) << 64) / 11);
+    return {(start / 64 + 2) * 64 + 1, i + 1000};  // just past slot i's start; shard 1
+  }
+};
+
+TEST_CASE("Resetting a key decided lock-free loses no key and leaves no stale state",
+          "[in_memory][concurrency][lock_free][reset]") {
+  // Two threads spend keys 0 .. 6 lock-free (10^9 tokens at a frozen time: always admitted)
+  // while a third inserts and resets key 0 in a loop. A decision that took key 0's bit just
+  // after the reset waited for it, and read the shard's lock only after the reset released it,
+  // used to decide anyway on the emptied slot and write key 0's tag back into it, uncounted
+  // (the table then counted one key fewer than it held) or beside the key re-inserted there.
+  // Reproduced by delaying decide_fast between its compare-and-swap and its read of the lock
+  // (a preemption there); without that delay the window is a few instructions, so this test
+  // only guards it. Keys 1 .. 6 are never reset nor fresh: always held, and counted.
+  constexpr int keys = 7, rounds = 3;
+  constexpr std::int64_t tokens = 1'000'000'000;
+  const auto params = TokenBucketModel::make_params({tokens, ratelimit::per_second(1000)});
+  for (int round = 0; round < rounds; ++round) {
+    ratelimit::detail::Table<TokenBucketModel, RunHash> table;
+    for (int k = 0; k < keys; ++k)
+      REQUIRE(table.apply(params, std::to_string(k), 10s, Operation{}).allowed);
+    std::atomic<bool> stop{false};
+    std::atomic<int> undercounted{0};
+    std::latch start(3);
+    std::vector<std::thread> pool;
+    for (int t = 0; t < 2; ++t)
+      pool.emplace_back([&, t] {
+        start.arrive_and_wait();
+        for (int i = 0; !stop.load(); ++i)
+          (void)table.apply(params, std::to_string((i * (t + 1)) % keys), 10s, Operation{});
+      });
+    pool.emplace_back([&] {
+      start.arrive_and_wait();
+      for (int i = 0; i < 20'000; ++i) {
+        // A pause after each, so that the shard's lock is mostly free: a decision that lost
+        // its bit then finds the lock released, not taken again.
+        (void)table.apply(params, "0", 10s, Operation{});
+        for (int p = 0; p < 20; ++p) ratelimit::detail::cpu_relax();
+        table.reset("0");
+        for (int p = 0; p < 20; ++p) ratelimit::detail::cpu_relax();
+        if (i % 64 == 0 && table.size() < keys - 1) ++undercounted;
+      }
+      stop = true;
+    });
+    for (auto& th : pool) th.join();
+    CHECK(undercounted.load() == 0);
+    // Keys 1 .. 6 held, key 0 held or not: 6 or 7 keys.
+    const std::size_t held = table.size();
+    CHECK((held == keys - 1 || held == keys));
+    // Reset, every key is fresh (no copy of a reset state left behind) and none is counted.
+    for (int k = 0; k < keys; ++k) table.reset(std::to_string(k));
+    CHECK(table.size() == 0);
+    for (int k = 0; k < keys; ++k)
+      CHECK(table.apply(params, std::to_string(k), 10s, Operation{1, true}).remaining == tokens);
+  }
+}
+
 TEST_CASE("Multi-key decisions stay all or nothing while both keys are decided lock-free",
           "[in_memory][concurrency][lock_free][decide_all]") {
   // Key "k" in two tables ("x" and "y"), 60 tokens each, refill 1 per hour: at the frozen 10 s
@@ -219,8 +285,10 @@ TEST_CASE("More threads than cores on one key admit exactly the limit",
     pool.emplace_back([&, t] {
       start.arrive_and_wait();
       for (int i = 0; i < attempts; ++i) {
-        if (const auto d = bucket.try_acquire("k"); d.allowed) mine_bucket[t].push_back(d.remaining);
-        if (const auto d = window.try_acquire("k"); d.allowed) mine_window[t].push_back(d.remaining);
+        if (const auto d = bucket.try_acquire("k"); d.allowed)
+          mine_bucket[t].push_back(d.remaining);
+        if (const auto d = window.try_acquire("k"); d.allowed)
+          mine_window[t].push_back(d.remaining);
       }
     });
   for (auto& th : pool) th.join();
@@ -236,9 +304,9 @@ TEST_CASE("More threads than cores on one key admit exactly the limit",
 
 TEST_CASE("Limiters with different clocks on one table stay exact while sweeps judge at a third",
           "[in_memory][concurrency][lock_free][clock]") {
-  // One table "t", 40 tokens refilled at 1 per hour per key: `late` reads 100 s, `early` 10 s (a clock that
-  // stepped back, or another host's), both spending 16 hot keys lock-free (the keys inserted
-  // at 10 s, so the shard's latest time is behind what `late` decides at). A third thread
+  // One table "t", 40 tokens refilled at 1 per hour per key: `late` reads 100 s, `early` 10 s (a
+  // clock that stepped back, or another host's), both spending 16 hot keys lock-free (the keys
+  // inserted at 10 s, so the shard's latest time is behind what `late` decides at). A third thread
   // reclaims at 50 s, between them, while old keys (1 per second, spent at 1 s, fresh from
   // 2 s) are dropped around the hot ones. A hot key that a sweep judged fresh at the earlier
   // time and dropped would come back full for `early`: more than 40 admissions.
@@ -247,12 +315,10 @@ TEST_CASE("Limiters with different clocks on one table stay exact while sweeps j
   early_clock.set(1s);
   late_clock.set(100s);
   InMemoryStorage storage;
-  ratelimit::TokenBucket<ManualClock> old({1, ratelimit::per_second(1)}, storage, early_clock,
-                                          "t");
+  ratelimit::TokenBucket<ManualClock> old({1, ratelimit::per_second(1)}, storage, early_clock, "t");
   ratelimit::TokenBucket<ManualClock> early({40, ratelimit::per_hour(1)}, storage, early_clock,
                                             "t");
-  ratelimit::TokenBucket<ManualClock> late({40, ratelimit::per_hour(1)}, storage, late_clock,
-                                           "t");
+  ratelimit::TokenBucket<ManualClock> late({40, ratelimit::per_hour(1)}, storage, late_clock, "t");
   for (int i = 0; i < 2'000; ++i) REQUIRE(old.try_acquire("old-" + std::to_string(i)));
   early_clock.set(10s);
   const auto hot = [](int k) { return "hot-" + std::to_string(k); };
