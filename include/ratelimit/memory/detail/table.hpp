@@ -722,6 +722,7 @@ class Table {
     /// it, so the spares of a shard stay within a few times its largest array's address space
     /// (at most about three per doubling of size), none of it resident but small calloc'd ones.
     std::vector<ZeroedBlock> spares;
+    std::uint64_t arrays = 0;  ///< arrays started (`cur`'s number), for reclaim's position
 
     Shard() = default;
     Shard(const Shard&) = delete;
@@ -768,6 +769,7 @@ class Table {
       cur = std::move(next);
       migrate_at = 0;
       sweep_at = 0;
+      ++arrays;
       published.store(cur.slots, std::memory_order_release);
     }
 
@@ -932,7 +934,10 @@ class Table {
     std::size_t reclaim(std::chrono::nanoseconds now) {
       std::size_t dropped = 0;
       std::size_t at = 0;
-      const Slot* swept = nullptr;  // the array `at` indexes
+      // The array `at` indexes, by its number (`arrays`): a new array may reuse an earlier one's
+      // block, so its address does not tell them apart.
+      constexpr std::uint64_t none = ~std::uint64_t{0};
+      std::uint64_t swept = none;
       int shrinks = 0;  // each shrink divides the slots by about chunk / 2: a few suffice
       for (;;) {
         std::lock_guard lock(mutex);
@@ -941,7 +946,7 @@ class Table {
         if (latest < now) latest = now;
         if (old.capacity != 0) {
           migrate(params, now, chunk, 0);
-        } else if (!overflow.empty() && swept == nullptr) {
+        } else if (!overflow.empty() && swept == none) {
           // The overflow map first, whole (it only holds keys that found no slot).
           for (auto it = overflow.begin(); it != overflow.end();) {
             if (M::is_fresh(params, it->second, now)) {
@@ -951,11 +956,11 @@ class Table {
               ++it;
             }
           }
-          swept = cur.slots;
+          swept = arrays;
           at = 0;
-        } else if (swept != cur.slots || at < cur.capacity) {
-          if (swept != cur.slots) {
-            swept = cur.slots;
+        } else if (swept != arrays || at < cur.capacity) {
+          if (swept != arrays) {
+            swept = arrays;
             at = 0;
           }
           for (std::size_t n = chunk; n > 0 && at < cur.capacity; --n) {
@@ -970,7 +975,7 @@ class Table {
         } else if (shrinks < 4 && cur.capacity > min_capacity && live() * 5 < cur.capacity) {
           ++shrinks;
           start_resize(chunk);
-          swept = cur.slots;
+          swept = arrays;
           at = cur.capacity;  // the new array holds only kept keys
         } else {
           dropped += before - live();
