@@ -166,8 +166,10 @@ class IoNode {
     std::size_t handshake_left = 0;
     std::deque<std::shared_ptr<Pending>> inflight;
   };
+  /// A request on its way, made by `submit` on the submitting thread (one allocation for the
+  /// request and its bookkeeping).
   struct Pending {
-    std::unique_ptr<IoRequest> req;
+    IoRequest req;  ///< moved out when it finishes
     std::vector<RedisReplyPtr> got;
     IoNode* node = nullptr;
     Conn* conn = nullptr;     ///< null while waiting for a connection
@@ -233,7 +235,8 @@ class RedisIoLoop {
   }
 
   /// Queues `req` for `node`. If the loop is shutting down, it completes at once (io failure).
-  void submit(IoNode* node, std::unique_ptr<IoRequest> req) { core_->submit(node, std::move(req)); }
+  /// Throws std::bad_alloc (and then never calls `req.done`).
+  void submit(IoNode* node, IoRequest&& req) { core_->submit(node, std::move(req)); }
 
   /// Runs `fn` on the I/O thread at `at` (or at once on shutdown, which it can tell by a
   /// submit failing).
@@ -295,17 +298,20 @@ class RedisIoLoop {
       return nodes_.back().get();
     }
 
-    void submit(IoNode* node, std::unique_ptr<IoRequest> req) {
+    void submit(IoNode* node, IoRequest&& req) {
+      auto p = std::make_shared<Pending>();
+      p->node = node;
+      p->req = std::move(req);
       {
         std::unique_lock lock(mutex_);
         if (!stopping_) {
-          incoming_.emplace_back(node, std::move(req));
+          incoming_.push_back(std::move(p));
           lock.unlock();
           wake();
           return;
         }
       }
-      complete(*req, shut_down());
+      complete(p->req, shut_down());
     }
 
     void post_at(SteadyTime at, std::function<void()> fn) {
@@ -403,14 +409,14 @@ class RedisIoLoop {
     void finish(Pending& p, IoOutcome&& outcome) noexcept {
       if (p.finished) return;
       p.finished = true;
-      auto req = std::move(p.req);  // frees the request's bytes before its deadline entry goes
+      IoRequest req = std::move(p.req);  // frees its bytes before its deadline entry goes
       p.got.clear();
-      complete(*req, std::move(outcome));
+      complete(req, std::move(outcome));
     }
 
     /// Moves what other threads queued into the loop's own structures. True when stopping.
     bool drain() {
-      std::vector<std::pair<IoNode*, std::unique_ptr<IoRequest>>> requests;
+      std::vector<std::shared_ptr<Pending>> requests;
       std::vector<Timer> timers;
       queued_by_loop_ = false;
       {
@@ -421,11 +427,9 @@ class RedisIoLoop {
         for (std::size_t i = loop_nodes_.size(); i < nodes_.size(); ++i)
           loop_nodes_.push_back(nodes_[i].get());
       }
-      for (auto& [node, req] : requests) {
-        auto p = std::make_shared<Pending>();
-        p->node = node;
-        deadlines_.push(Deadline{req->deadline, p});
-        p->req = std::move(req);
+      for (auto& p : requests) {
+        deadlines_.push(Deadline{p->req.deadline, p});
+        IoNode* node = p->node;
         node->waiting_.push_back(std::move(p));
       }
       for (Timer& t : timers) {
@@ -531,7 +535,7 @@ class RedisIoLoop {
             best = c.get();
         p->conn = best;
         p->start = best->queued;
-        best->queued += p->req->wire.size();
+        best->queued += p->req.wire.size();
         best->inflight.push_back(std::move(p));
       }
       for (auto& c : node.conns_)
@@ -653,19 +657,18 @@ class RedisIoLoop {
       c.state = Conn::State::ready;
       if (!node.settings_.on_eviction_policy || node.policy_asked_) return;
       node.policy_asked_ = true;
-      auto req = std::make_unique<IoRequest>();
-      append_command(req->wire, {"INFO", "memory"});
-      req->replies = 1;
-      req->deadline = std::chrono::steady_clock::now() + node.settings_.command_timeout;
+      auto p = std::make_shared<Pending>();
+      p->node = &node;
+      IoRequest& req = p->req;
+      append_command(req.wire, {"INFO", "memory"});
+      req.replies = 1;
+      req.deadline = std::chrono::steady_clock::now() + node.settings_.command_timeout;
       IoNode* n = &node;
-      req->done = [n](IoOutcome&& o) {
+      req.done = [n](IoOutcome&& o) {
         if (!o.error && o.replies.front()->type != REDIS_REPLY_ERROR)
           report_policy(*n, *o.replies.front());
       };
-      auto p = std::make_shared<Pending>();
-      p->node = &node;
-      p->req = std::move(req);
-      deadlines_.push(Deadline{p->req->deadline, p});
+      deadlines_.push(Deadline{req.deadline, p});
       node.waiting_.push_front(std::move(p));
     }
 
@@ -686,7 +689,7 @@ class RedisIoLoop {
         } else {
           std::size_t offset = c.write_offset;
           for (std::size_t i = c.write_index; i < c.inflight.size() && count < 64; ++i) {
-            std::string& w = c.inflight[i]->req->wire;
+            std::string& w = c.inflight[i]->req.wire;
             parts[count++] = {w.data() + offset, w.size() - offset};
             offset = 0;
           }
@@ -741,7 +744,7 @@ class RedisIoLoop {
         if (c.handshake_pos < c.handshake.size()) {
           from = std::string_view(c.handshake).substr(c.handshake_pos);
         } else {
-          from = std::string_view(c.inflight[c.write_index]->req->wire).substr(c.write_offset);
+          from = std::string_view(c.inflight[c.write_index]->req.wire).substr(c.write_offset);
         }
         from = from.substr(0, limit - c.tls_out.size());
         c.tls_out.append(from);
@@ -757,7 +760,7 @@ class RedisIoLoop {
         return;
       }
       while (n > 0) {
-        const std::size_t left = c.inflight[c.write_index]->req->wire.size() - c.write_offset;
+        const std::size_t left = c.inflight[c.write_index]->req.wire.size() - c.write_offset;
         if (n < left) {
           c.write_offset += n;
           return;
@@ -830,7 +833,7 @@ class RedisIoLoop {
         return fail_conn(c, RedisFailureKind::io, "a reply nobody asked for");
       Pending& p = *c.inflight.front();
       p.got.push_back(std::move(reply));
-      if (p.req && p.got.size() < p.req->replies) return;
+      if (!p.finished && p.got.size() < p.req.replies) return;
       if (c.write_index == 0)  // all its replies, yet not all of it written: not Redis
         return fail_conn(c, RedisFailureKind::io, "replies to a request not yet sent");
       std::shared_ptr<Pending> done = std::move(c.inflight.front());
@@ -897,7 +900,7 @@ class RedisIoLoop {
     static IoNode& owner(const Conn& c) noexcept { return *c.node; }
 
     void shut_down_all() {
-      std::vector<std::pair<IoNode*, std::unique_ptr<IoRequest>>> requests;
+      std::vector<std::shared_ptr<Pending>> requests;
       {
         std::lock_guard lock(mutex_);
         requests.swap(incoming_);
@@ -906,7 +909,7 @@ class RedisIoLoop {
         for (std::size_t i = loop_nodes_.size(); i < nodes_.size(); ++i)
           loop_nodes_.push_back(nodes_[i].get());
       }
-      for (auto& [node, req] : requests) complete(*req, shut_down());
+      for (auto& p : requests) finish(*p, shut_down());
       for (IoNode* n : loop_nodes_) {
         for (auto& c : n->conns_) {
           for (auto& p : c->inflight) finish(*p, shut_down());
@@ -916,13 +919,22 @@ class RedisIoLoop {
         for (auto& p : n->waiting_) finish(*p, shut_down());
         n->waiting_.clear();
       }
-      // Timers run now: what they submit completes at once, as shut down.
-      while (!timers_.empty()) {
-        auto fn = std::move(const_cast<Timer&>(timers_.top()).fn);
-        timers_.pop();
-        try {
-          fn();
-        } catch (...) {
+      // Timers run now: what they submit completes at once, as shut down. What they (or the
+      // completions above) post runs too, until nothing more is posted.
+      for (;;) {
+        {
+          std::lock_guard lock(mutex_);
+          for (Timer& t : incoming_timers_) timers_.push(std::move(t));
+          incoming_timers_.clear();
+        }
+        if (timers_.empty()) break;
+        while (!timers_.empty()) {
+          auto fn = std::move(const_cast<Timer&>(timers_.top()).fn);
+          timers_.pop();
+          try {
+            fn();
+          } catch (...) {
+          }
         }
       }
     }
@@ -933,7 +945,7 @@ class RedisIoLoop {
     std::atomic<std::thread::id> loop_thread_{};
 
     std::mutex mutex_;  ///< guards what other threads hand over: the three below, stopping_
-    std::vector<std::pair<IoNode*, std::unique_ptr<IoRequest>>> incoming_;
+    std::vector<std::shared_ptr<Pending>> incoming_;
     std::vector<Timer> incoming_timers_;
     std::vector<std::unique_ptr<IoNode>> nodes_;
     bool stopping_ = false;
