@@ -250,18 +250,25 @@ class RedisIoLoop {
   using Conn = IoNode::Conn;
 
   /// Wakes the loop from poll. Shared with resolver threads, which may outlive the loop.
+  /// The eventfd is written only while the loop sleeps (`armed`): a loop at work finds
+  /// `pending` before it sleeps, so a busy loop costs its submitters no syscall and itself no
+  /// extra turn (before, every turn that had been woken cost one write and one read). Either
+  /// the loop sees `pending` after arming, or the waker sees `armed` after setting `pending`
+  /// (both sequentially consistent).
   struct Waker {
     Waker() : fd(::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC)) {
       if (fd < 0) throw std::runtime_error("eventfd: " + std::string(std::strerror(errno)));
     }
     ~Waker() { ::close(fd); }
     void wake() noexcept {
-      if (notified.exchange(true, std::memory_order_acq_rel)) return;
+      pending.store(true);
+      if (!armed.load() || !armed.exchange(false)) return;
       const std::uint64_t one = 1;
       [[maybe_unused]] const auto n = ::write(fd, &one, sizeof one);
     }
     int fd;
-    std::atomic<bool> notified{false};
+    std::atomic<bool> pending{false};  ///< work was handed over since the loop last looked
+    std::atomic<bool> armed{false};    ///< the loop sleeps (or is about to) in ppoll
   };
 
   struct Timer {
@@ -382,7 +389,6 @@ class RedisIoLoop {
         if (fds[0].revents != 0) {
           std::uint64_t count = 0;
           [[maybe_unused]] const auto n = ::read(waker_->fd, &count, sizeof count);
-          waker_->notified.store(false, std::memory_order_release);
         }
         for (IoNode* n : loop_nodes_)
           n->conns_.erase(std::remove_if(n->conns_.begin(), n->conns_.end(),
@@ -419,6 +425,8 @@ class RedisIoLoop {
       std::vector<std::shared_ptr<Pending>> requests;
       std::vector<Timer> timers;
       queued_by_loop_ = false;
+      // Before looking: a wake-up from now on is seen before the loop sleeps (see Waker).
+      waker_->pending.exchange(false);
       {
         std::lock_guard lock(mutex_);
         if (stopping_) return true;
@@ -485,8 +493,13 @@ class RedisIoLoop {
     }
 
     /// poll with a nanosecond timeout (ppoll): a deadline is overshot by the kernel's timer
-    /// slack (50 us by default), not by a rounded-up millisecond.
-    static void wait(std::vector<pollfd>& fds, std::optional<SteadyTime> until) {
+    /// slack (50 us by default), not by a rounded-up millisecond. Before it sleeps, the loop
+    /// arms the waker (see Waker).
+    void wait(std::vector<pollfd>& fds, std::optional<SteadyTime> until) {
+      if (!until || *until > std::chrono::steady_clock::now()) {
+        waker_->armed.store(true);
+        if (waker_->pending.load()) until = SteadyTime{};  // handed over since drain: no sleep
+      }
       timespec ts{};
       timespec* timeout = nullptr;
       if (until) {
@@ -499,6 +512,7 @@ class RedisIoLoop {
       }
       if (::ppoll(fds.data(), fds.size(), timeout, nullptr) < 0)
         for (auto& f : fds) f.revents = 0;  // EINTR: go round again
+      waker_->armed.store(false);
     }
 
     /// Advances `node`'s connections and puts its waiting requests on ready ones.
