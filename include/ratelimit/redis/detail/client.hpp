@@ -220,10 +220,13 @@ class RedisClient : public std::enable_shared_from_this<RedisClient> {
     };
     // Shared: the completion may still be inside notify when the waiting thread returns.
     auto w = std::make_shared<Waiter>();
-    execute_async(std::move(calls), deadline, [w](std::vector<RedisResult>&& r) {
-      w->results = std::move(r);
-      w->done.notify();
-    });
+    begin(
+        std::move(calls), deadline,
+        [w](std::vector<RedisResult>&& r) {
+          w->results = std::move(r);
+          w->done.notify();
+        },
+        true);
     w->done.wait();
     return std::move(w->results);
   }
@@ -261,8 +264,9 @@ class RedisClient : public std::enable_shared_from_this<RedisClient> {
 
  protected:
   /// execute_async's work: backpressure (decisions and bytes in flight), then `start`.
+  /// `blocking`: for `execute` (its calling thread waits).
   void begin(std::vector<RedisCall> calls, std::chrono::steady_clock::time_point deadline,
-             Completion done) {
+             Completion done, bool blocking = false) {
     if (calls.empty()) return hand_over(done, {});
     // What the decision holds while in flight: its calls, their RESP bytes and the
     // completion's copy of each key, about three times its keys and arguments.
@@ -296,6 +300,7 @@ class RedisClient : public std::enable_shared_from_this<RedisClient> {
     op->calls = std::move(calls);
     op->deadline = deadline;
     op->done = std::move(done);
+    op->blocking_alone = blocking && before == 0;
     try {
       start(op);
     } catch (const std::exception& e) {
@@ -322,6 +327,10 @@ class RedisClient : public std::enable_shared_from_this<RedisClient> {
     Completion done;
     std::atomic<std::size_t> outstanding{0};  ///< sends whose replies are not settled yet
     std::size_t bytes = 0;                    ///< counted in in_flight_bytes_
+    bool blocking_alone = false;  ///< a blocking call, the only decision in flight when it began
+    /// Its round trips may run on the calling thread (see RedisIoLoop::round_trip_here): a
+    /// single node's client sets it for a blocking call alone in flight.
+    bool here = false;
   };
   using OpPtr = std::shared_ptr<Op>;
 
@@ -367,6 +376,7 @@ class RedisClient : public std::enable_shared_from_this<RedisClient> {
     std::vector<std::size_t> all(op->calls.size());
     for (std::size_t i = 0; i < all.size(); ++i) all[i] = i;
     op->outstanding.store(1, std::memory_order_relaxed);
+    op->here = op->blocking_alone;
     send(*nodes_.front(), op, std::move(all), false, [this](const OpPtr& o, auto&&) {
       if (o->outstanding.fetch_sub(1, std::memory_order_acq_rel) == 1) finish(o);
     });
@@ -497,6 +507,12 @@ class RedisClient : public std::enable_shared_from_this<RedisClient> {
       }
       received(node, op, std::move(indexes), ends, asking, pass, std::move(o), std::move(then));
     };
+    // The calling thread makes the round trip itself when it may, and only once: a reload
+    // after NOSCRIPT goes through the I/O thread.
+    if (op->here) {
+      op->here = false;
+      if (loop_->round_trip_here(node.io, req)) return;
+    }
     loop_->submit(node.io, std::move(req));
   }
 
