@@ -104,7 +104,9 @@ inline void check_redis_options(const RedisOptions& o) {
 /// Threads: one I/O thread per client (redis/detail/io_loop.hpp) does every socket operation;
 /// `execute_async` returns at once and its completion runs on that thread, or on the calling
 /// thread before `execute_async` returns when no request is sent (circuit open, backpressure,
-/// deadline already spent). `execute` is `execute_async` plus a wait.
+/// deadline already spent). `execute` is `execute_async` plus a wait; when it begins as the only
+/// decision in flight, a single node's client lets its calling thread make the round trip
+/// itself on a connection the I/O thread lends (RedisIoLoop::round_trip_here), completing there.
 ///
 /// The cluster hook: `start` (how calls are routed), `stats` and `retry_in` are virtual and the
 /// per-node step (`send`) and counters are protected, so detail::RedisClusterClient routes calls

@@ -10,8 +10,10 @@
 ///
 /// Rules of the thread: one I/O thread per loop; `submit` and `post_at` are safe from any thread,
 /// including the I/O thread itself (a completion may submit the next step). Every request's
-/// `done` runs exactly once, on the I/O thread, and must be quick: a slow completion delays every
-/// other decision of the storage.
+/// `done` runs exactly once, on the I/O thread (or, through `round_trip_here`, on the blocking
+/// caller's thread that made the round trip itself), and must be quick: a slow completion delays
+/// every other decision of the storage. The loop owns every connection, except one it lends
+/// between its turns to such a caller.
 
 #include <hiredis/hiredis.h>
 #include <poll.h>
@@ -376,10 +378,9 @@ class RedisIoLoop {
     bool round_trip_here(IoNode* node, IoRequest& req) {
       Conn* c = node->parked_.exchange(nullptr);
       if (c == nullptr) return false;
-      // Dead (a caller before failed on it), or readable while idle (the server closed it, or
-      // sent what nobody asked for): the loop deals with it on its turn.
-      pollfd idle{c->fd, POLLIN, 0};
-      if (c->dead || ::poll(&idle, 1, 0) != 0) {
+      // Dead (a caller before failed on it), or closed here because it was readable while idle
+      // (the server closed it, or sent what nobody asked for): the loop drops it on its turn.
+      if (c->dead || close_if_readable(*c)) {
         give_back(node, c, true);
         return false;
       }
@@ -513,6 +514,17 @@ class RedisIoLoop {
       return IoOutcome{std::move(got), std::nullopt, {}};
     }
 
+    /// Closes an idle connection that is readable (the server closed it, or sent what nobody
+    /// asked for: the loop would close it for either) or failed. True if it did.
+    static bool close_if_readable(Conn& c) noexcept {
+      pollfd idle{c.fd, POLLIN, 0};
+      if (::poll(&idle, 1, 0) == 0) return false;
+      ::close(c.fd);
+      c.fd = -1;
+      c.dead = true;
+      return true;
+    }
+
     /// A caller hands a lent connection back; wakes the loop only if it waits for it (or if
     /// `check`: the connection is dead or must be looked at).
     void give_back(IoNode* node, Conn* c, bool check) noexcept {
@@ -520,19 +532,23 @@ class RedisIoLoop {
       if (check || node->want_back_.load()) waker_->wake();
     }
 
-    /// At the start of a turn: the lent connection back into `conns_` if no caller holds it.
-    /// If one does and requests wait for the node, the caller giving it back wakes the loop.
+    /// At the start of a turn in which requests wait for `node`: the lent connection back into
+    /// `conns_` if no caller holds it; if one does, the caller giving it back wakes the loop.
+    /// Otherwise it stays lent: taking it back on every turn would race the very caller the
+    /// turn's completion woke (who then found none lent about every other decision).
     void reclaim(IoNode& node) {
-      if (!node.lent_) return;
+      if (!node.lent_ || node.waiting_.empty()) return;
       Conn* c = node.parked_.exchange(nullptr);
       if (c == nullptr) {
-        if (node.waiting_.empty()) return;
         node.want_back_.store(true);
         c = node.parked_.exchange(nullptr);
         if (c == nullptr) return;  // the caller giving it back will wake the loop
       }
       node.want_back_.store(false);
-      if (!node.lent_->dead) node.conns_.push_back(std::move(node.lent_));
+      // Not polled while lent: a server that closed it meanwhile is found here, before a
+      // request is put on it.
+      if (!node.lent_->dead && !close_if_readable(*node.lent_))
+        node.conns_.push_back(std::move(node.lent_));
       node.lent_.reset();
     }
 
