@@ -75,6 +75,17 @@ ratelimit::RedisOptions stalled_options(int port) {
   return o;
 }
 
+/// `key`'s decision once Redis answers again: retried every 10 ms while degraded, 10 s at most.
+ratelimit::Decision once_answered(Bucket& tb, const std::string& key) {
+  const auto until = std::chrono::steady_clock::now() + 10s;
+  ratelimit::Decision d = tb.try_acquire(key);
+  while (d.degraded && std::chrono::steady_clock::now() < until) {
+    std::this_thread::sleep_for(10ms);
+    d = tb.try_acquire(key);
+  }
+  return d;
+}
+
 }  // namespace
 
 TEST_CASE("The kernel timer's overshoot, the part of the margin the library cannot remove",
@@ -234,12 +245,7 @@ TEST_CASE("8 threads while Redis is killed and restarted: on time throughout, ex
   CHECK(t.worst < 100ms + margin);
   CHECK(t.degraded > 0);
   // Back on Redis once it answers: a new key's first decision is exact (capacity - 1 left).
-  const auto deadline = std::chrono::steady_clock::now() + 10s;
-  ratelimit::Decision d = tb.try_acquire("after");
-  while (d.degraded && std::chrono::steady_clock::now() < deadline) {
-    std::this_thread::sleep_for(10ms);
-    d = tb.try_acquire("after");
-  }
+  const ratelimit::Decision d = once_answered(tb, "after");
   CHECK_FALSE(d.degraded);
   CHECK(d.remaining == 1'000'000 - 1);
   WARN("kill/restart: " << t.decisions << " decisions, " << t.degraded << " degraded, longest "
@@ -374,13 +380,9 @@ TEST_CASE("One thread deciding one at a time makes its own round trips, on time 
   server.resume();
   CHECK(t.degraded == t.decisions);
   CHECK(t.worst < 100ms + margin);
-  // Back on Redis once it answers (the timed-out connection was closed, a new one opened).
-  const auto until = std::chrono::steady_clock::now() + 10s;
-  ratelimit::Decision d = tb.try_acquire("after");
-  while (d.degraded && std::chrono::steady_clock::now() < until) {
-    std::this_thread::sleep_for(10ms);
-    d = tb.try_acquire("after");
-  }
+  // Back on Redis once it answers (the timed-out connection was closed, a new one opened): a
+  // new key's first decision is exact (capacity - 1 left).
+  const ratelimit::Decision d = once_answered(tb, "after");
   CHECK_FALSE(d.degraded);
   CHECK(d.remaining == 1'000'000 - 1);
   WARN("lone caller, stopped Redis: " << t.decisions << " decisions, longest " << ms(t.worst)
