@@ -95,6 +95,10 @@ inline void append_command(std::string& wire, const RedisCommand& cmd) {
   append_argv(wire, argv, lens);
 }
 
+/// The largest request a blocking caller writes itself (RedisIoLoop::round_trip_here): one
+/// that fits a loopback socket's buffer, so it is written whole before any reply is read.
+inline constexpr std::size_t round_trip_here_max = std::size_t{64} << 10;
+
 /// True on any storage's I/O thread: a blocking decision there, even on another storage, could
 /// wait on a thread that waits on this one (two storages whose completions block on each other).
 inline thread_local bool on_io_thread = false;
@@ -271,7 +275,8 @@ class RedisIoLoop {
   /// `req`'s round trip on the calling thread, by `req.deadline`, and completes `req` here
   /// (`done` runs on the calling thread). That saves the hand-over to the I/O thread and back
   /// (two thread wake-ups, about 14 us here: bench/results/pipelining.md). False, with `req`
-  /// untouched, when no connection is lent: submit it. Plain sockets only (never TLS).
+  /// untouched, when no connection is lent or the request is larger than
+  /// `round_trip_here_max`: submit it. Plain sockets only (never TLS).
   bool round_trip_here(IoNode* node, IoRequest& req) { return core_->round_trip_here(node, req); }
 
  private:
@@ -376,6 +381,9 @@ class RedisIoLoop {
     }
 
     bool round_trip_here(IoNode* node, IoRequest& req) {
+      // A large request (a big batch) goes through the loop, which reads replies while it
+      // writes; here the whole request is written before the first read.
+      if (req.wire.size() > round_trip_here_max) return false;
       Conn* c = node->parked_.exchange(nullptr);
       if (c == nullptr) return false;
       // Dead (a caller before failed on it), or closed here because it was readable while idle
