@@ -602,9 +602,11 @@ def pipelining_section(raw, meta):
              if plain else "")
           + f". A PING handed to a thread asleep in ppoll through an eventfd, the caller waiting "
           f"on an atomic (the I/O thread's two hand-offs, nothing else of the library), takes "
-          f"{spread(handoff)} µs more than a PING the calling thread makes itself: that much of "
-          f"the gap is the design's (a thread that owns the sockets), the rest is the library's "
-          f"work per decision on either thread.")
+          f"{spread(handoff)} µs more than a PING the calling thread makes itself: what a "
+          f"decision pays going through the I/O thread and back. A blocking decision alone in "
+          f"flight no longer does: it makes its own round trip on a connection the I/O thread "
+          f"lends it (docs/redis.md, \"Threads\"), so the gap left is the library's own work "
+          f"per decision.")
         w("")
 
     cores = int(meta.get("cores") or 0)

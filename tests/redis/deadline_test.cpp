@@ -15,6 +15,7 @@
 #include <atomic>
 #include <chrono>
 #include <cstdint>
+#include <memory>
 #include <mutex>
 #include <string>
 #include <thread>
@@ -72,6 +73,17 @@ ratelimit::RedisOptions stalled_options(int port) {
   o.breaker_max_backoff = 1ms;
   o.failure_policy = ratelimit::FailurePolicy::fail_closed;
   return o;
+}
+
+/// `key`'s decision once Redis answers again: retried every 10 ms while degraded, 10 s at most.
+ratelimit::Decision once_answered(Bucket& tb, const std::string& key) {
+  const auto until = std::chrono::steady_clock::now() + 10s;
+  ratelimit::Decision d = tb.try_acquire(key);
+  while (d.degraded && std::chrono::steady_clock::now() < until) {
+    std::this_thread::sleep_for(10ms);
+    d = tb.try_acquire(key);
+  }
+  return d;
 }
 
 }  // namespace
@@ -233,12 +245,7 @@ TEST_CASE("8 threads while Redis is killed and restarted: on time throughout, ex
   CHECK(t.worst < 100ms + margin);
   CHECK(t.degraded > 0);
   // Back on Redis once it answers: a new key's first decision is exact (capacity - 1 left).
-  const auto deadline = std::chrono::steady_clock::now() + 10s;
-  ratelimit::Decision d = tb.try_acquire("after");
-  while (d.degraded && std::chrono::steady_clock::now() < deadline) {
-    std::this_thread::sleep_for(10ms);
-    d = tb.try_acquire("after");
-  }
+  const ratelimit::Decision d = once_answered(tb, "after");
   CHECK_FALSE(d.degraded);
   CHECK(d.remaining == 1'000'000 - 1);
   WARN("kill/restart: " << t.decisions << " decisions, " << t.degraded << " degraded, longest "
@@ -322,4 +329,83 @@ TEST_CASE("A decision that spends its own budget before reaching Redis does not 
   REQUIRE(seen.size() == 1);
   CHECK(seen[0].kind == ratelimit::RedisFailureKind::timeout);
   CHECK_FALSE(storage.stats().circuit_open);
+}
+
+namespace lone_caller_test {
+
+/// The threads `on_round_trip` ran on: the I/O thread's, or a blocking caller's that made its
+/// round trip itself.
+struct RoundTripThreads : ratelimit::Listener {
+  std::mutex mutex;
+  std::vector<std::thread::id> ids;
+  void on_round_trip(const ratelimit::RoundTripEvent&) override {
+    const std::lock_guard lock(mutex);
+    ids.push_back(std::this_thread::get_id());
+  }
+  std::size_t on(std::thread::id id) {
+    const std::lock_guard lock(mutex);
+    return static_cast<std::size_t>(std::count(ids.begin(), ids.end(), id));
+  }
+};
+
+}  // namespace lone_caller_test
+
+TEST_CASE("One thread deciding one at a time makes its own round trips, on time when Redis stops",
+          "[redis][deadline][lone]") {
+  rltest::ThrowawayRedis server;
+  auto o = stalled_options(server.endpoint().port);
+  // One connection: the I/O thread opens no second one (which would take a turn of its own
+  // while the first is lent), so every lone decision after the first finds it lent.
+  o.pool_size = 1;
+  ratelimit::RedisStorage storage(o);
+  auto seen = std::make_shared<lone_caller_test::RoundTripThreads>();
+  storage.attach_listener(seen);
+  ratelimit::ManualClock clock;
+  Bucket tb({1'000'000, ratelimit::per_second(1)}, storage, clock);
+  // The first decision connects and loads the script through the I/O thread; from then on the
+  // I/O thread lends its idle connection, and each decision, the only one in flight, makes its
+  // round trip on this thread: 20 round trips reported from here.
+  REQUIRE_FALSE(tb.try_acquire("warm").degraded);
+  const std::size_t before = seen->on(std::this_thread::get_id());
+  for (int i = 0; i < 20; ++i) {
+    const auto d = tb.try_acquire("lone");
+    REQUIRE_FALSE(d.degraded);
+    CHECK(d.remaining == 1'000'000 - 1 - i);  // capacity 1,000,000, i + 1 spent, no refill
+  }
+  CHECK(seen->on(std::this_thread::get_id()) - before == 20);
+  // Stopped: the lone caller waits on its own thread, to its deadline, and fails closed.
+  server.pause();
+  const auto t = hammer(
+      1, 600ms, [&](int, int i) { return tb.try_acquire("stopped" + std::to_string(i)).degraded; });
+  server.resume();
+  CHECK(t.degraded == t.decisions);
+  CHECK(t.worst < 100ms + margin);
+  // Back on Redis once it answers (the timed-out connection was closed, a new one opened): a
+  // new key's first decision is exact (capacity - 1 left).
+  const ratelimit::Decision d = once_answered(tb, "after");
+  CHECK_FALSE(d.degraded);
+  CHECK(d.remaining == 1'000'000 - 1);
+  WARN("lone caller, stopped Redis: " << t.decisions << " decisions, longest " << ms(t.worst)
+                                      << " ms (deadline 100)");
+}
+
+TEST_CASE(
+    "One thread deciding one at a time after Redis restarted: the lent connection is not used",
+    "[redis][deadline][lone][restart]") {
+  rltest::ThrowawayRedis server;
+  auto o = stalled_options(server.endpoint().port);
+  o.pool_size = 1;
+  ratelimit::RedisStorage storage(o);
+  ratelimit::ManualClock clock;
+  Bucket tb({1'000'000, ratelimit::per_second(1)}, storage, clock);
+  REQUIRE_FALSE(tb.try_acquire("warm").degraded);
+  REQUIRE_FALSE(tb.try_acquire("warm").degraded);  // on the lent connection
+  // Killed while its connection is lent (nobody polls it), then up again: the next decision
+  // finds the connection closed by the old server and goes through the I/O thread on a new one,
+  // exact (the restarted Redis is empty: capacity - 1 left).
+  server.kill();
+  server.start();
+  const auto d = tb.try_acquire("after restart");
+  CHECK_FALSE(d.degraded);
+  CHECK(d.remaining == 1'000'000 - 1);
 }

@@ -104,7 +104,9 @@ inline void check_redis_options(const RedisOptions& o) {
 /// Threads: one I/O thread per client (redis/detail/io_loop.hpp) does every socket operation;
 /// `execute_async` returns at once and its completion runs on that thread, or on the calling
 /// thread before `execute_async` returns when no request is sent (circuit open, backpressure,
-/// deadline already spent). `execute` is `execute_async` plus a wait.
+/// deadline already spent). `execute` is `execute_async` plus a wait; when it begins as the only
+/// decision in flight, a single node's client lets its calling thread make the round trip
+/// itself on a connection the I/O thread lends (RedisIoLoop::round_trip_here), completing there.
 ///
 /// The cluster hook: `start` (how calls are routed), `stats` and `retry_in` are virtual and the
 /// per-node step (`send`) and counters are protected, so detail::RedisClusterClient routes calls
@@ -177,14 +179,18 @@ class RedisClient : public std::enable_shared_from_this<RedisClient> {
   void execute_async(std::vector<RedisCall> calls, std::chrono::steady_clock::time_point deadline,
                      Completion done) {
     if (loop_->on_loop_thread()) {
-      // From a completion: start on the loop's next turn, so that a chain of decisions each
-      // started by the last one's completion (and completed at once: circuit open) never
-      // nests one stack frame per decision.
-      auto held = std::make_shared<std::pair<std::vector<RedisCall>, Completion>>(std::move(calls),
-                                                                                  std::move(done));
-      loop_->post_at(std::chrono::steady_clock::now(), [self = shared_from_this(), held, deadline] {
-        self->begin(std::move(held->first), deadline, std::move(held->second));
-      });
+      // From a completion: it starts here, but a completion it would run at once (circuit
+      // open, backpressure) runs on the loop's next turn instead (see `hand_over`), so that a
+      // chain of decisions each started by the last one's completion never nests one stack
+      // frame per decision. (Posting the whole start instead cost two allocations, a timer
+      // and a lock per decision.)
+      const RedisClient* const outer = deferring_;
+      deferring_ = this;
+      struct Restore {
+        const RedisClient* outer;
+        ~Restore() { deferring_ = outer; }
+      } restore{outer};
+      begin(std::move(calls), deadline, std::move(done));
       return;
     }
     begin(std::move(calls), deadline, std::move(done));
@@ -216,10 +222,13 @@ class RedisClient : public std::enable_shared_from_this<RedisClient> {
     };
     // Shared: the completion may still be inside notify when the waiting thread returns.
     auto w = std::make_shared<Waiter>();
-    execute_async(std::move(calls), deadline, [w](std::vector<RedisResult>&& r) {
-      w->results = std::move(r);
-      w->done.notify();
-    });
+    begin(
+        std::move(calls), deadline,
+        [w](std::vector<RedisResult>&& r) {
+          w->results = std::move(r);
+          w->done.notify();
+        },
+        true);
     w->done.wait();
     return std::move(w->results);
   }
@@ -257,9 +266,10 @@ class RedisClient : public std::enable_shared_from_this<RedisClient> {
 
  protected:
   /// execute_async's work: backpressure (decisions and bytes in flight), then `start`.
+  /// `blocking`: for `execute` (its calling thread waits).
   void begin(std::vector<RedisCall> calls, std::chrono::steady_clock::time_point deadline,
-             Completion done) {
-    if (calls.empty()) return call_safely(done, {});
+             Completion done, bool blocking = false) {
+    if (calls.empty()) return hand_over(done, {});
     // What the decision holds while in flight: its calls, their RESP bytes and the
     // completion's copy of each key, about three times its keys and arguments.
     std::size_t bytes = 0;
@@ -283,16 +293,16 @@ class RedisClient : public std::enable_shared_from_this<RedisClient> {
                                      std::to_string(options_.max_in_flight_bytes) + ")"};
       for (auto& r : results) r.failure = f;
       report(f);
-      return call_safely(done, std::move(results));
+      return hand_over(done, std::move(results));
     }
     auto op = std::make_shared<Op>();
     op->client = shared_from_this();
     op->bytes = bytes;
     op->results.resize(calls.size());
-    op->rounds.assign(calls.size(), 0);
     op->calls = std::move(calls);
     op->deadline = deadline;
     op->done = std::move(done);
+    op->blocking_alone = blocking && before == 0;
     try {
       start(op);
     } catch (const std::exception& e) {
@@ -312,13 +322,17 @@ class RedisClient : public std::enable_shared_from_this<RedisClient> {
     std::shared_ptr<RedisClient> client;  ///< keeps the client and its I/O thread alive
     std::vector<RedisCall> calls;
     std::vector<RedisResult> results;
-    std::vector<int> rounds;                ///< redirections followed, per call (cluster)
+    std::vector<int> rounds;                ///< redirections followed, per call (cluster only)
     std::vector<RedisNodeClient*> targets;  ///< where each call goes next (cluster)
     std::vector<char> asking;               ///< each call's next send needs ASKING (cluster)
     std::chrono::steady_clock::time_point deadline;
     Completion done;
     std::atomic<std::size_t> outstanding{0};  ///< sends whose replies are not settled yet
     std::size_t bytes = 0;                    ///< counted in in_flight_bytes_
+    bool blocking_alone = false;  ///< a blocking call, the only decision in flight when it began
+    /// Its round trips may run on the calling thread (see RedisIoLoop::round_trip_here): a
+    /// single node's client sets it for a blocking call alone in flight.
+    bool here = false;
   };
   using OpPtr = std::shared_ptr<Op>;
 
@@ -364,6 +378,7 @@ class RedisClient : public std::enable_shared_from_this<RedisClient> {
     std::vector<std::size_t> all(op->calls.size());
     for (std::size_t i = 0; i < all.size(); ++i) all[i] = i;
     op->outstanding.store(1, std::memory_order_relaxed);
+    op->here = op->blocking_alone;
     send(*nodes_.front(), op, std::move(all), false, [this](const OpPtr& o, auto&&) {
       if (o->outstanding.fetch_sub(1, std::memory_order_acq_rel) == 1) finish(o);
     });
@@ -374,7 +389,25 @@ class RedisClient : public std::enable_shared_from_this<RedisClient> {
     in_flight_.fetch_sub(1, std::memory_order_acq_rel);
     in_flight_bytes_.fetch_sub(op->bytes, std::memory_order_acq_rel);
     auto done = std::move(op->done);
-    call_safely(done, std::move(op->results));
+    hand_over(done, std::move(op->results));
+  }
+
+  /// Calls `done(results)`; or, inside `execute_async` started on this client's I/O thread (a
+  /// completion's next decision), posts it to the loop's next turn: never nested there.
+  void hand_over(Completion& done, std::vector<RedisResult>&& results) noexcept {
+    if (deferring_ == this) {
+      std::shared_ptr<std::pair<Completion, std::vector<RedisResult>>> held;
+      try {
+        held = std::make_shared<std::pair<Completion, std::vector<RedisResult>>>(
+            std::move(done), std::move(results));
+        loop_->post_at(std::chrono::steady_clock::now(),
+                       [held] { call_safely(held->first, std::move(held->second)); });
+        return;
+      } catch (...) {  // out of memory: nested once rather than never called
+        if (held) return call_safely(held->first, std::move(held->second));
+      }
+    }
+    call_safely(done, std::move(results));
   }
 
   static void call_safely(const Completion& done, std::vector<RedisResult>&& results) noexcept {
@@ -455,18 +488,20 @@ class RedisClient : public std::enable_shared_from_this<RedisClient> {
       fail_all(f);
       return then(op, std::move(indexes));
     }
-    auto req = std::make_unique<IoRequest>();
-    std::vector<std::size_t> ends;  // where each call's bytes end: a reload reuses them
-    ends.reserve(indexes.size());
+    IoRequest req;
+    // Where each call's bytes end, for a reload that resends some of them (see `received`);
+    // a single call is only ever resent as EVAL, so it needs none (one allocation less).
+    std::vector<std::size_t> ends;
+    if (indexes.size() > 1) ends.reserve(indexes.size());
     for (const std::size_t i : indexes) {
-      if (asking) append_command(req->wire, {"ASKING"});
-      append_call(req->wire, op->calls[i], asking);
-      ends.push_back(req->wire.size());
+      if (asking) append_command(req.wire, {"ASKING"});
+      append_call(req.wire, op->calls[i], asking);
+      if (indexes.size() > 1) ends.push_back(req.wire.size());
     }
-    req->replies = indexes.size() * (asking ? 2 : 1);
-    req->deadline = op->deadline;
-    req->done = [this, &node, op, indexes = std::move(indexes), ends = std::move(ends), asking,
-                 pass, then = std::move(then), sent_at](IoOutcome&& o) mutable {
+    req.replies = indexes.size() * (asking ? 2 : 1);
+    req.deadline = op->deadline;
+    req.done = [this, &node, op, indexes = std::move(indexes), ends = std::move(ends), asking, pass,
+                then = std::move(then), sent_at](IoOutcome&& o) mutable {
       if (const ObserverSet* obs = observers.current()) {
         const std::string address = node.address().address();
         const RoundTripEvent ev{address, std::chrono::steady_clock::now() - sent_at, !o.error};
@@ -474,6 +509,12 @@ class RedisClient : public std::enable_shared_from_this<RedisClient> {
       }
       received(node, op, std::move(indexes), ends, asking, pass, std::move(o), std::move(then));
     };
+    // The calling thread makes the round trip itself when it may, and only once: a reload
+    // after NOSCRIPT goes through the I/O thread.
+    if (op->here) {
+      op->here = false;
+      if (loop_->round_trip_here(node.io, req)) return;
+    }
     loop_->submit(node.io, std::move(req));
   }
 
@@ -507,26 +548,26 @@ class RedisClient : public std::enable_shared_from_this<RedisClient> {
     // One EVAL per distinct script caches it; the calls after it in the same pipeline send
     // their EVALSHA again, the very bytes already formatted (a 20,000-call batch must neither
     // send the script 20,000 times nor format 20,000 commands again on the I/O thread).
-    auto req = std::make_unique<IoRequest>();
+    IoRequest req;
     std::vector<const RedisScript*> sent;
     for (const std::size_t j : reload) {
       const RedisScript* script = op->calls[indexes[j]].script;
       const bool first = std::find(sent.begin(), sent.end(), script) == sent.end();
       if (first) {
         sent.push_back(script);
-        append_call(req->wire, op->calls[indexes[j]], true);
-      } else {
+        append_call(req.wire, op->calls[indexes[j]], true);
+      } else {  // not the first call, so there are several and `ends` holds them
         const std::size_t begin = j == 0 ? 0 : ends[j - 1];
-        req->wire.append(o.sent, begin, ends[j] - begin);
+        req.wire.append(o.sent, begin, ends[j] - begin);
       }
     }
     script_loads_.fetch_add(sent.size(), std::memory_order_relaxed);
-    req->replies = reload.size();
-    req->deadline = op->deadline;
+    req.replies = reload.size();
+    req.deadline = op->deadline;
     // Shared, not moved in: a request's completion must be copyable (std::function).
     auto kept = std::make_shared<std::vector<RedisReplyPtr>>(std::move(replies));
-    req->done = [this, &node, op, indexes = std::move(indexes), kept, reload = std::move(reload),
-                 pass, then = std::move(then)](IoOutcome&& again) mutable {
+    req.done = [this, &node, op, indexes = std::move(indexes), kept, reload = std::move(reload),
+                pass, then = std::move(then)](IoOutcome&& again) mutable {
       std::vector<RedisReplyPtr>& replies = *kept;
       if (again.error) {
         for (const std::size_t j : reload) {
@@ -610,6 +651,8 @@ class RedisClient : public std::enable_shared_from_this<RedisClient> {
   std::atomic<std::uint64_t> overloaded_{0};
   std::atomic<std::size_t> in_flight_{0};
   std::atomic<std::size_t> in_flight_bytes_{0};
+  /// The client whose `execute_async` runs on this thread, started from its own completion.
+  static inline thread_local const RedisClient* deferring_ = nullptr;
 
  private:
   // Last: destroyed first, so the I/O thread stops before the nodes it points to go.

@@ -130,6 +130,7 @@ class RedisClusterClient final : public RedisClient {
       refresh_in_background(std::chrono::nanoseconds{0});
     op->targets.resize(op->calls.size());
     op->asking.assign(op->calls.size(), 0);
+    op->rounds.assign(op->calls.size(), 0);
     std::vector<std::size_t> all(op->calls.size());
     for (std::size_t i = 0; i < all.size(); ++i) {
       all[i] = i;
@@ -308,14 +309,14 @@ class RedisClusterClient final : public RedisClient {
       return done(false);
     }
     RedisNodeClient* n = (*cands)[k];
-    auto req = std::make_unique<IoRequest>();
-    append_command(req->wire, {"CLUSTER", "SLOTS"});
-    req->replies = 1;
-    req->deadline =
+    IoRequest req;
+    append_command(req.wire, {"CLUSTER", "SLOTS"});
+    req.replies = 1;
+    req.deadline =
         std::chrono::steady_clock::now() + options().connect_timeout + options().command_timeout;
     // Holds the client: the refresh may outlive the last storage handle by its budget.
-    req->done = [self = shared_from_this(), this, cands = std::move(cands), k, n,
-                 done = std::move(done)](IoOutcome&& o) mutable {
+    req.done = [self = shared_from_this(), this, cands = std::move(cands), k, n,
+                done = std::move(done)](IoOutcome&& o) mutable {
       if (!o.error && install(*o.replies.front(), *n)) {
         refreshes_.fetch_add(1, std::memory_order_relaxed);
         mapped_.store(true, std::memory_order_release);

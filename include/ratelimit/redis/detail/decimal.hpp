@@ -4,8 +4,10 @@
 
 #include <hiredis/hiredis.h>
 
+#include <array>
 #include <cstddef>
 #include <optional>
+#include <span>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -24,16 +26,36 @@ inline std::optional<i128> reply_int(const redisReply& r, std::size_t i) noexcep
   return std::nullopt;
 }
 
+/// A script reply's integers, read as a span: held inline up to `inline_count` (every
+/// script's reply but a long sliding log's, so a decision reads its reply without allocating),
+/// on the heap beyond.
+class ReplyInts {
+ public:
+  static constexpr std::size_t inline_count = 16;
+
+  explicit ReplyInts(std::size_t n) : n_(n) {
+    if (n > inline_count) heap_.resize(n);
+  }
+  i128& operator[](std::size_t i) noexcept { return n_ > inline_count ? heap_[i] : inline_[i]; }
+  operator std::span<const i128>() const noexcept {
+    return {n_ > inline_count ? heap_.data() : inline_.data(), n_};
+  }
+
+ private:
+  std::size_t n_;
+  std::array<i128, inline_count> inline_{};
+  std::vector<i128> heap_;
+};
+
 /// A script's reply, a flat array of integers or decimal strings, as exact integers (what a
 /// model's `Wire::decode` reads); nullopt if any element is something else.
-inline std::optional<std::vector<i128>> reply_ints(const redisReply& r) {
+inline std::optional<ReplyInts> reply_ints(const redisReply& r) {
   if (r.type != REDIS_REPLY_ARRAY) return std::nullopt;
-  std::vector<i128> out;
-  out.reserve(r.elements);
+  std::optional<ReplyInts> out(std::in_place, r.elements);
   for (std::size_t i = 0; i < r.elements; ++i) {
     const auto v = reply_int(r, i);
     if (!v) return std::nullopt;
-    out.push_back(*v);
+    (*out)[i] = *v;
   }
   return out;
 }

@@ -10,8 +10,10 @@
 ///
 /// Rules of the thread: one I/O thread per loop; `submit` and `post_at` are safe from any thread,
 /// including the I/O thread itself (a completion may submit the next step). Every request's
-/// `done` runs exactly once, on the I/O thread, and must be quick: a slow completion delays every
-/// other decision of the storage.
+/// `done` runs exactly once, on the I/O thread (or, through `round_trip_here`, on the blocking
+/// caller's thread that made the round trip itself), and must be quick: a slow completion delays
+/// every other decision of the storage. The loop owns every connection, except one it lends
+/// between its turns to such a caller.
 
 #include <hiredis/hiredis.h>
 #include <poll.h>
@@ -93,6 +95,10 @@ inline void append_command(std::string& wire, const RedisCommand& cmd) {
   append_argv(wire, argv, lens);
 }
 
+/// The largest request a blocking caller writes itself (RedisIoLoop::round_trip_here): one
+/// that fits a loopback socket's buffer, so it is written whole before any reply is read.
+inline constexpr std::size_t round_trip_here_max = std::size_t{64} << 10;
+
 /// True on any storage's I/O thread: a blocking decision there, even on another storage, could
 /// wait on a thread that waits on this one (two storages whose completions block on each other).
 inline thread_local bool on_io_thread = false;
@@ -166,8 +172,10 @@ class IoNode {
     std::size_t handshake_left = 0;
     std::deque<std::shared_ptr<Pending>> inflight;
   };
+  /// A request on its way, made by `submit` on the submitting thread (one allocation for the
+  /// request and its bookkeeping).
   struct Pending {
-    std::unique_ptr<IoRequest> req;
+    IoRequest req;  ///< moved out when it finishes
     std::vector<RedisReplyPtr> got;
     IoNode* node = nullptr;
     Conn* conn = nullptr;     ///< null while waiting for a connection
@@ -178,6 +186,15 @@ class IoNode {
   IoNode(RedisNode address, RedisConnectionSettings settings)
       : address_(std::move(address)), settings_(std::move(settings)) {}
 
+ public:
+  IoNode(const IoNode&) = delete;
+  IoNode& operator=(const IoNode&) = delete;
+  ~IoNode() {
+    // A connection lent when the loop shut down comes back here, still open.
+    if (lent_ && lent_->fd >= 0) ::close(lent_->fd);
+  }
+
+ private:
   RedisNode address_;
   RedisConnectionSettings settings_;
   bool policy_asked_ = false;  ///< INFO memory was sent (once per node)
@@ -188,6 +205,16 @@ class IoNode {
   std::chrono::steady_clock::time_point resolved_at_;
   std::deque<std::shared_ptr<Pending>> waiting_;  ///< not yet on a connection, in order
   std::vector<std::unique_ptr<Conn>> conns_;
+  /// A connection lent out (see RedisIoLoop::round_trip_here): out of `conns_`, so no turn of
+  /// the loop touches it, until the loop takes it back from `parked_`.
+  std::unique_ptr<Conn> lent_;
+  /// `lent_` while no caller holds it; null while one does (or when none is lent). Exchanged
+  /// by the loop (taking it back) and by callers (borrowing it), stored by callers giving it
+  /// back.
+  std::atomic<Conn*> parked_{nullptr};
+  /// The loop has requests for this node and waits for the lent connection: the caller giving
+  /// it back wakes the loop (otherwise it does not: no syscall).
+  std::atomic<bool> want_back_{false};
 };
 
 /// The loop. Thread safety: `node`, `submit`, `post_at`, `on_loop_thread` are safe from any
@@ -233,7 +260,8 @@ class RedisIoLoop {
   }
 
   /// Queues `req` for `node`. If the loop is shutting down, it completes at once (io failure).
-  void submit(IoNode* node, std::unique_ptr<IoRequest> req) { core_->submit(node, std::move(req)); }
+  /// Throws std::bad_alloc (and then never calls `req.done`).
+  void submit(IoNode* node, IoRequest&& req) { core_->submit(node, std::move(req)); }
 
   /// Runs `fn` on the I/O thread at `at` (or at once on shutdown, which it can tell by a
   /// submit failing).
@@ -242,23 +270,39 @@ class RedisIoLoop {
   /// True on the I/O thread (a completion): blocking there would wait on itself.
   bool on_loop_thread() const noexcept { return core_->on_loop_thread(); }
 
+  /// For a blocking decision alone in flight: if the loop has lent out `node`'s idle
+  /// connection (it does between its turns while the node has nothing else to do), makes
+  /// `req`'s round trip on the calling thread, by `req.deadline`, and completes `req` here
+  /// (`done` runs on the calling thread). That saves the hand-over to the I/O thread and back
+  /// (two thread wake-ups, about 14 us here: bench/results/pipelining.md). False, with `req`
+  /// untouched, when no connection is lent or the request is larger than
+  /// `round_trip_here_max`: submit it. Plain sockets only (never TLS).
+  bool round_trip_here(IoNode* node, IoRequest& req) { return core_->round_trip_here(node, req); }
+
  private:
   using Pending = IoNode::Pending;
   using Conn = IoNode::Conn;
 
   /// Wakes the loop from poll. Shared with resolver threads, which may outlive the loop.
+  /// The eventfd is written only while the loop sleeps (`armed`): a loop at work finds
+  /// `pending` before it sleeps, so a busy loop costs its submitters no syscall and itself no
+  /// extra turn (before, every turn that had been woken cost one write and one read). Either
+  /// the loop sees `pending` after arming, or the waker sees `armed` after setting `pending`
+  /// (both sequentially consistent).
   struct Waker {
     Waker() : fd(::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC)) {
       if (fd < 0) throw std::runtime_error("eventfd: " + std::string(std::strerror(errno)));
     }
     ~Waker() { ::close(fd); }
     void wake() noexcept {
-      if (notified.exchange(true, std::memory_order_acq_rel)) return;
+      pending.store(true);
+      if (!armed.load() || !armed.exchange(false)) return;
       const std::uint64_t one = 1;
       [[maybe_unused]] const auto n = ::write(fd, &one, sizeof one);
     }
     int fd;
-    std::atomic<bool> notified{false};
+    std::atomic<bool> pending{false};  ///< work was handed over since the loop last looked
+    std::atomic<bool> armed{false};    ///< the loop sleeps (or is about to) in ppoll
   };
 
   struct Timer {
@@ -295,17 +339,20 @@ class RedisIoLoop {
       return nodes_.back().get();
     }
 
-    void submit(IoNode* node, std::unique_ptr<IoRequest> req) {
+    void submit(IoNode* node, IoRequest&& req) {
+      auto p = std::make_shared<Pending>();
+      p->node = node;
+      p->req = std::move(req);
       {
         std::unique_lock lock(mutex_);
         if (!stopping_) {
-          incoming_.emplace_back(node, std::move(req));
+          incoming_.push_back(std::move(p));
           lock.unlock();
           wake();
           return;
         }
       }
-      complete(*req, shut_down());
+      complete(p->req, shut_down());
     }
 
     void post_at(SteadyTime at, std::function<void()> fn) {
@@ -333,6 +380,24 @@ class RedisIoLoop {
       waker_->wake();
     }
 
+    bool round_trip_here(IoNode* node, IoRequest& req) {
+      // A large request (a big batch) goes through the loop, which reads replies while it
+      // writes; here the whole request is written before the first read.
+      if (req.wire.size() > round_trip_here_max) return false;
+      Conn* c = node->parked_.exchange(nullptr);
+      if (c == nullptr) return false;
+      // Dead (a caller before failed on it), or closed here because it was readable while idle
+      // (the server closed it, or sent what nobody asked for): the loop drops it on its turn.
+      if (c->dead || close_if_readable(*c)) {
+        give_back(node, c, true);
+        return false;
+      }
+      IoOutcome outcome = exchange_here(*node, *c, req);
+      give_back(node, c, c->dead);
+      complete(req, std::move(outcome));
+      return true;
+    }
+
     void run() {
       on_io_thread = true;
       loop_thread_.store(std::this_thread::get_id(), std::memory_order_release);
@@ -344,6 +409,8 @@ class RedisIoLoop {
         } catch (...) {
           // Out of memory or threads (a resolver): this turn's work is cut short (what it had
           // drained may be lost), but the loop must go on, or no deadline would be kept again.
+          // Requests already answered complete now, not after the next wake-up.
+          run_later();
         }
       }
     }
@@ -355,6 +422,7 @@ class RedisIoLoop {
       std::vector<Conn*>& polled = polled_;
       {
         if (drain()) return true;
+        for (IoNode* n : loop_nodes_) reclaim(*n);
         const SteadyTime now = std::chrono::steady_clock::now();
         expire(now);
         run_timers(now);
@@ -376,14 +444,140 @@ class RedisIoLoop {
         if (fds[0].revents != 0) {
           std::uint64_t count = 0;
           [[maybe_unused]] const auto n = ::read(waker_->fd, &count, sizeof count);
-          waker_->notified.store(false, std::memory_order_release);
         }
-        for (IoNode* n : loop_nodes_)
+        for (IoNode* n : loop_nodes_) {
           n->conns_.erase(std::remove_if(n->conns_.begin(), n->conns_.end(),
                                          [](const auto& c) { return c->dead; }),
                           n->conns_.end());
+          park(*n);
+        }
+        run_later();
       }
       return false;
+    }
+
+    /// Writes `req` on `c` and reads its replies, on the calling thread, by `req.deadline`
+    /// (ppoll, as the loop does). A failure closes `c`, named as the loop names it.
+    static IoOutcome exchange_here(const IoNode& node, Conn& c, IoRequest& req) {
+      std::vector<RedisReplyPtr> got;
+      const auto fail = [&](RedisFailureKind kind, const std::string& why) {
+        ::close(c.fd);
+        c.fd = -1;
+        c.dead = true;
+        return IoOutcome{
+            {}, RedisError(kind, node.address().address() + ": " + why, got.size()), {}};
+      };
+      // Until `events` on c.fd or the deadline: false once it passed.
+      const auto await = [&](short events) {
+        for (;;) {
+          const auto left = std::chrono::ceil<std::chrono::nanoseconds>(
+              req.deadline - std::chrono::steady_clock::now());
+          if (left.count() <= 0) return false;
+          const timespec ts{static_cast<time_t>(left.count() / 1'000'000'000),
+                            static_cast<long>(left.count() % 1'000'000'000)};
+          pollfd p{c.fd, events, 0};
+          const int n = ::ppoll(&p, 1, &ts, nullptr);
+          if (n > 0) return true;
+          if (n < 0 && errno != EINTR) return true;  // the call that follows names the error
+        }
+      };
+      const auto error = [](const char* what) { return std::string(what) + std::strerror(errno); };
+      for (std::size_t off = 0; off < req.wire.size();) {
+        const ssize_t n = ::send(c.fd, req.wire.data() + off, req.wire.size() - off, MSG_NOSIGNAL);
+        if (n > 0) {
+          off += static_cast<std::size_t>(n);
+        } else if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
+          if (!await(POLLOUT)) return fail(RedisFailureKind::timeout, "timed out");
+        } else if (n < 0 && errno != EINTR) {
+          return fail(RedisFailureKind::io, error("connection failed: "));
+        }
+      }
+      c.queued += req.wire.size();
+      c.sent += req.wire.size();
+      char buffer[16384];
+      while (got.size() < req.replies) {
+        void* raw = nullptr;
+        if (redisReaderGetReply(c.reader.get(), &raw) != REDIS_OK)
+          return fail(RedisFailureKind::io, "protocol error: " + std::string(c.reader->errstr));
+        if (raw != nullptr) {
+          got.emplace_back(static_cast<redisReply*>(raw));
+          continue;
+        }
+        if (!await(POLLIN)) return fail(RedisFailureKind::timeout, "timed out");
+        const ssize_t n = ::recv(c.fd, buffer, sizeof buffer, 0);
+        if (n < 0 && (errno == EINTR || errno == EAGAIN || errno == EWOULDBLOCK)) continue;
+        if (n == 0) return fail(RedisFailureKind::io, "connection closed by the server");
+        if (n < 0) return fail(RedisFailureKind::io, error("connection failed: "));
+        if (redisReaderFeed(c.reader.get(), buffer, static_cast<std::size_t>(n)) != REDIS_OK)
+          return fail(RedisFailureKind::io, "out of memory reading a reply");
+      }
+      c.answered = true;
+      // Bytes beyond the replies asked for: not Redis. This request has its replies; the
+      // connection is not used again.
+      if (c.reader->pos < c.reader->len) {
+        ::close(c.fd);
+        c.fd = -1;
+        c.dead = true;
+      }
+      return IoOutcome{std::move(got), std::nullopt, {}};
+    }
+
+    /// Closes an idle connection that is readable (the server closed it, or sent what nobody
+    /// asked for: the loop would close it for either) or failed. True if it did.
+    static bool close_if_readable(Conn& c) noexcept {
+      pollfd idle{c.fd, POLLIN, 0};
+      if (::poll(&idle, 1, 0) == 0) return false;
+      ::close(c.fd);
+      c.fd = -1;
+      c.dead = true;
+      return true;
+    }
+
+    /// A caller hands a lent connection back; wakes the loop only if it waits for it (or if
+    /// `check`: the connection is dead or must be looked at).
+    void give_back(IoNode* node, Conn* c, bool check) noexcept {
+      node->parked_.store(c);
+      if (check || node->want_back_.load()) waker_->wake();
+    }
+
+    /// At the start of a turn in which requests wait for `node`: the lent connection back into
+    /// `conns_` if no caller holds it; if one does, the caller giving it back wakes the loop.
+    /// Otherwise it stays lent: taking it back on every turn would race the very caller the
+    /// turn's completion woke (who then found none lent about every other decision).
+    void reclaim(IoNode& node) {
+      if (!node.lent_ || node.waiting_.empty()) return;
+      Conn* c = node.parked_.exchange(nullptr);
+      if (c == nullptr) {
+        node.want_back_.store(true);
+        c = node.parked_.exchange(nullptr);
+        if (c == nullptr) return;  // the caller giving it back will wake the loop
+      }
+      node.want_back_.store(false);
+      // Not polled while lent: a server that closed it meanwhile is found here, before a
+      // request is put on it.
+      if (!node.lent_->dead && !close_if_readable(*node.lent_))
+        node.conns_.push_back(std::move(node.lent_));
+      node.lent_.reset();
+    }
+
+    /// At the end of a turn: lends one ready connection of `node` if the node has nothing else
+    /// to do (nothing queued or in flight), for a blocking caller alone in flight. Never a TLS
+    /// connection, nor one that has not answered yet (its failure would be a connect failure).
+    void park(IoNode& node) {
+      if (node.lent_ || !node.waiting_.empty()) return;
+      auto chosen = node.conns_.end();
+      for (auto it = node.conns_.begin(); it != node.conns_.end(); ++it) {
+        const Conn& c = **it;
+        if (c.dead) continue;
+        if (!c.inflight.empty() || has_output(c)) return;
+        if (chosen == node.conns_.end() && c.state == Conn::State::ready && c.answered && !c.ssl &&
+            c.fd >= 0)
+          chosen = it;
+      }
+      if (chosen == node.conns_.end()) return;
+      node.lent_ = std::move(*chosen);
+      node.conns_.erase(chosen);
+      node.parked_.store(node.lent_.get());
     }
 
     static IoOutcome shut_down() {
@@ -403,16 +597,39 @@ class RedisIoLoop {
     void finish(Pending& p, IoOutcome&& outcome) noexcept {
       if (p.finished) return;
       p.finished = true;
-      auto req = std::move(p.req);  // frees the request's bytes before its deadline entry goes
+      IoRequest req = std::move(p.req);  // frees its bytes before its deadline entry goes
       p.got.clear();
-      complete(*req, std::move(outcome));
+      complete(req, std::move(outcome));
+    }
+
+    /// `finish`, with the completion run at the end of the turn (`run_later`): by then the
+    /// loop has lent an idle connection (see `park`), which a blocking caller woken by the
+    /// completion finds.
+    void finish_later(Pending& p, IoOutcome&& outcome) noexcept {
+      if (p.finished) return;
+      try {
+        later_.emplace_back(std::move(p.req), std::move(outcome));
+      } catch (...) {  // out of memory: now, then
+        return finish(p, std::move(outcome));
+      }
+      p.finished = true;
+      p.got.clear();
+    }
+
+    /// Runs the completions `finish_later` kept, in order.
+    void run_later() noexcept {
+      running_.swap(later_);
+      for (auto& [req, outcome] : running_) complete(req, std::move(outcome));
+      running_.clear();
     }
 
     /// Moves what other threads queued into the loop's own structures. True when stopping.
     bool drain() {
-      std::vector<std::pair<IoNode*, std::unique_ptr<IoRequest>>> requests;
+      std::vector<std::shared_ptr<Pending>> requests;
       std::vector<Timer> timers;
       queued_by_loop_ = false;
+      // Before looking: a wake-up from now on is seen before the loop sleeps (see Waker).
+      waker_->pending.exchange(false);
       {
         std::lock_guard lock(mutex_);
         if (stopping_) return true;
@@ -421,11 +638,9 @@ class RedisIoLoop {
         for (std::size_t i = loop_nodes_.size(); i < nodes_.size(); ++i)
           loop_nodes_.push_back(nodes_[i].get());
       }
-      for (auto& [node, req] : requests) {
-        auto p = std::make_shared<Pending>();
-        p->node = node;
-        deadlines_.push(Deadline{req->deadline, p});
-        p->req = std::move(req);
+      for (auto& p : requests) {
+        deadlines_.push(Deadline{p->req.deadline, p});
+        IoNode* node = p->node;
         node->waiting_.push_back(std::move(p));
       }
       for (Timer& t : timers) {
@@ -481,8 +696,13 @@ class RedisIoLoop {
     }
 
     /// poll with a nanosecond timeout (ppoll): a deadline is overshot by the kernel's timer
-    /// slack (50 us by default), not by a rounded-up millisecond.
-    static void wait(std::vector<pollfd>& fds, std::optional<SteadyTime> until) {
+    /// slack (50 us by default), not by a rounded-up millisecond. Before it sleeps, the loop
+    /// arms the waker (see Waker).
+    void wait(std::vector<pollfd>& fds, std::optional<SteadyTime> until) {
+      if (!until || *until > std::chrono::steady_clock::now()) {
+        waker_->armed.store(true);
+        if (waker_->pending.load()) until = SteadyTime{};  // handed over since drain: no sleep
+      }
       timespec ts{};
       timespec* timeout = nullptr;
       if (until) {
@@ -495,6 +715,7 @@ class RedisIoLoop {
       }
       if (::ppoll(fds.data(), fds.size(), timeout, nullptr) < 0)
         for (auto& f : fds) f.revents = 0;  // EINTR: go round again
+      waker_->armed.store(false);
     }
 
     /// Advances `node`'s connections and puts its waiting requests on ready ones.
@@ -517,7 +738,8 @@ class RedisIoLoop {
           ++opening;
         }
       }
-      const std::size_t alive = ready + opening;
+      // A lent connection counts: it comes back (pool_size bounds the connections).
+      const std::size_t alive = ready + opening + (node.lent_ ? 1 : 0);
       if (opening == 0 && alive < connections_ && busy == ready) open(node, now);
       if (ready == 0) return;
       while (!node.waiting_.empty()) {
@@ -531,7 +753,7 @@ class RedisIoLoop {
             best = c.get();
         p->conn = best;
         p->start = best->queued;
-        best->queued += p->req->wire.size();
+        best->queued += p->req.wire.size();
         best->inflight.push_back(std::move(p));
       }
       for (auto& c : node.conns_)
@@ -653,19 +875,18 @@ class RedisIoLoop {
       c.state = Conn::State::ready;
       if (!node.settings_.on_eviction_policy || node.policy_asked_) return;
       node.policy_asked_ = true;
-      auto req = std::make_unique<IoRequest>();
-      append_command(req->wire, {"INFO", "memory"});
-      req->replies = 1;
-      req->deadline = std::chrono::steady_clock::now() + node.settings_.command_timeout;
+      auto p = std::make_shared<Pending>();
+      p->node = &node;
+      IoRequest& req = p->req;
+      append_command(req.wire, {"INFO", "memory"});
+      req.replies = 1;
+      req.deadline = std::chrono::steady_clock::now() + node.settings_.command_timeout;
       IoNode* n = &node;
-      req->done = [n](IoOutcome&& o) {
+      req.done = [n](IoOutcome&& o) {
         if (!o.error && o.replies.front()->type != REDIS_REPLY_ERROR)
           report_policy(*n, *o.replies.front());
       };
-      auto p = std::make_shared<Pending>();
-      p->node = &node;
-      p->req = std::move(req);
-      deadlines_.push(Deadline{p->req->deadline, p});
+      deadlines_.push(Deadline{req.deadline, p});
       node.waiting_.push_front(std::move(p));
     }
 
@@ -686,7 +907,7 @@ class RedisIoLoop {
         } else {
           std::size_t offset = c.write_offset;
           for (std::size_t i = c.write_index; i < c.inflight.size() && count < 64; ++i) {
-            std::string& w = c.inflight[i]->req->wire;
+            std::string& w = c.inflight[i]->req.wire;
             parts[count++] = {w.data() + offset, w.size() - offset};
             offset = 0;
           }
@@ -741,7 +962,7 @@ class RedisIoLoop {
         if (c.handshake_pos < c.handshake.size()) {
           from = std::string_view(c.handshake).substr(c.handshake_pos);
         } else {
-          from = std::string_view(c.inflight[c.write_index]->req->wire).substr(c.write_offset);
+          from = std::string_view(c.inflight[c.write_index]->req.wire).substr(c.write_offset);
         }
         from = from.substr(0, limit - c.tls_out.size());
         c.tls_out.append(from);
@@ -757,7 +978,7 @@ class RedisIoLoop {
         return;
       }
       while (n > 0) {
-        const std::size_t left = c.inflight[c.write_index]->req->wire.size() - c.write_offset;
+        const std::size_t left = c.inflight[c.write_index]->req.wire.size() - c.write_offset;
         if (n < left) {
           c.write_offset += n;
           return;
@@ -830,13 +1051,13 @@ class RedisIoLoop {
         return fail_conn(c, RedisFailureKind::io, "a reply nobody asked for");
       Pending& p = *c.inflight.front();
       p.got.push_back(std::move(reply));
-      if (p.req && p.got.size() < p.req->replies) return;
+      if (!p.finished && p.got.size() < p.req.replies) return;
       if (c.write_index == 0)  // all its replies, yet not all of it written: not Redis
         return fail_conn(c, RedisFailureKind::io, "replies to a request not yet sent");
       std::shared_ptr<Pending> done = std::move(c.inflight.front());
       c.inflight.pop_front();
       --c.write_index;  // its last reply came, so its last byte went out
-      finish(*done, IoOutcome{std::move(done->got), std::nullopt, {}});
+      finish_later(*done, IoOutcome{std::move(done->got), std::nullopt, {}});
     }
 
     /// Hands the `maxmemory_policy:` line of an INFO reply to the node's hook.
@@ -897,7 +1118,8 @@ class RedisIoLoop {
     static IoNode& owner(const Conn& c) noexcept { return *c.node; }
 
     void shut_down_all() {
-      std::vector<std::pair<IoNode*, std::unique_ptr<IoRequest>>> requests;
+      run_later();  // answered before the loop stopped
+      std::vector<std::shared_ptr<Pending>> requests;
       {
         std::lock_guard lock(mutex_);
         requests.swap(incoming_);
@@ -906,8 +1128,12 @@ class RedisIoLoop {
         for (std::size_t i = loop_nodes_.size(); i < nodes_.size(); ++i)
           loop_nodes_.push_back(nodes_[i].get());
       }
-      for (auto& [node, req] : requests) complete(*req, shut_down());
+      for (auto& p : requests) finish(*p, shut_down());
       for (IoNode* n : loop_nodes_) {
+        // A lent connection no caller holds closes with the others; one a caller holds stays
+        // with the node (closed when the node goes: see ~IoNode).
+        if (n->lent_ && n->parked_.exchange(nullptr) != nullptr)
+          n->conns_.push_back(std::move(n->lent_));
         for (auto& c : n->conns_) {
           for (auto& p : c->inflight) finish(*p, shut_down());
           if (c->fd >= 0) ::close(c->fd);
@@ -916,13 +1142,22 @@ class RedisIoLoop {
         for (auto& p : n->waiting_) finish(*p, shut_down());
         n->waiting_.clear();
       }
-      // Timers run now: what they submit completes at once, as shut down.
-      while (!timers_.empty()) {
-        auto fn = std::move(const_cast<Timer&>(timers_.top()).fn);
-        timers_.pop();
-        try {
-          fn();
-        } catch (...) {
+      // Timers run now: what they submit completes at once, as shut down. What they (or the
+      // completions above) post runs too, until nothing more is posted.
+      for (;;) {
+        {
+          std::lock_guard lock(mutex_);
+          for (Timer& t : incoming_timers_) timers_.push(std::move(t));
+          incoming_timers_.clear();
+        }
+        if (timers_.empty()) break;
+        while (!timers_.empty()) {
+          auto fn = std::move(const_cast<Timer&>(timers_.top()).fn);
+          timers_.pop();
+          try {
+            fn();
+          } catch (...) {
+          }
         }
       }
     }
@@ -933,7 +1168,7 @@ class RedisIoLoop {
     std::atomic<std::thread::id> loop_thread_{};
 
     std::mutex mutex_;  ///< guards what other threads hand over: the three below, stopping_
-    std::vector<std::pair<IoNode*, std::unique_ptr<IoRequest>>> incoming_;
+    std::vector<std::shared_ptr<Pending>> incoming_;
     std::vector<Timer> incoming_timers_;
     std::vector<std::unique_ptr<IoNode>> nodes_;
     bool stopping_ = false;
@@ -947,6 +1182,8 @@ class RedisIoLoop {
     std::vector<char> buffer_;
     std::vector<pollfd> fds_;
     std::vector<Conn*> polled_;
+    /// Completions of answered requests, run at the end of the turn (see `finish_later`).
+    std::vector<std::pair<IoRequest, IoOutcome>> later_, running_;
   };
 
   std::shared_ptr<Core> core_;

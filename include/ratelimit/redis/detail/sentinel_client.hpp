@@ -130,13 +130,13 @@ class RedisSentinelClient final : public RedisClient {
   void ask(std::size_t k) {
     if (k == 0) reasons_.clear();
     if (k >= sentinels_.size()) return discovered(nullptr);
-    auto req = std::make_unique<IoRequest>();
-    append_command(req->wire,
+    IoRequest req;
+    append_command(req.wire,
                    {"SENTINEL", "get-master-addr-by-name", options().sentinel.master_name});
-    req->replies = 1;
-    req->deadline =
+    req.replies = 1;
+    req.deadline =
         std::chrono::steady_clock::now() + options().connect_timeout + options().command_timeout;
-    req->done = [self = shared_from_this(), this, k](IoOutcome&& o) {
+    req.done = [self = shared_from_this(), this, k](IoOutcome&& o) {
       const redisReply* r = o.error ? nullptr : o.replies.front().get();
       if (r != nullptr && r->type == REDIS_REPLY_ARRAY && r->elements == 2 &&
           r->element[0]->type == REDIS_REPLY_STRING && r->element[1]->type == REDIS_REPLY_STRING) {
