@@ -183,9 +183,6 @@ class Table {
   [[gnu::noinline]] KeyHash locate_keyed(std::string_view key) const noexcept {
     const KeyHash h{hash_key(key)};
     const Shard& shard = shard_of(h.value.first);
-    // For reading: a decision on a held key only reads its shard's line (the lock, the array);
-    // taking it exclusive would move it away from other cores that also only read it.
-    __builtin_prefetch(&shard);
     // Acquire (a plain load on x86): the array's header and zeroed slots were written first.
     const Slot* slots = shard.published.load(std::memory_order_acquire);
     const std::size_t capacity = slots ? capacity_of(slots) : 0;
@@ -392,10 +389,13 @@ class Table {
   /// Why it is atomic with everything done under the shard's lock (sweeps, resizes, inserts,
   /// `decide_all`'s multi-key decisions): after taking the bit, it reads the shard's lock and
   /// backs off (releases the bit, returns false) if anyone holds it; a holder of the shard's
-  /// lock waits, before it reads or moves any occupied slot, until that slot's bit is clear
-  /// (`Slot::state`). Both are sequentially consistent, so of a decision taking a bit and a
+  /// lock waits until a slot's bit is clear before it reads the slot's state (`Slot::state`)
+  /// and changes a tag only from its bit-clear value (`store_tag`), so it can never take a
+  /// bit away. Both sides are sequentially consistent, so of a decision taking a bit and a
   /// thread taking the lock, at least one sees the other (the store-load pattern of Dekker's
-  /// algorithm): a decision that goes on runs entirely before the lock holder touches its slot.
+  /// algorithm): a decision that finds the lock free either took its bit before the holder's
+  /// wait for it (the holder then waits for this decision) or after the holder released the
+  /// lock; either way it still holds its bit on a slot that still holds its key.
   /// Arrays are never freed while the table lives (a resize keeps them for reuse, their pages
   /// given back), so a stale pointer to an array is still readable; the CAS on the exact tag
   /// fails on a slot whose key moved. Returns false, having changed nothing, when the key is
@@ -498,13 +498,19 @@ class Table {
     /// slot (see decide_fast). An empty slot has no state to wait for.
     State& state() noexcept {
       for (int spins = 0; tag_ref(*this).load(std::memory_order_seq_cst) & lock_bit; ++spins)
-        spins < bit_spins ? cpu_relax() : std::this_thread::yield();
+        back_off(spins);
       return held_state();
     }
     /// The state, for the holder of the slot's lock bit.
     State& held_state() noexcept { return *std::launder(reinterpret_cast<State*>(state_bytes)); }
   };
   static_assert(std::is_trivially_destructible_v<Slot>);
+
+  /// A lock holder waiting for a lock-free decision to leave a slot: pauses, then yields (the
+  /// decision's thread may have been preempted holding the bit).
+  static void back_off(int spins) noexcept {
+    spins < bit_spins ? cpu_relax() : std::this_thread::yield();
+  }
 
   static std::atomic_ref<std::uint64_t> tag_ref(Slot& s) noexcept {
     return std::atomic_ref<std::uint64_t>(s.tag);
@@ -529,7 +535,7 @@ class Table {
       if (tag_ref(s).compare_exchange_weak(expected, tag, std::memory_order_release,
                                            std::memory_order_relaxed))
         return;
-      spins < bit_spins ? cpu_relax() : std::this_thread::yield();
+      back_off(spins);
     }
   }
   /// Publishes the tag of an empty slot (0 or `moved`: no lock-free decision takes their bit).
@@ -819,7 +825,7 @@ class Table {
         const std::uint64_t tag = key_tag(s);
         if (!(tag & 1)) continue;
         if (live() > floor && M::is_fresh(p, s.state(), now)) {
-          record_drop(tag, seen(s.state(), now));
+          record_drop(tag, s.state(), now);
           clear(s);
         } else if (Slot* to = cur.free_slot(tag)) {
           move_slot(*to, s);
@@ -861,7 +867,7 @@ class Table {
         Slot& s = cur.slots[sweep_at];
         if (load_tag(s) != 0 && live() > keep && M::is_fresh(p, s.state(), now)) {
           if (drops == 0) return;
-          record_drop(key_tag(s), seen(s.state(), now));
+          record_drop(key_tag(s), s.state(), now);
           cur.erase_at(sweep_at);
           --drops;
         } else {
@@ -878,7 +884,7 @@ class Table {
         auto next = std::next(it);
         overflow_next = next == overflow.end() ? Hash128{} : next->first;
         if (M::is_fresh(p, it->second, now)) {
-          record_drop(it->first.first, seen(it->second, now));
+          record_drop(it->first.first, it->second, now);
           overflow.erase(it);
         }
       }
@@ -886,8 +892,8 @@ class Table {
 
     /// Notes that a key with `tag` was dropped as fresh at `now`: it is pinned to the latest
     /// time of this shard, which no key's own time exceeds.
-    void record_drop(std::uint64_t tag, std::chrono::nanoseconds now) {  // now: see seen()
-      const auto at = std::max(latest, now);
+    void record_drop(std::uint64_t tag, const State& state, std::chrono::nanoseconds now) {
+      const auto at = std::max(latest, seen(state, now));
       if (!filter) filter = std::make_unique<std::uint64_t[]>(filter_words);
       if (filtered == filter_keys) {
         old_horizon = std::max(old_horizon, recent_horizon);
@@ -950,7 +956,7 @@ class Table {
           // The overflow map first, whole (it only holds keys that found no slot).
           for (auto it = overflow.begin(); it != overflow.end();) {
             if (M::is_fresh(params, it->second, now)) {
-              record_drop(it->first.first, seen(it->second, now));
+              record_drop(it->first.first, it->second, now);
               it = overflow.erase(it);
             } else {
               ++it;
@@ -966,7 +972,7 @@ class Table {
           for (std::size_t n = chunk; n > 0 && at < cur.capacity; --n) {
             Slot& s = cur.slots[at];
             if (load_tag(s) != 0 && M::is_fresh(params, s.state(), now)) {
-              record_drop(key_tag(s), seen(s.state(), now));
+              record_drop(key_tag(s), s.state(), now);
               cur.erase_at(at);
             } else {
               ++at;
