@@ -152,6 +152,12 @@ class IoNode {
     IoNode* node = nullptr;  ///< the node it connects to
     int fd = -1;
     bool dead = false;
+    /// Closes the socket for good (the connection is dropped from its node later).
+    void close_for_good() noexcept {
+      if (fd >= 0) ::close(fd);
+      fd = -1;
+      dead = true;
+    }
     std::vector<SocketAddress> addresses;
     std::size_t next_address = 0;
     SteadyTime connect_deadline;
@@ -461,9 +467,7 @@ class RedisIoLoop {
     static IoOutcome exchange_here(const IoNode& node, Conn& c, IoRequest& req) {
       std::vector<RedisReplyPtr> got;
       const auto fail = [&](RedisFailureKind kind, const std::string& why) {
-        ::close(c.fd);
-        c.fd = -1;
-        c.dead = true;
+        c.close_for_good();
         return IoOutcome{
             {}, RedisError(kind, node.address().address() + ": " + why, got.size()), {}};
       };
@@ -514,11 +518,7 @@ class RedisIoLoop {
       c.answered = true;
       // Bytes beyond the replies asked for: not Redis. This request has its replies; the
       // connection is not used again.
-      if (c.reader->pos < c.reader->len) {
-        ::close(c.fd);
-        c.fd = -1;
-        c.dead = true;
-      }
+      if (c.reader->pos < c.reader->len) c.close_for_good();
       return IoOutcome{std::move(got), std::nullopt, {}};
     }
 
@@ -527,9 +527,7 @@ class RedisIoLoop {
     static bool close_if_readable(Conn& c) noexcept {
       pollfd idle{c.fd, POLLIN, 0};
       if (::poll(&idle, 1, 0) == 0) return false;
-      ::close(c.fd);
-      c.fd = -1;
-      c.dead = true;
+      c.close_for_good();
       return true;
     }
 
@@ -1089,9 +1087,7 @@ class RedisIoLoop {
       // client's certificate says so only after the client's handshake has completed.
       if (c.state != Conn::State::ready || (kind == RedisFailureKind::io && !c.answered))
         kind = RedisFailureKind::connect;
-      c.dead = true;
-      if (c.fd >= 0) ::close(c.fd);
-      c.fd = -1;
+      c.close_for_good();
       const std::string what = node.address().address() + ": " + message;
       std::vector<std::shared_ptr<Pending>> unsent;
       for (auto& p : c.inflight) {
