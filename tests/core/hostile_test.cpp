@@ -444,6 +444,40 @@ TEST_CASE("After 2 M one-shot keys, quiet traffic gives the memory back within t
   CHECK(after_shrink.slots <= 5 * after_shrink.keys + T::shard_count * T::min_capacity);
 }
 
+TEST_CASE("Traffic on one hot key still gives the other shards' memory back",
+          "[in_memory][memory][reclaim]") {
+  // Once the hot key's shard has nothing left to sweep, its thread's upkeep turns skip that
+  // shard's lock; they must still visit the idle shards, or the one-shot keys stay forever.
+  ManualClock clock;
+  InMemoryStorage storage;
+  ratelimit::TokenBucket<ManualClock> limiter({1, ratelimit::per_second(1)}, storage, clock);
+  constexpr std::size_t one_shot = 20'000;
+  clock.set(1s);
+  for (std::size_t i = 0; i < one_shot; ++i) limiter.try_acquire("one-shot-" + std::to_string(i));
+  const auto after_spike = storage.stats();
+  REQUIRE(after_spike.keys == one_shot);
+  using T = ratelimit::detail::Table<TokenBucketModel>;
+  // The bound (memory/detail/table.hpp): the hot key's shard, C <= largest_shard slots, is swept
+  // through within (C + K) / sweep_step <= 1.7 C / sweep_step of its decisions. Every
+  // foreign_every-th decision visits the next of the 63 other shards in turn, which sweeps
+  // foreign_step slots of it when it had no decision since the last visit (the first visit
+  // only notes that): a shard of C slots is swept through within C / foreign_step + 2 rounds.
+  const std::size_t own_pass = after_spike.largest_shard * 17 / 10 / T::sweep_step;
+  const std::size_t rounds = after_spike.largest_shard / T::foreign_step + 2;
+  const std::size_t decisions = own_pass + rounds * (T::shard_count - 1) * T::foreign_every;
+  // From 10 s every one-shot key is fresh (full since 2 s); the hot key, one token a second
+  // asked for every millisecond, never is.
+  clock.set(10s);
+  for (std::size_t i = 0; i < decisions; ++i) {
+    clock.advance(1ms);
+    limiter.try_acquire("hot");
+  }
+  const auto after = storage.stats();
+  INFO("after " << decisions << " decisions on one key: " << after.keys << " keys left");
+  // Each shard may keep `keep` keys (not swept); the hot key is one of them.
+  CHECK(after.keys <= T::shard_count * T::keep);
+}
+
 TEST_CASE("After 2 M one-shot keys, reclaim gives the memory back at once",
           "[in_memory][memory][reclaim]") {
   ManualClock clock;

@@ -50,19 +50,19 @@ namespace ratelimit {
 /// Memory follows the active keys, with no background thread: every decision under a shard's
 /// lock sweeps 2 slots of its shard (one of 64) on average (16 slots every 8th decision, their
 /// lines fetched together; also every 8th decision of a thread, so that lock-free decisions
-/// sweep too) and drops up to as many keys back to their fresh state, and a shard under 1/5 full
-/// after a pass shrinks. A key that became fresh is thus dropped within (C + K) / 2 (+ 8) decisions
-/// under its shard's lock, whatever the insert rate (an insert takes the lock): C the shard's
-/// slots (under twice its keys plus resize room), K the keys dropped on the way (K < 7/10 C).
-/// Every 8th sweep of a shard also sweeps 64 slots of a shard that had no decision under its
-/// lock since, so a table whose traffic moved elsewhere also gives memory back. Arrays a resize
-/// emptied are kept, their pages given back, for later arrays of the same shard (a lock-free
-/// decision may still read one): address space, not memory, up to a few times the largest. A shard
-/// holding at most 8 keys is not swept. `reclaim(now)` drops every fresh key at once (for a service
-/// gone idle). Dropping never changes a decision: a dropped key is decided no earlier than its drop
-/// time (the latest time it was known at), so even a clock that steps back cannot revive spent
-/// capacity; a key that never had state is decided at its own time (but for a shard's drop filter's
-/// false positives, see detail/table.hpp).
+/// sweep too, unless their shard holds at most 8 keys and has no resize or shrink due) and drops up
+/// to as many keys back to their fresh state, and a shard under 1/5 full after a pass shrinks. A
+/// key that became fresh is thus dropped within (C + K) / 2 (+ 8) decisions under its shard's lock,
+/// whatever the insert rate (an insert takes the lock): C the shard's slots (under twice its keys
+/// plus resize room), K the keys dropped on the way (K < 7/10 C). Every 8th sweep of a shard also
+/// sweeps 64 slots of a shard that had no decision under its lock since, so a table whose traffic
+/// moved elsewhere also gives memory back. Arrays a resize emptied are kept, their pages given
+/// back, for later arrays of the same shard (a lock-free decision may still read one): address
+/// space, not memory, up to a few times the largest. A shard holding at most 8 keys is not swept.
+/// `reclaim(now)` drops every fresh key at once (for a service gone idle). Dropping never changes a
+/// decision: a dropped key is decided no earlier than its drop time (the latest time it was known
+/// at), so even a clock that steps back cannot revive spent capacity; a key that never had state is
+/// decided at its own time (but for a shard's drop filter's false positives, see detail/table.hpp).
 ///
 /// Per key it costs one table slot, whatever the key's length: the two hash words (16 bytes)
 /// and the algorithm's state (`sizeof(Model::State)`): 32 bytes for the fixed window's 16-byte

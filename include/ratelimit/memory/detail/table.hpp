@@ -100,7 +100,8 @@ struct TableStats {
 ///   later array (`Shard::spares`: a lock-free decision may still read it).
 /// - Reclamation is incremental: every decision under the shard's lock counts, and every
 ///   `sweep_every`-th of them, as well as every sweep_every-th decision of each thread (those
-///   that find their key held are otherwise lock-free and counted nowhere), sweeps
+///   that find their key held are otherwise lock-free and counted nowhere) unless the shard
+///   has nothing to sweep (`Shard::quiet`: then only its visits below go on), sweeps
 ///   sweep_every x `sweep_step` slots of the shard (and sweep_every overflow entries), dropping
 ///   up to as many keys back to their fresh state; every `foreign_every / sweep_every`-th sweep
 ///   of a shard also sweeps `foreign_step` slots of another shard that had no decision under
@@ -218,6 +219,12 @@ class Table {
       // Every sweep_every-th decision of a thread takes the lock and does the shard's upkeep
       // (sweeping, as the decisions that find their key held no longer count in the shard).
       upkeep = ++upkeep_turn % sweep_every == 0;
+      if (upkeep && shard.quiet.load(std::memory_order_relaxed)) {
+        // Nothing to sweep here: skip the lock (with two threads on a hot key, each write of
+        // the shard's first line moves it between their cores), but keep the visits' cadence.
+        if (upkeep_turn % foreign_every == 0) visit_idle(shard, upkeep_turn / foreign_every, now);
+        upkeep = false;
+      }
       Decision d;
       if (!upkeep && decide_fast(shard, tag_of(h), h.second, p, now, op, d)) return d;
     }
@@ -376,8 +383,12 @@ class Table {
       shard.keep_params(p);
       shard.sweep(p, now, sweep_every * sweep_step);
       if (!shard.overflow.empty()) shard.sweep_overflow(p, now, sweep_every);
-      if (++shard.sweeps % (foreign_every / sweep_every) == 0) visit_idle(shard, now);
+      const std::size_t visits = foreign_every / sweep_every;
+      if (++shard.sweeps % visits == 0) visit_idle(shard, shard.sweeps / visits, now);
     }
+    const bool quiet = shard.nothing_to_sweep();
+    if (shard.quiet.load(std::memory_order_relaxed) != quiet)
+      shard.quiet.store(quiet, std::memory_order_relaxed);
     return d;
   }
 
@@ -456,13 +467,12 @@ class Table {
     }
   }
 
-  /// Sweeps a bit of the next shard in turn that had no decision since our last visit, so that
-  /// a table whose traffic has moved elsewhere still gives its memory back. try_lock only: the
-  /// caller holds its own shard's lock (and, in decide_all, others).
-  void visit_idle(Shard& self, std::chrono::nanoseconds now) {
+  /// Sweeps a bit of shard number `turn` after `self` (never `self`) if it had no decision since
+  /// our last visit, so that a table whose traffic has moved elsewhere still gives its memory
+  /// back. try_lock only: the caller may hold its own shard's lock (and, in decide_all, others).
+  void visit_idle(Shard& self, std::size_t turn, std::chrono::nanoseconds now) {
     const std::size_t own = static_cast<std::size_t>(&self - shards_.data());
-    const std::size_t turn = (self.sweeps / (foreign_every / sweep_every)) % (shard_count - 1);
-    Shard& other = shards_[(own + 1 + turn) % shard_count];
+    Shard& other = shards_[(own + 1 + turn % (shard_count - 1)) % shard_count];
     if (!other.mutex.try_lock()) return;
     if (other.has_params && other.decisions == other.decisions_seen)
       other.maintain(other.params, now, foreign_step);
@@ -697,6 +707,10 @@ class Table {
     // written by inserts.
     mutable ShardLock mutex;
     bool has_params = false;
+    /// `nothing_to_sweep()` as of the last decision under the lock: a thread's upkeep turn
+    /// then skips the lock (see apply_keyed). Written under the lock, read without it: a hint,
+    /// and only decisions under the lock (inserts) can make a shard need sweeping again.
+    std::atomic<bool> quiet{false};
     /// `cur.slots` (its capacity in the array's header), for lock-free decisions and `locate`'s
     /// prefetch, which read it without the lock. Null until the first array.
     std::atomic<Slot*> published{nullptr};
@@ -735,6 +749,13 @@ class Table {
     Shard& operator=(const Shard&) = delete;
 
     std::size_t live() const noexcept { return cur.size + old.size + overflow.size(); }
+
+    /// Whether an upkeep would do nothing here: at most `keep` keys (not swept), no resize
+    /// going on, and no array to shrink (see `sweep`).
+    bool nothing_to_sweep() const noexcept {
+      return live() <= keep && old.capacity == 0 &&
+             !(cur.capacity > min_capacity && live() * 5 < cur.capacity);
+    }
 
     void keep_params(const Params& p) {
       params = p;
