@@ -708,8 +708,10 @@ class Table {
     mutable ShardLock mutex;
     bool has_params = false;
     /// `nothing_to_sweep()` as of the last decision under the lock: a thread's upkeep turn
-    /// then skips the lock (see apply_keyed). Written under the lock, read without it: a hint,
-    /// and only decisions under the lock (inserts) can make a shard need sweeping again.
+    /// then skips the lock (see apply_keyed). Written under the lock, read without it: a hint.
+    /// Only inserts (under the lock, which recompute it) can add keys or slots; a `reset` or
+    /// `reclaim` since can at most leave a shrink due on an array of at most 5 x keep slots,
+    /// done at the shard's next decision under the lock.
     std::atomic<bool> quiet{false};
     /// `cur.slots` (its capacity in the array's header), for lock-free decisions and `locate`'s
     /// prefetch, which read it without the lock. Null until the first array.
