@@ -5,7 +5,6 @@
 // one table while sweeps judge at yet another time. Each checks exact admissions at a frozen
 // time (every admission leaves a distinct remaining). ThreadSanitizer runs this (label
 // `concurrent`).
-#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstdint>
@@ -22,6 +21,8 @@
 #include <ratelimit/manual_clock.hpp>
 #include <ratelimit/memory/detail/table.hpp>
 #include <ratelimit/token_bucket.hpp>
+
+#include "support/admissions.hpp"
 
 namespace lock_free_attack_test {
 
@@ -55,13 +56,6 @@ struct OneHomeHash {
     return {(w % (std::uint64_t{1} << 20)) * 64, w};
   }
 };
-
-/// The sorted list 0, 1, ..., n - 1: the remaining values n admissions from n tokens leave.
-std::vector<std::int64_t> countdown(std::int64_t n) {
-  std::vector<std::int64_t> v(static_cast<std::size_t>(n));
-  for (std::int64_t i = 0; i < n; ++i) v[static_cast<std::size_t>(i)] = i;
-  return v;
-}
 
 template <class Hash>
 void colliding_keys_stay_exact() {
@@ -115,13 +109,9 @@ void colliding_keys_stay_exact() {
   for (auto& th : pool) th.join();
   for (int k = 0; k < hot_keys; ++k) {
     INFO("key " << hot(k));
-    auto& all = seen[static_cast<std::size_t>(k)];
-    for (const auto& m : mine)
-      all.insert(all.end(), m[static_cast<std::size_t>(k)].begin(),
-                 m[static_cast<std::size_t>(k)].end());
-    std::sort(all.begin(), all.end());
+    const auto i = static_cast<std::size_t>(k);
     // 50 tokens, no refill: admissions leave 49, ..., 0 once each.
-    CHECK(all == countdown(tokens));
+    CHECK(rltest::merged(seen[i], mine, i) == rltest::countdown(tokens));
     CHECK(table.apply(hot_params, hot(k), 10s, Operation{1, true}).remaining == 0);
   }
 }
@@ -246,16 +236,8 @@ TEST_CASE("Multi-key decisions stay all or nothing while both keys are decided l
     });
   for (auto& th : pool) th.join();
   const std::size_t pairs = pair_x[0].size() + pair_x[1].size();
-  seen_x.insert(seen_x.end(), single_x.begin(), single_x.end());
-  seen_y.insert(seen_y.end(), single_y.begin(), single_y.end());
-  for (std::size_t t = 0; t < 2; ++t) {
-    seen_x.insert(seen_x.end(), pair_x[t].begin(), pair_x[t].end());
-    seen_y.insert(seen_y.end(), pair_y[t].begin(), pair_y[t].end());
-  }
-  std::sort(seen_x.begin(), seen_x.end());
-  std::sort(seen_y.begin(), seen_y.end());
-  CHECK(seen_x == countdown(tokens));
-  CHECK(seen_y == countdown(tokens));
+  CHECK(rltest::merged(seen_x, {single_x, pair_x[0], pair_x[1]}) == rltest::countdown(tokens));
+  CHECK(rltest::merged(seen_y, {single_y, pair_y[0], pair_y[1]}) == rltest::countdown(tokens));
   // 1 before the race + singles + pairs = 60 on each table.
   CHECK(1 + single_x.size() + pairs == static_cast<std::size_t>(tokens));
   CHECK(1 + single_y.size() + pairs == static_cast<std::size_t>(tokens));
@@ -292,14 +274,8 @@ TEST_CASE("More threads than cores on one key admit exactly the limit",
       }
     });
   for (auto& th : pool) th.join();
-  for (std::size_t t = 0; t < threads; ++t) {
-    seen_bucket.insert(seen_bucket.end(), mine_bucket[t].begin(), mine_bucket[t].end());
-    seen_window.insert(seen_window.end(), mine_window[t].begin(), mine_window[t].end());
-  }
-  std::sort(seen_bucket.begin(), seen_bucket.end());
-  std::sort(seen_window.begin(), seen_window.end());
-  CHECK(seen_bucket == countdown(limit));
-  CHECK(seen_window == countdown(limit));
+  CHECK(rltest::merged(seen_bucket, mine_bucket) == rltest::countdown(limit));
+  CHECK(rltest::merged(seen_window, mine_window) == rltest::countdown(limit));
 }
 
 TEST_CASE("Limiters with different clocks on one table stay exact while sweeps judge at a third",

@@ -20,6 +20,8 @@
 #include <ratelimit/manual_clock.hpp>
 #include <ratelimit/token_bucket.hpp>
 
+#include "support/admissions.hpp"
+
 namespace lock_free_test {
 
 using namespace std::chrono_literals;
@@ -107,15 +109,9 @@ TEST_CASE("Lock-free decisions stay exact beside resizes, sweeps, reset and deci
   CHECK(wrong.load() == 0);
   for (int k = 0; k < hot_keys; ++k) {
     INFO("key " << hot(k));
-    std::vector<std::int64_t>& all = seen[static_cast<std::size_t>(k)];
-    for (const auto& per_thread : mine)
-      all.insert(all.end(), per_thread[static_cast<std::size_t>(k)].begin(),
-                 per_thread[static_cast<std::size_t>(k)].end());
-    std::sort(all.begin(), all.end());
+    const auto i = static_cast<std::size_t>(k);
     // 100 tokens and no refill: exactly 100 admissions, leaving 99, 98, ..., 0 once each.
-    std::vector<std::int64_t> expected(static_cast<std::size_t>(capacity));
-    for (std::int64_t i = 0; i < capacity; ++i) expected[static_cast<std::size_t>(i)] = i;
-    CHECK(all == expected);
+    CHECK(rltest::merged(seen[i], mine, i) == rltest::countdown(capacity));
     CHECK(hot_limiter.peek(hot(k)).remaining == 0);
   }
   // "u" was spent only by the admitted multi-key decisions, 1 each: a commit of "t" denied
@@ -178,11 +174,7 @@ TEST_CASE("Lock-free decisions lose no update while their keys' slots move",
   for (auto& th : pool) th.join();
   for (int k = 0; k < keys; ++k) {
     INFO("key " << hot(k));
-    std::vector<std::int64_t> all{tokens - 1};
-    for (const auto& m : mine)
-      all.insert(all.end(), m[static_cast<std::size_t>(k)].begin(),
-                 m[static_cast<std::size_t>(k)].end());
-    std::sort(all.begin(), all.end());
+    const auto all = rltest::merged({tokens - 1}, mine, static_cast<std::size_t>(k));
     // 1 + 3 x 200 = 601 spends of 1 token: remaining 10^9 - 601 up to 10^9 - 1, once each.
     const std::int64_t spends = 1 + threads * passes;
     REQUIRE(all.size() == static_cast<std::size_t>(spends));
@@ -214,12 +206,7 @@ TEST_CASE("Two threads deciding one fixed-window key without the lock admit exac
       }
     });
   for (auto& th : pool) th.join();
-  std::vector<std::int64_t> all{999};
-  for (const auto& m : mine) all.insert(all.end(), m.begin(), m.end());
-  std::sort(all.begin(), all.end());
-  std::vector<std::int64_t> expected(1000);
-  for (std::int64_t i = 0; i < 1000; ++i) expected[static_cast<std::size_t>(i)] = i;
-  CHECK(all == expected);
+  CHECK(rltest::merged({999}, mine) == rltest::countdown(1000));
 }
 
 }  // namespace lock_free_test
