@@ -752,11 +752,15 @@ class Table {
 
     std::size_t live() const noexcept { return cur.size + old.size + overflow.size(); }
 
+    /// Whether `cur` is under 1/5 full and larger than the smallest array: it should shrink.
+    bool sparse() const noexcept {
+      return cur.capacity > min_capacity && live() * 5 < cur.capacity;
+    }
+
     /// Whether an upkeep would do nothing here: at most `keep` keys (not swept), no resize
     /// going on, and no array to shrink (see `sweep`).
     bool nothing_to_sweep() const noexcept {
-      return live() <= keep && old.capacity == 0 &&
-             !(cur.capacity > min_capacity && live() * 5 < cur.capacity);
+      return live() <= keep && old.capacity == 0 && !sparse();
     }
 
     void keep_params(const Params& p) {
@@ -874,8 +878,7 @@ class Table {
     /// key. At the end of a pass a shard under 1/5 full shrinks.
     void sweep(const Params& p, std::chrono::nanoseconds now, std::size_t n) {
       if (live() <= keep) {  // nothing to drop: only give back a large array
-        if (old.capacity == 0 && cur.capacity > min_capacity && live() * 5 < cur.capacity)
-          start_resize();
+        if (old.capacity == 0 && sparse()) start_resize();
         return;
       }
       for (std::size_t i = sweep_at; i < sweep_at + n && i < cur.capacity; ++i)
@@ -883,8 +886,7 @@ class Table {
       for (std::size_t drops = n; n > 0 && cur.capacity != 0;) {
         if (sweep_at >= cur.capacity) {
           sweep_at = 0;
-          if (old.capacity == 0 && cur.capacity > min_capacity && live() * 5 < cur.capacity)
-            start_resize();
+          if (old.capacity == 0 && sparse()) start_resize();
           return;
         }
         Slot& s = cur.slots[sweep_at];
@@ -1001,7 +1003,7 @@ class Table {
               ++at;
             }
           }
-        } else if (shrinks < 4 && cur.capacity > min_capacity && live() * 5 < cur.capacity) {
+        } else if (shrinks < 4 && sparse()) {
           ++shrinks;
           start_resize(chunk);
           swept = arrays;
