@@ -11,6 +11,10 @@
 /// user writes in ten lines: BM_Naive_MutexBucket_NoKey (one bucket of doubles under a
 /// std::mutex), BM_Naive_UnorderedMapMutex_OneKey and _MillionKeys (std::unordered_map<
 /// std::string, bucket> under one std::mutex, reserved for the keys, std::hash of the key).
+/// Two threads on one key run twice where a slot may span two cache lines (40-byte slots):
+/// _OneKeyTwoThreads on a key whose slot's written words lie in one line, _TwoLines on one
+/// whose lie in two (3 of 8 slot positions; which one a given key gets depends on the process's
+/// hash secret, so a fixed key was bimodal from run to run).
 /// Counters: `admitted` (the fraction of decisions that admitted), and for _MillionKeys
 /// `state_B_per_key` (sizeof(Model::State), plus the sliding log's entries) and
 /// `rss_B_per_key` (the growth of the process's resident memory while the keys were stored,
@@ -395,10 +399,32 @@ void BM_OneKeyDenied(benchmark::State& state) {
   one_key<A, C>(state, A::denying(), 1us);
 }
 
+/// The first key from "client-0000042" on whose slot a decision writes `lines` cache lines
+/// (`Table::lines_written`), each key tried stored by one decision of `limiter`; empty if none
+/// of 1,000 does. Where a key's slot sits depends on the process's hash secret, so a fixed key
+/// lands in either kind from one run to the next.
+template <class L>
+std::string key_on_lines(L& limiter, std::size_t lines) {
+  char buf[32];
+  for (int i = 42; i < 1042; ++i) {
+    std::snprintf(buf, sizeof buf, "client-%07d", i);
+    benchmark::DoNotOptimize(limiter.try_acquire(buf));
+    if (limiter.binding().table->lines_written(buf) == lines) return buf;
+  }
+  return {};
+}
+
+/// Whether some slot of model A's table spans two cache lines: slots of 16 bytes (the key's
+/// hash) plus the state follow a 64-byte header, so only sizes that divide 64 never do.
+template <class A>
+constexpr bool slots_may_span = 64 % (16 + sizeof(typename A::Model::State)) != 0;
+
 // Two threads on one key of one storage. Each thread has its own limiter (bound to the same
 // storage and name, so to the same key's state) and, for ManualClock, its own clock: the only
-// thing the threads share is the key, not a clock word.
-template <class A, class C>
+// thing the threads share is the key, not a clock word. The key is one whose slot's written
+// words (tag and state) lie in `Lines` cache lines: 2 costs twice as much on this VM, as both
+// lines move between the cores at each decision (with 40-byte slots, 3 positions of 8).
+template <class A, class C, std::size_t Lines>
 void BM_OneKeyTwoThreads(benchmark::State& state) {
   static InMemoryStorage storage;  // shared by the threads, one per instantiation
   // The key outlives a run (Google Benchmark calls this several times): each run's ManualClocks
@@ -406,7 +432,11 @@ void BM_OneKeyTwoThreads(benchmark::State& state) {
   static std::atomic<std::int64_t> resume_at{std::chrono::nanoseconds(1h).count()};
   Ticker<C> ticker(admitted_step<A>(), std::chrono::nanoseconds{resume_at.load()});
   typename A::template Limiter<C> limiter(A::admitting(), storage, ticker.clock);
-  const std::string key = "client-0000042";
+  static const std::string key = key_on_lines(limiter, Lines);  // once, for both threads
+  if (key.empty()) {
+    state.SkipWithError("no key's slot found with the wanted number of cache lines");
+    return;
+  }
   std::int64_t admitted = 0;
   for (auto _ : state) {
     ticker.tick();
@@ -564,9 +594,14 @@ void register_algorithm() {
   maybe_fixed(benchmark::RegisterBenchmark((base + "OneKeyDenied" + suffix).c_str(),
                                            BM_OneKeyDenied<A, C>));
   maybe_fixed(benchmark::RegisterBenchmark((base + "OneKeyTwoThreads" + suffix).c_str(),
-                                           BM_OneKeyTwoThreads<A, C>))
+                                           BM_OneKeyTwoThreads<A, C, 1>))
       ->Threads(2)
       ->UseRealTime();
+  if constexpr (slots_may_span<A>)
+    maybe_fixed(benchmark::RegisterBenchmark((base + "OneKeyTwoThreadsTwoLines" + suffix).c_str(),
+                                             BM_OneKeyTwoThreads<A, C, 2>))
+        ->Threads(2)
+        ->UseRealTime();
   benchmark::RegisterBenchmark((base + "MillionKeys" + suffix).c_str(), BM_MillionKeys<A, C>)
       ->Iterations(million_keys_iterations)
       ->Unit(benchmark::kNanosecond);

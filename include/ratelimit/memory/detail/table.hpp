@@ -262,6 +262,23 @@ class Table {
   /// Keys held.
   std::size_t size() const { return stats().keys; }
 
+  /// The cache lines (1 or 2) holding what a lock-free decision on `key` writes, its slot's tag
+  /// and state; 0 if the key is not in its shard's current array (the empty key's single
+  /// state, a resize's old array, the overflow map). For benchmarks: with two threads deciding
+  /// one key, every line written moves between their cores at each decision, and where a key's
+  /// slot sits depends on the process's hash secret. Takes the shard's lock.
+  std::size_t lines_written(std::string_view key) {
+    if (key.empty()) return 0;
+    const Hash128 h = hash_key(key);
+    Shard& shard = shard_of(h.first);
+    std::lock_guard lock(shard.mutex);
+    const Slot* s = shard.cur.find(tag_of(h), h.second);
+    if (s == nullptr) return 0;
+    const auto first = reinterpret_cast<std::uintptr_t>(&s->tag);
+    const auto last = reinterpret_cast<std::uintptr_t>(&s->state_bytes[sizeof(State) - 1]);
+    return last / line - first / line + 1;
+  }
+
   /// Keys, slots and bytes held (each shard read under its lock, one after the other).
   TableStats stats() const {
     TableStats s;
