@@ -743,6 +743,7 @@ def main():
     w("## In process, 1,000,000 keys")
     w("")
     w("Keys `client-0000000`..`client-0999999` built before timing, inserted in random order, "
+      "the table's last resizes finished (`reclaim`; the naive map is reserved for the keys), "
       "then decided in key order (random in the table): 2,000,000 decisions. Each benchmark in "
       "its own process, so resident memory per key (growth of /proc/self/statm while storing the "
       "keys, / 10^6) is its own. `BM_Floor_MemoryLatency` (one dependent read of a random line "
