@@ -414,10 +414,10 @@ std::string key_on_lines(L& limiter, std::size_t lines) {
   return {};
 }
 
-/// Whether some slot of model A's table spans two cache lines: slots of 16 bytes (the key's
-/// hash) plus the state follow a 64-byte header, so only sizes that divide 64 never do.
+/// Whether some slot of model A's table spans two cache lines: slots follow a 64-byte header,
+/// so only sizes that divide 64 never do.
 template <class A>
-constexpr bool slots_may_span = 64 % (16 + sizeof(typename A::Model::State)) != 0;
+constexpr bool slots_may_span = 64 % ratelimit::detail::Table<typename A::Model>::slot_bytes() != 0;
 
 // Two threads on one key of one storage. Each thread has its own limiter (bound to the same
 // storage and name, so to the same key's state) and, for ManualClock, its own clock: the only

@@ -119,8 +119,8 @@ void colliding_keys_stay_exact() {
 }
 
 /// Key "i" (0 to 7) has its home at slot i of a shard's first array (8 slots): the first word
-/// is i x 2^61 (the home is the tag's top 3 bits times 8 / 8; shard 0), the second tells keys
-/// apart.
+/// is i x 2^61, so the tag's top 3 bits are i (the home in 8 slots is tag x 8 / 2^64) and its
+/// low 6 bits 0 (shard 0); the second word tells keys apart.
 struct SlotIndexHash {
   Hash128 operator()(std::string_view key) const noexcept {
     return {std::stoull(std::string(key)) << 61, distinct_word(key)};
@@ -135,17 +135,20 @@ TEST_CASE("A decision writes one cache line at 5 of 8 slot positions (tag and st
   // [64 + 40 i, 64 + 40 i + 32), in lines 1 + (40 i) / 64 to 1 + (40 i + 31) / 64:
   // i = 0: 0..31 -> 1 line; 1: 40..71 -> 2; 2: 80..111 -> 1; 3: 120..151 -> 2; 4: 160..191 -> 1;
   // 5: 200..231 -> 1; 6: 240..271 -> 2; 7: 280..311 -> 1. With the check before the state,
-  // i = 4 (written 168..199) would span two lines too.
+  // i = 4 would span two lines too (tag at 160..167, check 168..175, state 176..199).
+  using SlotTable = ratelimit::detail::Table<TokenBucketModel, SlotIndexHash>;
+  static_assert(SlotTable::slot_bytes() == 8 + sizeof(TokenBucketModel::State) + 8);
+  static_assert(sizeof(TokenBucketModel::State) == 24);
   const auto params = TokenBucketModel::make_params({10, ratelimit::per_second(1)});
   for (std::size_t i = 0; i < 8; ++i) {
-    ratelimit::detail::Table<TokenBucketModel, SlotIndexHash> table;  // one key: no resize
+    SlotTable table;  // one key: no resize
     const std::string key = std::to_string(i);
     REQUIRE(table.apply(params, key, 1s, Operation{}).allowed);
     const std::size_t first = 40 * i, last = 40 * i + 31;  // after the header's line
     CHECK(table.lines_written(key) == last / 64 - first / 64 + 1);
   }
   // Not held: no slot.
-  ratelimit::detail::Table<TokenBucketModel, SlotIndexHash> empty;
+  SlotTable empty;
   CHECK(empty.lines_written("3") == 0);
 }
 

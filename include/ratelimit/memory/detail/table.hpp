@@ -262,6 +262,11 @@ class Table {
   /// Keys held.
   std::size_t size() const { return stats().keys; }
 
+  /// Bytes per slot: the two hash words and the state, aligned (32 for a 16-byte state, 40 for
+  /// a 24-byte one). Slots follow a 64-byte header, so unless this divides 64 some span two
+  /// cache lines.
+  static constexpr std::size_t slot_bytes() noexcept { return sizeof(Slot); }
+
   /// The cache lines (1 or 2) holding what a lock-free decision on `key` writes, its slot's tag
   /// and state; 0 if the key is not in its shard's current array (the empty key's single
   /// state, a resize's old array, the overflow map). For benchmarks: with two threads deciding
