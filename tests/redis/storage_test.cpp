@@ -70,6 +70,11 @@ TEST_CASE("Key encoding never lets two different client keys, names or algorithm
   CHECK(ratelimit::detail::redis_hash_tag(redis_key("p:", "", tail)) == "%");
   CHECK(ratelimit::detail::redis_hash_tag(redis_key("p:", "a}b", tail)) == "a%7Db");
   CHECK(ratelimit::detail::redis_hash_tag(redis_key("p:", "a%b", tail)) == "a%25b");
+  // Both bytes, adjacent and alternating, and at both ends: '%' -> %25, '}' -> %7D.
+  CHECK(ratelimit::detail::redis_hash_tag(redis_key("p:", "%x}%}}y%%z}", tail)) ==
+        "%25x%7D%25%7D%7Dy%25%25z%7D");
+  // A name escapes ':' instead (and '%'), and keeps '}'.
+  CHECK(redis_key_tail("tb", ":a%}:") == "tb2:%3Aa%25}%3A");
   // A rule set's tag holds the slot; the client key follows the name.
   CHECK(redis_key("p:", "k", tail, "t") == "p:{t}tb2:api:k");
 }
