@@ -7,8 +7,11 @@
 #include <atomic>
 #include <chrono>
 #include <cstdint>
+#include <memory>
+#include <new>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include <catch2/catch.hpp>
 #include <ratelimit/fixed_window.hpp>
@@ -210,4 +213,65 @@ TEST_CASE("While Redis is down local_fallback keeps each priority's reserve",
   for (int i = 0; i < 10; ++i)
     critical += tb.try_acquire("k", 1, ratelimit::Priority::critical).allowed ? 1 : 0;
   CHECK(critical == 4);
+}
+
+TEST_CASE("A call the breaker refuses is never built; one that cannot be built completes failed",
+          "[redis][failure][breaker]") {
+  // A refused decision must not build its Redis key first: a client's key can be megabytes,
+  // and during an outage nearly every decision is refused. Client level, where the building
+  // is a callable that counts its calls. A back-off of 1 h: the breaker stays open throughout,
+  // whatever the time.
+  using ratelimit::RedisFailureKind;
+  using ratelimit::detail::RedisCall;
+  using ratelimit::detail::RedisResult;
+  rltest::ThrowawayRedis server;
+  server.kill();
+  auto options = options_for(server, FailurePolicy::fail_closed);
+  options.breaker_backoff = std::chrono::hours{1};
+  options.breaker_max_backoff = std::chrono::hours{1};
+  auto client = std::make_shared<ratelimit::detail::RedisClient>(options);
+  int built = 0;
+  const auto make_ping = [&built] {
+    ++built;
+    return RedisCall{nullptr, {"k"}, {"PING"}};
+  };
+  const auto kind_of = [](const std::vector<RedisResult>& r) {
+    REQUIRE(r.size() == 1u);
+    REQUIRE(r.front().failure.has_value());
+    return r.front().failure->kind;
+  };
+
+  // The first call is built and sent; the refused connection opens the breaker.
+  CHECK(kind_of(client->execute_one(make_ping, client->deadline_from_now())) ==
+        RedisFailureKind::connect);
+  CHECK(built == 1);
+  // The next ones are refused before they are built, blocking or not.
+  CHECK(kind_of(client->execute_one(make_ping, client->deadline_from_now())) ==
+        RedisFailureKind::circuit_open);
+  std::vector<RedisResult> async_results;
+  int completions = 0;
+  client->execute_one_async(make_ping, client->deadline_from_now(),
+                            [&](std::vector<RedisResult>&& r) {
+                              ++completions;
+                              async_results = std::move(r);
+                            });
+  CHECK(completions == 1);  // refused: completed before execute_one_async returned
+  CHECK(kind_of(async_results) == RedisFailureKind::circuit_open);
+  CHECK(built == 1);
+  CHECK(client->stats().short_circuits == 2u);  // counted as `send` counts a refusal
+
+  // A fresh client (breaker closed): building runs out of memory. The completion still runs,
+  // once, with the failure, as when formatting the call runs out of memory.
+  auto fresh = std::make_shared<ratelimit::detail::RedisClient>(options);
+  completions = 0;
+  fresh->execute_one_async([]() -> RedisCall { throw std::bad_alloc(); },
+                           fresh->deadline_from_now(),
+                           [&](std::vector<RedisResult>&& r) {
+                             ++completions;
+                             async_results = std::move(r);
+                           });
+  CHECK(completions == 1);
+  CHECK(kind_of(async_results) == RedisFailureKind::io);
+  CHECK_THAT(async_results.front().failure->message, Catch::Contains("cannot send"));
+  CHECK(fresh->stats().failures == 1u);
 }

@@ -148,9 +148,7 @@ class RedisBinding {
       deadline = client_->deadline_from_now();
     }
     detail::ProbeGuard guard(sent.probe ? &hot_->cache : nullptr, cache_key(key));
-    std::vector<detail::RedisCall> calls;
-    calls.push_back(call(key, now, op));
-    auto results = client_->execute(std::move(calls), deadline);
+    auto results = client_->execute_one([&] { return call(key, now, op); }, deadline);
     guard.dismiss();
     return finish(results.front(), key, now, op, sent);
   }
@@ -469,15 +467,14 @@ class RedisBinding {
       sent.at_ns = steady_ns();
     }
     detail::ProbeGuard guard(sent.probe ? &hot_->cache : nullptr, cache_key(key));
-    std::vector<detail::RedisCall> calls;
-    calls.push_back(call(key, now, op));
     auto finish_here = [self = *this, k = std::string(key), now, op, sent,
                         done = std::move(done)](std::vector<detail::RedisResult>&& r) {
       Decision d = self.finish(r.front(), k, now, op, sent);
       detail::complete_safely(done, std::move(d));
     };
     guard.dismiss();  // from here the completion settles the probe, exactly once
-    client_->execute_async(std::move(calls), deadline, std::move(finish_here));
+    client_->execute_one_async([&] { return call(key, now, op); }, deadline,
+                               std::move(finish_here));
   }
 
   Decision degrade(std::string_view key, std::chrono::nanoseconds now, const Operation& op) const {

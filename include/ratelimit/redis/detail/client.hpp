@@ -108,10 +108,11 @@ inline void check_redis_options(const RedisOptions& o) {
 /// decision in flight, a single node's client lets its calling thread make the round trip
 /// itself on a connection the I/O thread lends (RedisIoLoop::round_trip_here), completing there.
 ///
-/// The cluster hook: `start` (how calls are routed), `stats` and `retry_in` are virtual and the
-/// per-node step (`send`) and counters are protected, so detail::RedisClusterClient routes calls
-/// by slot and reuses the rest; `keep_error` lets it receive MOVED/ASK/TRYAGAIN replies as
-/// replies to follow instead of failures. A single node overrides nothing.
+/// The cluster hook: `start` (how calls are routed), `stats`, `routes_by_key`, `retry_in_key`
+/// and `node_of_every_key` are virtual and the per-node step (`send`) and counters are
+/// protected, so detail::RedisClusterClient routes calls by slot and reuses the rest;
+/// `keep_error` lets it receive MOVED/ASK/TRYAGAIN replies as replies to follow instead of
+/// failures. A single node overrides nothing.
 ///
 /// Lifetime: must be owned by a std::shared_ptr (a call in flight holds one, so the client and
 /// its I/O thread outlive every call they have accepted).
@@ -178,22 +179,32 @@ class RedisClient : public std::enable_shared_from_this<RedisClient> {
   /// results. `done` runs exactly once (see the class comment for the thread).
   void execute_async(std::vector<RedisCall> calls, std::chrono::steady_clock::time_point deadline,
                      Completion done) {
-    if (loop_->on_loop_thread()) {
-      // From a completion: it starts here, but a completion it would run at once (circuit
-      // open, backpressure) runs on the loop's next turn instead (see `hand_over`), so that a
-      // chain of decisions each started by the last one's completion never nests one stack
-      // frame per decision. (Posting the whole start instead cost two allocations, a timer
-      // and a lock per decision.)
-      const RedisClient* const outer = deferring_;
-      deferring_ = this;
-      struct Restore {
-        const RedisClient* outer;
-        ~Restore() { deferring_ = outer; }
-      } restore{outer};
+    deferred_here([&] { begin(std::move(calls), deadline, std::move(done)); });
+  }
+
+  /// `execute_async` of the one call `make_call()` builds, built only if it may be sent: when
+  /// the breaker refuses it before any key is built (see `refused_unbuilt`), `done` gets that
+  /// failure and `make_call` is never called. Building it out of memory is a failure too, as
+  /// formatting it is (`begin`): `done` runs exactly once, whatever happens.
+  template <class MakeCall>
+  void execute_one_async(MakeCall&& make_call, std::chrono::steady_clock::time_point deadline,
+                         Completion done) {
+    deferred_here([&] {
+      std::vector<RedisCall> calls;
+      if (auto unsent = build_one(make_call, calls); !unsent.empty())
+        return hand_over(done, std::move(unsent));
       begin(std::move(calls), deadline, std::move(done));
-      return;
-    }
-    begin(std::move(calls), deadline, std::move(done));
+    });
+  }
+
+  /// `execute` of the one call `make_call()` builds, built only if it may be sent (as
+  /// `execute_one_async`).
+  template <class MakeCall>
+  std::vector<RedisResult> execute_one(MakeCall&& make_call,
+                                       std::chrono::steady_clock::time_point deadline) {
+    std::vector<RedisCall> calls;
+    if (auto unsent = build_one(make_call, calls); !unsent.empty()) return unsent;
+    return execute(std::move(calls), deadline);
   }
 
   /// Runs `fn` on the I/O thread's next turn (a continuation that must not nest in the caller's
@@ -260,11 +271,79 @@ class RedisClient : public std::enable_shared_from_this<RedisClient> {
   /// client's multi-MiB key, a degraded decision must not build it twice.
   template <class MakeKey>
   std::chrono::nanoseconds retry_in(MakeKey&& make_key) {
-    if (!routes_by_key()) return nodes_.front()->breaker.retry_in();
-    return retry_in_key(make_key());
+    if (routes_by_key()) return retry_in_key(make_key());
+    const RedisNodeClient* node = node_of_every_key();
+    return node != nullptr ? node->breaker.retry_in() : std::chrono::nanoseconds{0};
   }
 
  protected:
+  /// Runs `start_call` (which starts a call), so that a completion it would run at once
+  /// (circuit open, backpressure) runs on the loop's next turn instead when this thread is the
+  /// loop's (see `hand_over`): a chain of decisions each started by the last one's completion
+  /// then never nests one stack frame per decision. (Posting the whole start instead cost two
+  /// allocations, a timer and a lock per decision.)
+  template <class F>
+  void deferred_here(F&& start_call) {
+    if (!loop_->on_loop_thread()) return start_call();
+    const RedisClient* const outer = deferring_;
+    deferring_ = this;
+    struct Restore {
+      const RedisClient* outer;
+      ~Restore() { deferring_ = outer; }
+    } restore{outer};
+    start_call();
+  }
+
+  /// The result of one call that its node's breaker refuses now, as `send` fails it (counted
+  /// as a short-circuit), found before the call is built; or nothing when it may be sent, or
+  /// when its key picks the node (a cluster: the key must be built first).
+  /// Why before building: during an outage nearly every decision is refused, and building its
+  /// Redis key first was most of its cost. A client's key can be megabytes: in the
+  /// stopped-Redis deadline test, refused 4 MiB-key decisions took the CPU the few that probe
+  /// Redis needed to keep their deadline.
+  std::vector<RedisResult> refused_unbuilt() {
+    RedisNodeClient* node = node_of_every_key();
+    if (node == nullptr || node->breaker.retry_in() <= std::chrono::nanoseconds{0}) return {};
+    short_circuits_.fetch_add(1, std::memory_order_relaxed);
+    std::vector<RedisResult> results(1);
+    results.front().failure = refused_by_breaker(*node);
+    return results;
+  }
+
+  /// Appends the call `make_call()` builds to `calls`, unless it would be refused (then its
+  /// result, see `refused_unbuilt`) or building it runs out of memory (then that failure).
+  template <class MakeCall>
+  std::vector<RedisResult> build_one(MakeCall& make_call, std::vector<RedisCall>& calls) {
+    try {
+      if (auto refused = refused_unbuilt(); !refused.empty()) return refused;
+      calls.push_back(make_call());
+      return {};
+    } catch (const std::exception& e) {
+      std::vector<RedisResult> results(1);
+      results.front().failure = cannot_send(e);
+      return results;
+    }
+  }
+
+  /// The failure of a call that could not be built or formatted (out of memory), reported.
+  RedisFailure cannot_send(const std::exception& e) {
+    RedisFailure f{RedisFailureKind::io, std::string("cannot send: ") + e.what()};
+    report(f);
+    return f;
+  }
+
+  /// The failure of a call that `node`'s breaker refused.
+  static RedisFailure refused_by_breaker(const RedisNodeClient& node) {
+    return {RedisFailureKind::circuit_open,
+            node.address().address() + ": not tried, it failed recently"};
+  }
+
+  /// The node every call goes to now, whatever its key; nullptr when the key picks the node (a
+  /// cluster) or none is known yet (Sentinel before its first answer).
+  virtual RedisNodeClient* node_of_every_key() noexcept {
+    return routes_by_key() ? nullptr : nodes_.front().get();
+  }
+
   /// execute_async's work: backpressure (decisions and bytes in flight), then `start`.
   /// `blocking`: for `execute` (its calling thread waits).
   void begin(std::vector<RedisCall> calls, std::chrono::steady_clock::time_point deadline,
@@ -307,12 +386,11 @@ class RedisClient : public std::enable_shared_from_this<RedisClient> {
       start(op);
     } catch (const std::exception& e) {
       // Out of memory formatting it, before anything was sent: a failure, completed once.
-      const RedisFailure f{RedisFailureKind::io, std::string("cannot send: ") + e.what()};
+      const RedisFailure f = cannot_send(e);
       for (auto& r : op->results) {
         r.reply.reset();
         r.failure = f;
       }
-      report(f);
       finish(op);
     }
   }
@@ -476,8 +554,7 @@ class RedisClient : public std::enable_shared_from_this<RedisClient> {
     const CircuitBreaker::Pass pass = node.breaker.allow();
     if (pass == CircuitBreaker::Pass::refused) {
       short_circuits_.fetch_add(indexes.size(), std::memory_order_relaxed);
-      fail_all({RedisFailureKind::circuit_open,
-                node.address().address() + ": not tried, it failed recently"});
+      fail_all(refused_by_breaker(node));
       return then(op, std::move(indexes));
     }
     const auto sent_at = std::chrono::steady_clock::now();

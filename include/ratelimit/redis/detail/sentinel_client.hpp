@@ -50,11 +50,9 @@ class RedisSentinelClient final : public RedisClient {
   }
 
  protected:
-  bool routes_by_key() const noexcept override { return true; }
-
-  std::chrono::nanoseconds retry_in_key(std::string_view) noexcept override {
-    RedisNodeClient* p = primary_.load(std::memory_order_acquire);
-    return p != nullptr ? p->breaker.retry_in() : std::chrono::nanoseconds{0};
+  /// The primary known now (nullptr before the sentinels' first answer).
+  RedisNodeClient* node_of_every_key() noexcept override {
+    return primary_.load(std::memory_order_acquire);
   }
 
   /// To the known primary; with none yet, the call waits (within its deadline) for the
