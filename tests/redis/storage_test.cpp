@@ -79,6 +79,31 @@ TEST_CASE("Key encoding never lets two different client keys, names or algorithm
   CHECK(redis_key("p:", "k", tail, "t") == "p:{t}tb2:api:k");
 }
 
+TEST_CASE("A request's reserved size is the size of the RESP hiredis writes", "[redis][resp]") {
+  using ratelimit::detail::resp_argument_bytes;
+  using ratelimit::detail::resp_header_bytes;
+  // From RESP's definition: an argument is "$<len>\r\n<bytes>\r\n", a command "*<n>\r\n".
+  CHECK(resp_argument_bytes(0) == 6u);          // "$0" CRLF CRLF
+  CHECK(resp_argument_bytes(9) == 15u);         // "$9" CRLF, 9 bytes, CRLF: 4 + 9 + 2
+  CHECK(resp_argument_bytes(10) == 17u);        // "$10" CRLF, 10 bytes, CRLF: 5 + 10 + 2
+  CHECK(resp_argument_bytes(12345) == 12355u);  // "$12345" CRLF: 8, + 12345 + 2
+  CHECK(resp_header_bytes(1) == 4u);            // "*1" CRLF
+  CHECK(resp_header_bytes(12) == 5u);           // "*12" CRLF
+  // And hiredis agrees, for commands of 1 and 12 arguments across the digit boundaries.
+  for (const std::vector<std::size_t>& lens :
+       {std::vector<std::size_t>{6}, {0, 9, 10, 99, 100, 12345, 1, 2, 3, 4, 5, 6}}) {
+    ratelimit::detail::RedisCommand cmd;
+    std::size_t expected = resp_header_bytes(lens.size());
+    for (const std::size_t n : lens) {
+      cmd.emplace_back(n, 'a');
+      expected += resp_argument_bytes(n);
+    }
+    std::string wire;
+    ratelimit::detail::append_command(wire, cmd);
+    CHECK(wire.size() == expected);
+  }
+}
+
 TEST_CASE("Hostile client keys are distinct keys whose Redis keys all carry their own hash tag",
           "[redis][keys][token_bucket][sliding_log]") {
   ManualClock clock;

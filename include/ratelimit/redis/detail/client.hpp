@@ -502,6 +502,21 @@ class RedisClient : public std::enable_shared_from_this<RedisClient> {
   /// result's reply without counting a failure or touching the breaker.
   virtual bool keep_error(const redisReply&) const noexcept { return false; }
 
+  /// The bytes `append_call` appends for `call` (to reserve them first).
+  static std::size_t call_bytes(const RedisCall& call, bool full_script) noexcept {
+    std::size_t args = call.argv.size();
+    std::size_t bytes = 0;
+    for (const auto& a : call.argv) bytes += resp_argument_bytes(a.size());
+    if (call.script != nullptr) {
+      args += 3 + call.keys.size();
+      bytes += full_script ? resp_argument_bytes(4) + resp_argument_bytes(call.script->body.size())
+                           : resp_argument_bytes(7) + resp_argument_bytes(call.script->sha1.size());
+      bytes += resp_argument_bytes(decimal_digits(call.keys.size()));
+      for (const auto& k : call.keys) bytes += resp_argument_bytes(k.size());
+    }
+    return resp_header_bytes(args) + bytes;
+  }
+
   /// Appends `call` to `wire` as EVALSHA (or, `full_script`, EVAL) or as its plain command,
   /// formatted straight from the call's strings (no copy of its arguments).
   static void append_call(std::string& wire, const RedisCall& call, bool full_script) {
@@ -570,6 +585,10 @@ class RedisClient : public std::enable_shared_from_this<RedisClient> {
     // a single call is only ever resent as EVAL, so it needs none (one allocation less).
     std::vector<std::size_t> ends;
     if (indexes.size() > 1) ends.reserve(indexes.size());
+    std::size_t bytes = 0;
+    for (const std::size_t i : indexes) bytes += call_bytes(op->calls[i], asking);
+    if (asking) bytes += indexes.size() * (resp_header_bytes(1) + resp_argument_bytes(6));
+    req.wire.reserve(bytes);
     for (const std::size_t i : indexes) {
       if (asking) append_command(req.wire, {"ASKING"});
       append_call(req.wire, op->calls[i], asking);
