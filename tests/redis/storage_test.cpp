@@ -75,6 +75,22 @@ TEST_CASE("Key encoding never lets two different client keys, names or algorithm
         "%25x%7D%25%7D%7Dy%25%25z%7D");
   // A name escapes ':' instead (and '%'), and keeps '}'.
   CHECK(redis_key_tail("tb", ":a%}:") == "tb2:%3Aa%25}%3A");
+  // Long runs of one special byte before the other, and 4,096 bytes drawn from the special
+  // bytes and a plain one: escaped byte by byte as the definition says.
+  const auto by_definition = [](std::string_view bytes) {
+    std::string out;
+    for (const char c : bytes) out += c == '%' ? "%25" : c == '}' ? "%7D" : std::string(1, c);
+    return out;
+  };
+  std::string runs = std::string(1000, '%') + std::string(1000, '}') + "x" + std::string(3, '%');
+  std::string mixed;
+  std::uint32_t x = 12345;
+  for (int i = 0; i < 4096; ++i) {
+    x = x * 1664525u + 1013904223u;  // a fixed LCG: the same bytes every run
+    mixed += "%}:a"[x >> 30];
+  }
+  for (const std::string& k : {runs, mixed})
+    CHECK(ratelimit::detail::redis_hash_tag(redis_key("p:", k, tail)) == by_definition(k));
   // A rule set's tag holds the slot; the client key follows the name.
   CHECK(redis_key("p:", "k", tail, "t") == "p:{t}tb2:api:k");
 }
