@@ -572,14 +572,15 @@ class RedisClient : public std::enable_shared_from_this<RedisClient> {
       fail_all(refused_by_breaker(node));
       return then(op, std::move(indexes));
     }
-    const auto sent_at = std::chrono::steady_clock::now();
-    if (sent_at >= op->deadline) {  // spent before reaching the node
+    const auto spent = [&] {  // the deadline passed before the calls reached the node
       const RedisFailure f{RedisFailureKind::timeout,
                            node.address().address() + ": timed out before sending"};
       report(f);
       fail_all(f);
       return then(op, std::move(indexes));
-    }
+    };
+    const auto sent_at = std::chrono::steady_clock::now();
+    if (sent_at >= op->deadline) return spent();
     IoRequest req;
     // Where each call's bytes end, for a reload that resends some of them (see `received`);
     // a single call is only ever resent as EVAL, so it needs none (one allocation less).
@@ -589,9 +590,12 @@ class RedisClient : public std::enable_shared_from_this<RedisClient> {
     for (const std::size_t i : indexes) bytes += call_bytes(op->calls[i], asking);
     if (asking) bytes += indexes.size() * (resp_header_bytes(1) + resp_argument_bytes(6));
     req.wire.reserve(bytes);
-    for (const std::size_t i : indexes) {
+    for (std::size_t k = 0; k < indexes.size(); ++k) {
+      // A large batch looks at its deadline as it is formatted: once it is spent (20,000 calls
+      // took 100 ms under ASan), the rest would be formatted only to expire on the I/O thread.
+      if (k % 1024 == 1023 && std::chrono::steady_clock::now() >= op->deadline) return spent();
       if (asking) append_command(req.wire, {"ASKING"});
-      append_call(req.wire, op->calls[i], asking);
+      append_call(req.wire, op->calls[indexes[k]], asking);
       if (indexes.size() > 1) ends.push_back(req.wire.size());
     }
     req.replies = indexes.size() * (asking ? 2 : 1);
