@@ -62,8 +62,9 @@ constexpr auto margin = 50ms;
 #endif
 
 /// Options for a server at `port` that will not answer in time: a 100 ms deadline, fail
-/// closed, and the shortest breaker back-off (1 ms), so that nearly every decision really
-/// waits on the server instead of being short-circuited.
+/// closed, and the shortest breaker back-off (1 ms), so that the server is probed again as
+/// soon as the last probe's budget (its deadline plus 5 ms) ends: some decision is always
+/// waiting on it. The others are short-circuited, before their keys are even built.
 ratelimit::RedisOptions stalled_options(int port) {
   auto o = rltest::test_redis_options("deadline");
   o.port = port;
@@ -84,6 +85,15 @@ ratelimit::Decision once_answered(Bucket& tb, const std::string& key) {
     d = tb.try_acquire(key);
   }
   return d;
+}
+
+/// `n` decisions of `tb` (on `storage`) for the distinct keys prefix0, prefix1, ..., in one
+/// RedisBatch.
+std::vector<ratelimit::Decision> decide_batch(ratelimit::RedisStorage& storage, Bucket& tb,
+                                              const std::string& prefix, int n) {
+  ratelimit::RedisBatch batch(storage);
+  for (int i = 0; i < n; ++i) batch.add(tb, prefix + std::to_string(i));
+  return batch.run();
 }
 
 }  // namespace
@@ -220,9 +230,7 @@ TEST_CASE(
   ratelimit::RedisStorage storage(o);
   ratelimit::ManualClock clock;
   Bucket tb({10, ratelimit::per_second(1)}, storage, clock);
-  ratelimit::RedisBatch batch(storage);
-  for (int i = 0; i < 20'000; ++i) batch.add(tb, "big" + std::to_string(i));
-  const auto d = batch.run();
+  const auto d = decide_batch(storage, tb, "big", 20'000);
   REQUIRE(d.size() == 20'000u);
   // Distinct keys, capacity 10: each first request is admitted with 10 - 1 = 9 left.
   CHECK(std::all_of(d.begin(), d.end(),
@@ -349,9 +357,7 @@ TEST_CASE("A batch whose budget is spent while it is formatted stops formatting 
   ratelimit::RedisStorage storage(o);
   ratelimit::ManualClock clock;
   Bucket tb({10, ratelimit::per_second(1)}, storage, clock);
-  ratelimit::RedisBatch batch(storage);
-  for (int i = 0; i < 20'000; ++i) batch.add(tb, "f" + std::to_string(i));
-  const auto d = batch.run();
+  const auto d = decide_batch(storage, tb, "f", 20'000);
   REQUIRE(d.size() == 20'000u);
   CHECK(std::all_of(d.begin(), d.end(), [](const ratelimit::Decision& x) { return x.degraded; }));
   REQUIRE(seen.size() == 1u);  // one request, one failure
