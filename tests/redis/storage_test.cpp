@@ -75,8 +75,8 @@ TEST_CASE("Key encoding never lets two different client keys, names or algorithm
         "%25x%7D%25%7D%7Dy%25%25z%7D");
   // A name escapes ':' instead (and '%'), and keeps '}'.
   CHECK(redis_key_tail("tb", ":a%}:") == "tb2:%3Aa%25}%3A");
-  // Long runs of one special byte before the other, and 4,096 bytes drawn from the special
-  // bytes and a plain one: escaped byte by byte as the definition says.
+  // Long runs of one special byte before the other, 4,096 bytes drawn from the special bytes
+  // and a plain one, and long plain runs: escaped byte by byte as the definition says.
   const auto by_definition = [](std::string_view bytes) {
     std::string out;
     for (const char c : bytes) out += c == '%' ? "%25" : c == '}' ? "%7D" : std::string(1, c);
@@ -89,7 +89,18 @@ TEST_CASE("Key encoding never lets two different client keys, names or algorithm
     x = x * 1664525u + 1013904223u;  // a fixed LCG: the same bytes every run
     mixed += "%}:a"[x >> 30];
   }
-  for (const std::string& k : {runs, mixed})
+  // Plain runs past 64 bytes (found by memchr) between special bytes, 0 to 299 bytes long;
+  // and one '}' far behind many '%' (the '}' found once, then passed only at the end).
+  std::string long_runs;
+  for (int i = 0; i < 64; ++i) {
+    x = x * 1664525u + 1013904223u;
+    long_runs += std::string((x >> 8) % 300, 'a');
+    long_runs += "%}"[x >> 31];
+  }
+  std::string far_other;
+  for (int i = 0; i < 20; ++i) far_other += std::string(100, 'a') + "%";
+  far_other += std::string(100, 'a') + "}" + std::string(100, 'a');
+  for (const std::string& k : {runs, mixed, long_runs, far_other})
     CHECK(ratelimit::detail::redis_hash_tag(redis_key("p:", k, tail)) == by_definition(k));
   // A rule set's tag holds the slot; the client key follows the name.
   CHECK(redis_key("p:", "k", tail, "t") == "p:{t}tb2:api:k");
