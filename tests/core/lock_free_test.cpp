@@ -209,4 +209,58 @@ TEST_CASE("Two threads deciding one fixed-window key without the lock admit exac
   CHECK(rltest::merged({999}, mine) == rltest::countdown(1000));
 }
 
+TEST_CASE("Lock-free decisions on the empty key stay exact beside decide_all, reclaim and size",
+          "[in_memory][concurrency][lock_free]") {
+  // A limiter used without a key keeps one state apart from the shards; once it counts as a key,
+  // its decisions take a busy flag instead of its lock. 100 tokens refilled at 1 per hour at a
+  // frozen 10 s: nothing refills, so the admissions are exactly the first 100 spends, leaving
+  // 99, ..., 0 once each, whether a decision went lock-free or through decide_all (which holds
+  // the state's lock for its dry run and commit), while another thread reclaims (the state is
+  // spent, never fresh: it stays a key) and counts the keys.
+  ManualClock clock;
+  clock.set(10s);
+  InMemoryStorage storage;
+  ratelimit::TokenBucket<ManualClock> t({capacity, ratelimit::per_hour(1)}, storage, clock, "t");
+  ratelimit::TokenBucket<ManualClock> u({1000, ratelimit::per_hour(1)}, storage, clock, "u");
+  const auto first = t.try_acquire();  // under the lock: the state now counts as a key
+  REQUIRE(first.allowed);
+  std::vector<std::vector<std::int64_t>> mine(deciders + 1);
+  std::atomic<std::int64_t> both{0};
+  std::atomic<int> lost{0};
+  std::atomic<bool> done{false};
+  std::latch start(deciders + 2);
+  std::vector<std::thread> pool;
+  for (int d = 0; d < deciders; ++d)
+    pool.emplace_back([&, d] {
+      start.arrive_and_wait();
+      for (int r = 0; r < rounds; ++r)
+        if (const auto x = t.try_acquire(); x.allowed)
+          mine[static_cast<std::size_t>(d)].push_back(x.remaining);
+    });
+  pool.emplace_back([&] {
+    start.arrive_and_wait();
+    for (int r = 0; r < rounds; ++r)
+      if (const auto x = ratelimit::try_acquire_all("", 1, t, u); x.allowed) {
+        ++both;
+        mine[deciders].push_back(x.decisions[0].remaining);
+      }
+  });
+  std::thread reclaimer([&] {
+    start.arrive_and_wait();
+    while (!done.load()) {
+      storage.reclaim(10s);
+      if (storage.size() < 1) ++lost;  // "t"'s state is spent: it never stops being a key
+    }
+  });
+  for (auto& th : pool) th.join();
+  done = true;
+  reclaimer.join();
+
+  CHECK(rltest::merged({first.remaining}, mine) == rltest::countdown(capacity));
+  CHECK(t.peek().remaining == 0);
+  // "u" was spent only by the admitted multi-key decisions, 1 each.
+  CHECK(u.peek().remaining == 1000 - both.load());
+  CHECK(lost.load() == 0);
+}
+
 }  // namespace lock_free_test

@@ -43,7 +43,8 @@ namespace ratelimit {
 /// map: a decision costs at most 64 slot reads plus O(log n) comparisons of hashes, and every
 /// operation holds its shard's lock for bounded work (resizes move 64 slots per operation). The
 /// empty key (a limiter with a single state) is not hashed: its state sits beside the shards,
-/// with its own lock in its cache line, and is never swept. A limiter's `try_acquire` hashes its
+/// with its own lock in its cache line, is decided without that lock once it counts as a key
+/// (detail/single_state.hpp), and is never swept. A limiter's `try_acquire` hashes its
 /// key and starts fetching the slot before it reads the clock (`locate`), so that over many keys
 /// the clock read overlaps the memory latency.
 ///

@@ -27,6 +27,7 @@
 #include "../../core/storage.hpp"
 #include "hash.hpp"
 #include "shard_lock.hpp"
+#include "single_state.hpp"
 #include "zeroed_block.hpp"
 
 namespace ratelimit::detail {
@@ -333,52 +334,6 @@ class Table {
     }
     return h;
   }
-
-  /// The empty key's state (a limiter with a single state, used without a key), apart from
-  /// the shards: nothing is hashed, no slot is searched, nothing is swept, and its lock shares
-  /// the state's cache line, so a decision moves one line between threads. It is never dropped
-  /// (one state, kept exactly even when the clock steps back); it counts as a key from its
-  /// first admission until `reset`, or a `reclaim` that finds it fresh.
-  struct alignas(64) Single {
-    mutable ShardLock lock;
-    bool decided = false;  ///< since the last reset or reclaim: counted as a key
-    State state{};
-    Params params{};  ///< of the decision that set `decided`: what `reclaim` judges with
-
-    Decision apply(const Params& p, std::chrono::nanoseconds now, const Operation& op) {
-      std::lock_guard guard(lock);
-      return apply_locked(p, now, op);
-    }
-
-    Decision apply_locked(const Params& p, std::chrono::nanoseconds now, const Operation& op) {
-      Decision d = M::apply(p, state, now, op);
-      if (!decided && !op.peek && d.allowed) [[unlikely]] {
-        decided = true;
-        params = p;
-      }
-      return d;
-    }
-
-    void reset() {
-      std::lock_guard guard(lock);
-      state = State{};
-      decided = false;
-    }
-
-    std::size_t held() const {
-      std::lock_guard guard(lock);
-      return decided ? 1 : 0;
-    }
-
-    /// Stops counting the state as a key once it is fresh (the state itself is kept: it is
-    /// what makes a clock that steps back decide as before). 1 if it stopped.
-    std::size_t reclaim(std::chrono::nanoseconds now) {
-      std::lock_guard guard(lock);
-      if (!decided || !M::is_fresh(params, state, now)) return 0;
-      decided = false;
-      return 1;
-    }
-  };
 
   /// Decides under the shard's lock; `upkeep`: sweep whatever the shard's count of decisions.
   Decision decide_in(Shard& shard, Hash128 h, const Params& p, std::chrono::nanoseconds now,
@@ -1044,7 +999,7 @@ class Table {
 
   [[no_unique_address]] Hash hash_;
   const std::uint64_t id_ = table_ids.fetch_add(1, std::memory_order_relaxed) + 1;
-  Single single_;
+  SingleState<M> single_;  ///< the empty key's
   std::array<Shard, shard_count> shards_;
 };
 
