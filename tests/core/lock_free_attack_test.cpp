@@ -1,4 +1,4 @@
-// Issue 19, from the attacker's side: the lock-free path (Table::decide_fast) against what it
+// Issue 19, from the attacker's side: the lock-free path (Table::enter_fast) against what it
 // must stay atomic with. Keys whose hashes collide (one tag for every key, or distinct tags all
 // probing from one home), multi-key decisions while both of their keys are decided lock-free
 // near the limit, more threads than cores on one key, and limiters whose clocks differ sharing
@@ -182,7 +182,7 @@ TEST_CASE("Resetting a key decided lock-free loses no key and leaves no stale st
   // after the reset waited for it, and read the shard's lock only after the reset released it,
   // used to decide anyway on the emptied slot and write key 0's tag back into it, uncounted
   // (the table then counted one key fewer than it held) or beside the key re-inserted there.
-  // Reproduced by delaying decide_fast between its compare-and-swap and its read of the lock
+  // Reproduced by delaying enter_fast between its compare-and-swap and its read of the lock
   // (a preemption there); without that delay the window is a few instructions, so this test
   // only guards it. Keys 1 .. 6 are never reset nor fresh: always held, and counted.
   constexpr int keys = 7, rounds = 3;

@@ -20,7 +20,7 @@ inline void cpu_relax() noexcept {
 /// `std::atomic::wait`, so a holder that was preempted costs its waiters no CPU (with more
 /// threads than cores, pure spinning would burn the time the holder needs to finish).
 /// Every operation is sequentially consistent (on x86 the same instructions as acquire and
-/// release): the table's lock-free path relies on it (see Table::decide_fast: a decision that
+/// release): the table's lock-free path relies on it (see Table::enter_fast: a decision that
 /// took a slot's lock bit and then sees this lock free, and a holder of this lock that then sees
 /// the slot's bit clear, cannot both miss each other).
 /// Thread safety: it is the synchronization; satisfies Lockable (lock, try_lock, unlock).

@@ -26,7 +26,7 @@ namespace ratelimit::detail {
 /// lock's release is an atomic exchange, about 5 ns more on x86, as it must see whether to wake
 /// a sleeping waiter). Everything else (the first admission, `reset`, `reclaim`, `held`, and
 /// `InMemoryStorage::decide_all`, which holds `lock` across several keys) goes under `lock`,
-/// with the protocol of the table's slots (Table::decide_fast): a decision takes `busy`, then
+/// with the protocol of the table's slots (Table::enter_fast): a decision takes `busy`, then
 /// backs off if `lock` is held; a holder of `lock` waits until `busy` is clear before it reads
 /// or writes the state. Both sides are sequentially consistent, so they cannot miss each other.
 /// `lock`, `busy` and the state share one cache line: a decision moves one line between threads.

@@ -35,6 +35,18 @@ namespace ratelimit::detail {
 /// A key's hash, as `Table::locate` returns it (the key's slot already being fetched).
 struct KeyHash {
   Hash128 value;
+
+  KeyHash() noexcept = default;
+  explicit KeyHash(Hash128 h) noexcept : value(h) {}
+  // A copy written out: then a KeyHash is not trivially copyable, so it is returned and passed
+  // in memory (the caller's object, written in place) rather than in two registers, which
+  // GCC then copied through the stack as two words stored and one 16-byte load: a
+  // store-to-load forwarding stall of about 5 ns a decision.
+  KeyHash(const KeyHash& o) noexcept : value(o.value) {}
+  KeyHash& operator=(const KeyHash& o) noexcept {
+    value = o.value;
+    return *this;
+  }
 };
 
 /// This thread's decisions on keyed tables, counted to give every sweep_every-th of them the
@@ -117,7 +129,7 @@ struct TableStats {
 ///
 /// Decisions on a key already held in its shard's current array, for models whose state is
 /// trivially copyable (all but the sliding log), take no lock: a compare-and-swap sets the
-/// slot's lock bit, and the decision checks that the shard's lock is free (see `decide_fast`
+/// slot's lock bit, and the decision checks that the shard's lock is free (see `enter_fast`
 /// for why this is atomic with everything done under the lock, multi-key decisions included).
 ///
 /// A dropped key is decided no earlier than its drop time (the shard's latest time then, or the
@@ -186,7 +198,7 @@ class Table {
  private:
   /// `locate` for a key that is not empty; out of line for the same reason as apply_keyed.
   [[gnu::noinline]] KeyHash locate_keyed(std::string_view key) const noexcept {
-    const KeyHash h{hash_key(key)};
+    const KeyHash h(hash_key(key));
     const Shard& shard = shard_of(h.value.first);
     // Acquire (a plain load on x86): the array's header and zeroed slots were written first.
     const Slot* slots = shard.published.load(std::memory_order_acquire);
@@ -204,7 +216,7 @@ class Table {
 
  public:
   /// Decides `key`, whose `locate(key)` is `h`: a key already held, when its model's state is
-  /// trivially copyable, without the shard's lock (see `decide_fast`), otherwise under it.
+  /// trivially copyable, without the shard's lock (see `enter_fast`), otherwise under it.
   Decision apply(const Params& p, KeyHash h, std::string_view key, std::chrono::nanoseconds now,
                  const Operation& op) {
     if (key.empty()) return single_.apply(p, now, op);
@@ -229,8 +241,14 @@ class Table {
         if (upkeep_turn % foreign_every == 0) visit_idle(shard, upkeep_turn / foreign_every, now);
         upkeep = false;
       }
-      Decision d;
-      if (!upkeep && decide_fast(shard, tag_of(h), h.second, p, now, op, d)) return d;
+      const std::uint64_t tag = tag_of(h);
+      if (Slot* s = upkeep ? nullptr : enter_fast(shard, tag, h.second)) {
+        // The bit is released once the decision is built, in the caller's return slot: built
+        // in a temporary and copied out, its narrow stores stalled the copy's wide loads
+        // (store-to-load forwarding fails).
+        const Leave leave{*s, tag};
+        return M::apply(p, s->held_state(), now, op);
+      }
     }
     std::lock_guard lock(shard.mutex);
     return decide_in(shard, h, p, now, op, upkeep);
@@ -372,14 +390,15 @@ class Table {
     return d;
   }
 
-  /// A decision on a key already held in its shard's current array, without the shard's lock:
-  /// one compare-and-swap takes the lock bit in the slot's tag word, the model decides on the
-  /// slot's state in place, and a store releases the bit. With two threads on one key, only the
-  /// slot's cache line moves between their cores (the shard's line is only read).
+  /// The start of a decision on a key already held in its shard's current array, without the
+  /// shard's lock: one compare-and-swap takes the lock bit in the slot's tag word; the caller's
+  /// model then decides on the slot's state in place, and a store releases the bit (`Leave`).
+  /// With two threads on one key, only the slot's cache line moves between their cores (the
+  /// shard's line is only read).
   ///
   /// Why it is atomic with everything done under the shard's lock (sweeps, resizes, inserts,
   /// `decide_all`'s multi-key decisions): after taking the bit, it reads the shard's lock and
-  /// backs off (releases the bit, returns false) if anyone holds it; a holder of the shard's
+  /// backs off (releases the bit, returns null) if anyone holds it; a holder of the shard's
   /// lock waits until a slot's bit is clear before it reads the slot's state (`Slot::state`)
   /// and changes a tag only from its bit-clear value (`store_tag`), so it can never take a
   /// bit away. Both sides are sequentially consistent, so of a decision taking a bit and a
@@ -389,21 +408,21 @@ class Table {
   /// lock; either way it still holds its bit on a slot that still holds its key.
   /// Arrays are never freed while the table lives (a resize keeps them for reuse, their pages
   /// given back), so a stale pointer to an array is still readable; the CAS on the exact tag
-  /// fails on a slot whose key moved. Returns false, having changed nothing, when the key is
-  /// not found (not held, in the old array of a resize, in the overflow map), the shard's lock
-  /// is held, or the bit stays taken; the caller then decides under the lock.
-  bool decide_fast(Shard& shard, std::uint64_t tag, std::uint64_t check, const Params& p,
-                   std::chrono::nanoseconds now, const Operation& op, Decision& d) {
+  /// fails on a slot whose key moved. Returns the slot, its bit taken; null, having changed
+  /// nothing, when the key is not found (not held, in the old array of a resize, in the
+  /// overflow map), the shard's lock is held, or the bit stays taken: the caller then decides
+  /// under the lock.
+  Slot* enter_fast(Shard& shard, std::uint64_t tag, std::uint64_t check) {
     // A holder of the shard's lock (an insert, another thread's upkeep) leaves it within tens
     // of ns: wait for that rather than queue behind it, since while this decision holds the
     // lock, the other threads' lock-free decisions would back off and queue too (a convoy).
     for (int spins = 0; shard.mutex.held(); ++spins) {
-      if (spins == bit_spins) return false;
+      if (spins == bit_spins) return nullptr;
       cpu_relax();
     }
     Slot* const slots = shard.published.load(std::memory_order_acquire);
     const std::size_t capacity = slots ? capacity_of(slots) : 0;
-    if (capacity == 0) return false;
+    if (capacity == 0) return nullptr;
     std::size_t i = home(tag, capacity);
     // Most keys sit at their home: the CAS goes there first, so that a slot another core holds
     // moves once (exclusive, for the CAS), not twice (shared for a read, then exclusive).
@@ -413,10 +432,10 @@ class Table {
       // Held by another decision, or elsewhere: find it (at most max_probe slots), take its bit.
       for (std::size_t n = std::min(max_probe, capacity); (t & ~lock_bit) != tag;
            t = load_tag(slots[i])) {
-        if (t == 0 || --n == 0) return false;
+        if (t == 0 || --n == 0) return nullptr;
         if (++i == capacity) i = 0;
       }
-      if (!take_bit(slots[i], tag)) return false;
+      if (!take_bit(slots[i], tag)) return nullptr;
     }
     Slot* const s = &slots[i];
     if (shard.mutex.held() || s->check != check) {
@@ -426,12 +445,17 @@ class Table {
       std::uint64_t held = tag | lock_bit;
       tag_ref(*s).compare_exchange_strong(held, tag, std::memory_order_release,
                                           std::memory_order_relaxed);
-      return false;
+      return nullptr;
     }
-    d = M::apply(p, s->held_state(), now, op);
-    tag_ref(*s).store(tag, std::memory_order_release);
-    return true;
+    return s;
   }
+
+  /// Releases a slot's bit (taken by enter_fast) when it goes out of scope.
+  struct Leave {
+    Slot& slot;
+    std::uint64_t tag;
+    ~Leave() { tag_ref(slot).store(tag, std::memory_order_release); }
+  };
 
   /// Sets the lock bit of the slot holding `tag`, waiting a little while another decision holds
   /// it; false if the slot no longer holds `tag` or the wait ran out (the caller then takes the
@@ -464,7 +488,7 @@ class Table {
   // while the slot is occupied, so a zeroed array is a valid empty one (and fresh pages need
   // no writing).
   static constexpr std::size_t line = 64;
-  /// A decision without the shard's lock holds this bit of its slot's tag (see decide_fast).
+  /// A decision without the shard's lock holds this bit of its slot's tag (see enter_fast).
   static constexpr std::uint64_t lock_bit = 2;
   static constexpr std::uint64_t moved = 4;  ///< tag of an old-array slot already migrated
   /// Whether decisions on held keys go without the shard's lock: for states that are plain
@@ -485,7 +509,7 @@ class Table {
     std::uint64_t check;  ///< second hash word
 
     /// The state, for a holder of the shard's lock: waits until no lock-free decision holds the
-    /// slot (see decide_fast). An empty slot has no state to wait for.
+    /// slot (see enter_fast). An empty slot has no state to wait for.
     State& state() noexcept {
       for (int spins = 0; tag_ref(*this).load(std::memory_order_seq_cst) & lock_bit; ++spins)
         back_off(spins);
