@@ -263,4 +263,39 @@ TEST_CASE("Lock-free decisions on the empty key stay exact beside decide_all, re
   CHECK(lost.load() == 0);
 }
 
+TEST_CASE("Resetting the empty key while it is decided lock-free keeps its count exact",
+          "[in_memory][concurrency][lock_free][reset]") {
+  // Two threads spend the empty key (10^6 tokens at a frozen time: always admitted) while a
+  // third resets it: at the end of every round the state counts as a key exactly when it is
+  // spent. A decision that read "counts as a key" before a reset and took `busy` after it must
+  // not spend the reset state without counting it (it checks again once it holds `busy` and
+  // has seen the lock free). That race is not what this catches: it leaves the count wrong only
+  // until the next decision, which goes under the lock and counts the key, so with that check
+  // removed and a yield in the window this still passed. It guards the end state against
+  // reset racing the first admission under the lock, and runs the protocol under TSan.
+  constexpr std::int64_t tokens = 1'000'000;
+  ManualClock clock;
+  clock.set(10s);
+  InMemoryStorage storage;
+  ratelimit::TokenBucket<ManualClock> limiter({tokens, ratelimit::per_second(1)}, storage, clock);
+  for (int round = 0; round < 50; ++round) {
+    REQUIRE(limiter.try_acquire().allowed);
+    std::latch start(3);
+    std::vector<std::thread> pool;
+    for (int t = 0; t < 2; ++t)
+      pool.emplace_back([&] {
+        start.arrive_and_wait();
+        for (int i = 0; i < 200; ++i) (void)limiter.try_acquire();
+      });
+    pool.emplace_back([&] {
+      start.arrive_and_wait();
+      for (int i = 0; i < 20; ++i) limiter.reset();
+    });
+    for (auto& th : pool) th.join();
+    INFO("round " << round);
+    const bool spent = limiter.peek().remaining < tokens;
+    CHECK(storage.size() == (spent ? 1u : 0u));
+  }
+}
+
 }  // namespace lock_free_test
