@@ -157,9 +157,16 @@ def issue19_goals(inproc):
             name = f"BM_{algo}_InMemory_OneKeyTwoThreads{variant}/threads:2"
             if variant and name not in inproc:
                 continue  # 32-byte slots never span two lines
-            r = ratio(ns(name), ns(cas2))
+            # The floor its own threads timed just before it (counter floor_ns): this VM
+            # switches between a fast and a slow mode for minutes, and the run's floor may
+            # have been timed in the other one.
+            b = inproc.get(name)
+            f = b.get("floor_ns") if b and "error" not in b else None
+            f = f if f else ns(cas2)
+            r = ratio(ns(name), f)
             goal(f"{algo}, one key, two threads ({where}): at most 1.5x two threads CASing one "
-                 f"word", f"{fmt(ns(name))} / {fmt(ns(cas2))} ns = {fmt(r, 2)}x{pm(name, cas2)}",
+                 f"word (timed just before, by the same threads)",
+                 f"{fmt(ns(name))} / {fmt(f)} ns = {fmt(r, 2)}x{pm(name)}",
                  None if r is None else r <= 1.5)
     floor = "BM_Floor_MemoryLatencyClock"
     naive_mk = inproc.get("BM_Naive_UnorderedMapMutex_MillionKeys")
