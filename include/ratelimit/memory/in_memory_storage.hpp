@@ -182,7 +182,7 @@ class InMemoryStorage {
     /// not in cache. The empty key (a limiter with one state) is not hashed: it has its own state.
     detail::KeyHash locate(std::string_view key) const noexcept { return table->locate(key); }
     /// `apply` for a key already located (`at` = `locate(key)`).
-    Decision apply(detail::KeyHash at, std::string_view key, std::chrono::nanoseconds now,
+    Decision apply(const detail::KeyHash& at, std::string_view key, std::chrono::nanoseconds now,
                    const Operation& op) const {
       return table->apply(params, at, key, now, op);
     }

@@ -217,8 +217,8 @@ class Table {
  public:
   /// Decides `key`, whose `locate(key)` is `h`: a key already held, when its model's state is
   /// trivially copyable, without the shard's lock (see `enter_fast`), otherwise under it.
-  Decision apply(const Params& p, KeyHash h, std::string_view key, std::chrono::nanoseconds now,
-                 const Operation& op) {
+  Decision apply(const Params& p, const KeyHash& h, std::string_view key,
+                 std::chrono::nanoseconds now, const Operation& op) {
     if (key.empty()) return single_.apply(p, now, op);
     return apply_keyed(p, h.value, now, op);
   }
