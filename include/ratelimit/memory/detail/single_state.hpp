@@ -79,6 +79,7 @@ struct alignas(64) SingleState {
     return d;
   }
 
+  /// Puts the state back to fresh; it no longer counts as a key.
   void reset() {
     std::lock_guard guard(lock);
     wait_idle();

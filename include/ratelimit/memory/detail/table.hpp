@@ -178,7 +178,9 @@ class Table {
   Table(const Table&) = delete;
   Table& operator=(const Table&) = delete;
 
-  /// Decides `key` under its shard's lock (the empty key: under the single state's lock).
+  /// Decides `key`: `apply(p, locate(key), key, now, op)` (the empty key: its single state,
+  /// see SingleState). Without a lock for a key already held whose state is trivially copyable,
+  /// otherwise under its shard's lock (the single state's).
   Decision apply(const Params& p, std::string_view key, std::chrono::nanoseconds now,
                  const Operation& op) {
     if (key.empty()) return single_.apply(p, now, op);
