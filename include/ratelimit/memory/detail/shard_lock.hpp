@@ -4,6 +4,7 @@
 
 #include <atomic>
 #include <cstdint>
+#include <thread>
 
 namespace ratelimit::detail {
 
@@ -12,6 +13,19 @@ inline void cpu_relax() noexcept {
 #if defined(__x86_64__) || defined(__i386__)
   __builtin_ia32_pause();
 #endif
+}
+
+/// Pauses a decision without a ShardLock (holding a table slot's lock bit or a single state's
+/// `busy` word) waits for the lock's holder or for another such decision, before it gives up
+/// and queues on the lock; also what a holder of the lock spins for such a decision to leave
+/// before it yields.
+inline constexpr int decision_spins = 64;
+
+/// One round of a ShardLock holder's wait for a decision without the lock to leave the state it
+/// guards: a pause for the first `decision_spins` rounds, then a yield (the decision's thread may
+/// have been preempted).
+inline void back_off(int round) noexcept {
+  round < decision_spins ? cpu_relax() : std::this_thread::yield();
 }
 
 /// A mutex for the shards' short critical sections (one decision: tens of ns). Free: one CAS to
@@ -46,6 +60,17 @@ class ShardLock {
 
   /// Whether some thread holds the lock (a sequentially consistent load, see the class comment).
   bool held() const noexcept { return state_.load(std::memory_order_seq_cst) != free_; }
+
+  /// For a decision that goes without the lock: waits up to `decision_spins` pauses while the
+  /// lock is held (a holder leaves within tens of ns), rather than queue behind it; true once
+  /// it is free, false if it stayed held.
+  bool await_free() const noexcept {
+    for (int round = 0; held(); ++round) {
+      if (round == decision_spins) return false;
+      cpu_relax();
+    }
+    return true;
+  }
 
  private:
   static constexpr std::uint32_t free_ = 0, held_ = 1, waited_ = 2;

@@ -418,10 +418,7 @@ class Table {
     // A holder of the shard's lock (an insert, another thread's upkeep) leaves it within tens
     // of ns: wait for that rather than queue behind it, since while this decision holds the
     // lock, the other threads' lock-free decisions would back off and queue too (a convoy).
-    for (int spins = 0; shard.mutex.held(); ++spins) {
-      if (spins == bit_spins) return nullptr;
-      cpu_relax();
-    }
+    if (!shard.mutex.await_free()) return nullptr;
     Slot* const slots = shard.published.load(std::memory_order_acquire);
     const std::size_t capacity = slots ? capacity_of(slots) : 0;
     if (capacity == 0) return nullptr;
@@ -468,7 +465,7 @@ class Table {
       if (tag_ref(s).compare_exchange_weak(expected, tag | lock_bit, std::memory_order_seq_cst,
                                            std::memory_order_relaxed))
         return true;
-      if ((expected & ~lock_bit) != tag || spins == bit_spins) return false;
+      if ((expected & ~lock_bit) != tag || spins == decision_spins) return false;
       cpu_relax();
     }
   }
@@ -496,8 +493,6 @@ class Table {
   /// Whether decisions on held keys go without the shard's lock: for states that are plain
   /// words (a sliding log's entries live on the heap, and its decisions may allocate).
   static constexpr bool lock_free = std::is_trivially_copyable_v<State>;
-  /// Spins (a pause each) a lock-free decision waits for another one to leave its slot.
-  static constexpr int bit_spins = 64;
 
   /// A key's tag: its first hash word with bit 0 set (0 marks an empty slot) and the lock bit
   /// clear. Bits 0 and 1 carry nothing: every key of a shard has the same low 6 bits.
@@ -521,12 +516,6 @@ class Table {
     State& held_state() noexcept { return *std::launder(reinterpret_cast<State*>(state_bytes)); }
   };
   static_assert(std::is_trivially_destructible_v<Slot>);
-
-  /// A lock holder waiting for a lock-free decision to leave a slot: pauses, then yields (the
-  /// decision's thread may have been preempted holding the bit).
-  static void back_off(int spins) noexcept {
-    spins < bit_spins ? cpu_relax() : std::this_thread::yield();
-  }
 
   static std::atomic_ref<std::uint64_t> tag_ref(Slot& s) noexcept {
     return std::atomic_ref<std::uint64_t>(s.tag);
