@@ -83,9 +83,6 @@ void BM_Floor_AtomicCas(benchmark::State& state) {
       static_cast<double>(admitted) / static_cast<double>(state.iterations());
 }
 
-// The same floor on two threads and one word (issue 19's reference for one key on two threads):
-// each decision reads the clock and retries its CAS until it lands, as a lock-free decision
-// does; the cache line travels between the cores.
 /// One decision of the CAS floor on `tat`: a clock read, then a CAS retried until it lands.
 inline void cas_floor_step(std::atomic<std::int64_t>& tat) {
   constexpr std::int64_t interval = 1;
@@ -98,6 +95,9 @@ inline void cas_floor_step(std::atomic<std::int64_t>& tat) {
   }
 }
 
+// The same floor on two threads and one word (issue 19's reference for one key on two threads):
+// each decision reads the clock and retries its CAS until it lands, as a lock-free decision
+// does; the cache line travels between the cores.
 void BM_Floor_AtomicCasTwoThreads(benchmark::State& state) {
   alignas(64) static std::atomic<std::int64_t> tat{0};
   for (auto _ : state) cas_floor_step(tat);

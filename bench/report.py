@@ -48,12 +48,15 @@ def base_name(b):
 
 # The memory floors bench/run also times in each 1,000,000-key benchmark's own process.
 MEMORY_FLOORS = ["BM_Floor_MemoryLatency", "BM_Floor_MemoryLatencyClock"]
+# The CAS floor each two-thread benchmark's threads time just before it (counter floor_ns).
+TWO_THREAD_FLOOR = "BM_Floor_AtomicCasTwoThreads/threads:2"
 
 
 def read_benchmarks(paths):
-    """name -> the benchmark entry (the median when repetitions were aggregated). A
-    1,000,000-key benchmark's process (inprocess_mk_*.json) also timed the memory floors: they
-    are kept on its entries as own_floors (name -> ns), not as the run's floors."""
+    """name -> the benchmark entry (the median when repetitions were aggregated). Floors timed
+    beside a benchmark are kept on its entry as own_floors (floor's name -> ns), not as the
+    run's floors: the memory floors a 1,000,000-key benchmark's process (inprocess_mk_*.json)
+    also timed, and a two-thread benchmark's CAS floor (its counter floor_ns)."""
     out = {}
     for path in paths:
         with open(path) as f:
@@ -77,13 +80,15 @@ def read_benchmarks(paths):
             out[name] = b
             names.append(name)
         for name in names:
-            out[name]["own_floors"] = own_floors
+            floors = dict(own_floors)
+            if out[name].get("floor_ns"):
+                floors[TWO_THREAD_FLOOR] = out[name]["floor_ns"]
+            out[name]["own_floors"] = floors
     return out
 
 
 def own_floor(table, name, floor):
-    """`floor`'s ns as timed in `name`'s own process when it was (a 1,000,000-key benchmark,
-    compared with the floor taken beside it), else the run's."""
+    """`floor`'s ns as timed beside `name` when it was (see read_benchmarks), else the run's."""
     b = table.get(name)
     if b and "error" not in b and b.get("own_floors", {}).get(floor):
         return b["own_floors"][floor]
@@ -148,7 +153,7 @@ def issue19_goals(inproc):
             goal(f"{algo}, the same hot key bound once (`bind_key`: not hashed per decision), "
                  f"for reference",
                  f"{fmt(ns(name))} / {fmt(ns(naive))} ns = {fmt(r, 2)}x{pm(name, naive)}", None)
-    cas2 = "BM_Floor_AtomicCasTwoThreads/threads:2"
+    cas2 = TWO_THREAD_FLOOR
     # A key whose slot's written words lie in one cache line, and (40-byte slots, 3 positions
     # of 8) one whose lie in two: both lines then move between the cores at each decision.
     for algo in ["TokenBucket", "LeakyBucket", "FixedWindow", "SlidingCounter"]:
@@ -157,12 +162,9 @@ def issue19_goals(inproc):
             name = f"BM_{algo}_InMemory_OneKeyTwoThreads{variant}/threads:2"
             if variant and name not in inproc:
                 continue  # 32-byte slots never span two lines
-            # The floor its own threads timed just before it (counter floor_ns): this VM
-            # switches between a fast and a slow mode for minutes, and the run's floor may
-            # have been timed in the other one.
-            b = inproc.get(name)
-            f = b.get("floor_ns") if b and "error" not in b else None
-            f = f if f else ns(cas2)
+            # The floor its own threads timed just before it: this VM switches between a fast
+            # and a slow mode for minutes, and the run's floor may have been timed in the other.
+            f = own_floor(inproc, name, cas2)
             r = ratio(ns(name), f)
             goal(f"{algo}, one key, two threads ({where}): at most 1.5x two threads CASing one "
                  f"word (timed just before, by the same threads)",
