@@ -83,19 +83,17 @@ TEST_CASE("Key encoding never lets two different client keys, names or algorithm
     return out;
   };
   std::string runs = std::string(1000, '%') + std::string(1000, '}') + "x" + std::string(3, '%');
-  std::string mixed;
   std::uint32_t x = 12345;
-  for (int i = 0; i < 4096; ++i) {
-    x = x * 1664525u + 1013904223u;  // a fixed LCG: the same bytes every run
-    mixed += "%}:a"[x >> 30];
-  }
+  const auto next = [&x] { return x = x * 1664525u + 1013904223u; };  // the same bytes every run
+  std::string mixed;
+  for (int i = 0; i < 4096; ++i) mixed += "%}:a"[next() >> 30];
   // Plain runs past 64 bytes (found by memchr) between special bytes, 0 to 299 bytes long;
   // and one '}' far behind many '%' (the '}' found once, then passed only at the end).
   std::string long_runs;
   for (int i = 0; i < 64; ++i) {
-    x = x * 1664525u + 1013904223u;
-    long_runs += std::string((x >> 8) % 300, 'a');
-    long_runs += "%}"[x >> 31];
+    const std::uint32_t r = next();
+    long_runs += std::string((r >> 8) % 300, 'a');
+    long_runs += "%}"[r >> 31];
   }
   std::string far_other;
   for (int i = 0; i < 20; ++i) far_other += std::string(100, 'a') + "%";
