@@ -20,8 +20,10 @@
 #include <ratelimit/core/all_of.hpp>
 #include <ratelimit/fixed_window.hpp>
 #include <ratelimit/in_memory_storage.hpp>
+#include <ratelimit/leaky_bucket.hpp>
 #include <ratelimit/manual_clock.hpp>
 #include <ratelimit/memory/detail/table.hpp>
+#include <ratelimit/sliding_counter.hpp>
 #include <ratelimit/token_bucket.hpp>
 
 #include "support/admissions.hpp"
@@ -32,6 +34,7 @@ using namespace std::chrono_literals;
 using ratelimit::InMemoryStorage;
 using ratelimit::ManualClock;
 using ratelimit::Operation;
+using ratelimit::SlidingCounterModel;
 using ratelimit::TokenBucketModel;
 using ratelimit::detail::Hash128;
 
@@ -129,17 +132,17 @@ struct SlotIndexHash {
 
 TEST_CASE("A decision writes one cache line at 5 of 8 slot positions (tag and state first)",
           "[table][lock_free]") {
-  // A token bucket's slot is 40 bytes: the tag (8) and the state (24), which a lock-free
+  // A sliding counter's slot is 40 bytes: the tag (8) and the state (24), which a lock-free
   // decision writes, then the check (8), only read. Slot i starts at 64 + 40 i bytes into its
   // line-aligned array (after the 64-byte header), so its written words are bytes
   // [64 + 40 i, 64 + 40 i + 32), in lines 1 + (40 i) / 64 to 1 + (40 i + 31) / 64:
   // i = 0: 0..31 -> 1 line; 1: 40..71 -> 2; 2: 80..111 -> 1; 3: 120..151 -> 2; 4: 160..191 -> 1;
   // 5: 200..231 -> 1; 6: 240..271 -> 2; 7: 280..311 -> 1. With the check before the state,
   // i = 4 would span two lines too (tag at 160..167, check 168..175, state 176..199).
-  using SlotTable = ratelimit::detail::Table<TokenBucketModel, SlotIndexHash>;
-  static_assert(SlotTable::slot_bytes() == 8 + sizeof(TokenBucketModel::State) + 8);
-  static_assert(sizeof(TokenBucketModel::State) == 24);
-  const auto params = TokenBucketModel::make_params({10, ratelimit::per_second(1)});
+  using SlotTable = ratelimit::detail::Table<SlidingCounterModel, SlotIndexHash>;
+  static_assert(SlotTable::slot_bytes() == 8 + sizeof(SlidingCounterModel::State) + 8);
+  static_assert(sizeof(SlidingCounterModel::State) == 24);
+  const auto params = SlidingCounterModel::from_rate(ratelimit::per_second(10));
   for (std::size_t i = 0; i < 8; ++i) {
     SlotTable table;  // one key: no resize
     const std::string key = std::to_string(i);
@@ -150,6 +153,23 @@ TEST_CASE("A decision writes one cache line at 5 of 8 slot positions (tag and st
   // Not held: no slot.
   SlotTable empty;
   CHECK(empty.lines_written("3") == 0);
+}
+
+TEMPLATE_TEST_CASE("A bucket's decision writes one cache line at every slot position",
+                   "[table][lock_free]", TokenBucketModel, ratelimit::LeakyBucketModel) {
+  // A bucket's state is 16 bytes (GcraState: at_ns and one packed word), so its slot is
+  // 8 + 16 + 8 = 32 bytes: slot i is bytes [64 + 32 i, 64 + 32 i + 32) of its array, inside
+  // line 1 + i / 2, and the 24 bytes a decision writes (tag and state) with it.
+  using SlotTable = ratelimit::detail::Table<TestType, SlotIndexHash>;
+  static_assert(sizeof(typename TestType::State) == 16);
+  static_assert(SlotTable::slot_bytes() == 32);
+  const auto params = TestType::from_rate(ratelimit::per_second(10));
+  for (std::size_t i = 0; i < 8; ++i) {
+    SlotTable table;
+    const std::string key = std::to_string(i);
+    REQUIRE(table.apply(params, key, 1s, Operation{}).allowed);
+    CHECK(table.lines_written(key) == 1);
+  }
 }
 
 TEST_CASE("Lock-free decisions stay exact when every key has the same tag",

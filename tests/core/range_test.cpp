@@ -303,6 +303,63 @@ TEST_CASE(
   CHECK(lb.try_acquire("k") == denied(1'000'000'000, 0, 2'153'600'000ns, whole - 1s));
 }
 
+TEST_CASE(
+    "A bucket whose latest admission lies further back than its state keeps decides an earlier "
+    "request at that request's own time",
+    "[token_bucket][in_memory][range][extremes][step_back]") {
+  // In process a bucket's state is at (whole ns and a remainder below count) and the lag
+  // at - last, packed in one word beside the remainder's w = bit_width(count - 1) bits: the lag
+  // is kept below 2^(58 - w) - 1 ns. 999 999 937 (a prime) tokens per second stay unreduced
+  // (count = 999 999 937 < 2^30: w = 30), so the lag is kept below 2^28 - 1 = 268 435 455 ns.
+  // Capacity B = count: the whole refill takes 1 s, one token 10^9 / count = 1.000000063 ns.
+  ManualClock clock;
+  constexpr std::int64_t count = 999'999'937;
+  TB tb({count, Rate{count, 1s}}, {}, clock);
+  // One token at 10 s: at = 10 s + 10^9 / count = 10 s + 1 ns, remainder 63 (in 1/count ns).
+  // The lag, 1 ns, is kept. Read back at 9.5 s, the request is decided at 10 s: backlog
+  // 1 ns x count + 63 = 10^9 / count ns, one token: remaining B - 1, reset ceil(1.000000063) =
+  // 2 ns.
+  clock.set(10s);
+  CHECK(tb.try_acquire("near") == admitted(count, count - 1, 2ns));
+  clock.set(9500ms);
+  CHECK(tb.peek("near") == admitted(count, count - 1, 2ns));
+  // The whole bucket at 10 s: at = 10 s + 1 s (B x 10^9 / count = 10^9 ns exactly). The lag,
+  // 1 s, is not kept. Read back at 9.5 s the request is decided there: backlog 1.5 s (reset
+  // 1.5 s); a token needs 1.5 s + 10^9 / count ns of backlog to fit in 1 s of bucket: it waits
+  // 0.5 s + ceil(1.000000063) ns = 500 000 002 ns. Decided at 10 s it would wait 2 ns: the
+  // state never decides later than the request's time when it cannot, so it only denies more.
+  clock.set(10s);
+  CHECK(tb.try_acquire("far", count) == admitted(count, 0, 1s));
+  clock.set(9500ms);
+  CHECK(tb.try_acquire("far") == denied(count, 0, 500'000'002ns, 1500ms));
+  // At or after the admission, the state decides exactly as ever: at 10 s it waits 2 ns.
+  clock.set(10s);
+  CHECK(tb.try_acquire("far") == denied(count, 0, 2ns, 1s));
+}
+
+TEST_CASE("A bucket's state read from a Redis reply as full before its time is full at it",
+          "[token_bucket][in_memory][step_back]") {
+  // The reply {admitted, t_us, at_us, at_rem}: decided at t = 5 ms, at = 1 ms (full since).
+  // The state keeps at >= its latest time, so it is read as at = t = 5 ms: from t on it decides
+  // as the reply's state would (full), and an earlier request is decided at t.
+  using ratelimit::TokenBucketModel;
+  using ratelimit::detail::i128;
+  const auto p = TokenBucketModel::make_params({10, ratelimit::per_second(2)});
+  const i128 reply[] = {1, 5'000, 1'000, 0};
+  const auto w = TokenBucketModel::Wire::state(p, reply, ratelimit::Operation{});
+  REQUIRE(w);
+  CHECK(w->time == 5ms);
+  CHECK(w->state.at_ns == 5'000'000);
+  CHECK(w->state.frac() == 0);
+  CHECK(w->state.last() == 5'000'000);
+  // The whole bucket at 4 ms is taken at 5 ms: at = 5 ms + 10 x 500 ms.
+  auto s = w->state;
+  CHECK(TokenBucketModel::apply(p, s, 4ms, ratelimit::Operation{10, false, Decision::never}) ==
+        admitted(10, 0, 5s));
+  CHECK(s.at_ns == nanoseconds(5ms + 5s).count());
+  CHECK(s.last() == 5'000'000);
+}
+
 TEST_CASE("Windows of 10^9 per 366 days are exact at 2^62 ns",
           "[fixed_window][sliding_log][sliding_counter][in_memory][range][extremes]") {
   ManualClock clock;

@@ -34,7 +34,7 @@ struct LeakyBucketConfig {
 ///
 /// The level L (work admitted and not yet leaked) starts at 0 and drains at r. A request of n is
 /// admitted iff L + n <= Q; it waits `delay` = L / r behind the queued work, then L <- L + n.
-/// 24 bytes of state per key.
+/// 16 bytes of state per key in process (see detail::GcraState), 24 in Redis.
 struct LeakyBucketModel {
   static constexpr std::string_view name = "leaky_bucket";
   using Params = detail::GcraParams;

@@ -34,7 +34,8 @@ struct TokenBucketConfig {
 ///
 /// Tokens T start at B; at each decision T <- min(B, T + r * elapsed); a request of n tokens is
 /// admitted iff T >= n, then T <- T - n. Computed exactly as GCRA (ITU-T I.371; the "virtual
-/// scheduling" form), one timestamp per key. 24 bytes of state per key.
+/// scheduling" form), one timestamp per key. 16 bytes of state per key in process (see
+/// detail::GcraState), 24 in Redis.
 struct TokenBucketModel {
   static constexpr std::string_view name = "token_bucket";
   using Params = detail::GcraParams;

@@ -9,6 +9,8 @@
 /// scaled by `count` (after dividing count and period by their gcd), so `at` is stored as
 /// whole ns plus a remainder in [0, count), and every product is taken in 128 bits.
 
+#include <algorithm>
+#include <bit>
 #include <chrono>
 #include <cstdint>
 
@@ -31,15 +33,54 @@ struct GcraParams {
   /// (at - t) x count + frac to stay <= 2^61: then gcra_apply computes in 64 bits.
   bool fits_64 = i128{limit} * period <= (i128{1} << 60);
   std::int64_t max_ahead_64 = count > 0 ? ((std::int64_t{1} << 61) - count) / count : 0;
+  /// Bits a remainder in [0, count) takes in GcraState (0 when count is 1).
+  int frac_bits = count > 1 ? std::bit_width(static_cast<std::uint64_t>(count - 1)) : 0;
 
   friend constexpr bool operator==(const GcraParams&, const GcraParams&) = default;
 };
 
-/// 24 bytes: `at` = at_ns + at_frac / count, and the latest time the key has seen.
+/// 16 bytes: `at` = at_ns + frac() / count, and last(), the latest time a request was admitted
+/// at (a request stamped earlier is decided then). Sixteen rather than 24 so that a table slot
+/// (tag, state, check) is 32 bytes: it never straddles two cache lines, which two threads
+/// deciding one key would both write at every decision.
+///
+/// `packed`: bits 58 to 63 hold w, the remainder's width when it was written (the parameters'
+/// `frac_bits`: at most 30, as count <= 10^9); bits 0 to w - 1 the remainder; bits w to 57 the
+/// lag at_ns - last() >= 0. w is stored rather than taken from the parameters, so a state
+/// decided under other parameters (a fallback's, a reloaded rule's) still decodes as written.
+/// A lag of 2^(58 - w) - 1 ns or more (9 years when count is 1, 275 s at count 10^6, 0.27 s at
+/// 10^9; count is reduced, so a rate per second, minute or hour has a small one) is not kept:
+/// the field is then all ones and last() is 0, so a request stamped before the latest
+/// admission is decided at its own time, where it only sees more backlog (never minted
+/// capacity). Freshness does not change (the key is fresh only once t >= at > last), so a key
+/// dropped fresh is still pinned no earlier than its latest admission.
 struct GcraState {
   std::int64_t at_ns = 0;
-  std::int64_t at_frac = 0;
-  std::int64_t last = 0;  ///< ns; a request stamped earlier is decided at `last`
+  std::uint64_t packed = 0;
+
+  static constexpr int width_shift = 58;
+  static constexpr std::uint64_t low_mask = (std::uint64_t{1} << width_shift) - 1;
+
+  /// The remainder of `at`, in [0, count) of the parameters it was written with.
+  constexpr std::int64_t frac() const noexcept {
+    const auto w = static_cast<int>(packed >> width_shift);
+    return static_cast<std::int64_t>(packed & ((std::uint64_t{1} << w) - 1));
+  }
+  /// ns: the latest admission's time; 0 if its lag did not fit (see above).
+  constexpr std::int64_t last() const noexcept {
+    const auto w = static_cast<int>(packed >> width_shift);
+    const std::uint64_t lag = (packed & low_mask) >> w;
+    return lag == low_mask >> w ? 0 : at_ns - static_cast<std::int64_t>(lag);
+  }
+  /// Stores at = `at` + `frac` / count and the latest time `latest` <= `at`, with `w` =
+  /// the parameters' frac_bits (frac < 2^w).
+  constexpr void set(std::int64_t at, std::int64_t frac, std::int64_t latest, int w) noexcept {
+    const std::uint64_t most = low_mask >> w;  // all ones: the lag is not kept
+    const std::uint64_t lag = std::min(static_cast<std::uint64_t>(at - latest), most);
+    at_ns = at;
+    packed =
+        static_cast<std::uint64_t>(w) << width_shift | lag << w | static_cast<std::uint64_t>(frac);
+  }
 };
 
 constexpr GcraParams make_gcra_params(std::int64_t limit, std::int64_t count,
@@ -64,13 +105,13 @@ constexpr bool admit_within_wait(Decision& d, std::chrono::nanoseconds delay,
   return true;
 }
 
-/// gcra_apply's arithmetic at time t >= s.last with intermediates of type I: std::int64_t when
-/// every product fits (see gcra_apply), i128 otherwise. The same code either way.
+/// gcra_apply's arithmetic at time t >= s.last(), `frac` = s.frac(), with intermediates of type I:
+/// std::int64_t when every product fits (see gcra_apply), i128 otherwise. The same code either way.
 template <bool Shaping, class I>
-Decision gcra_decide(const GcraParams& p, GcraState& s, std::int64_t t, bool ahead,
-                     const Operation& op) noexcept {
+Decision gcra_decide(const GcraParams& p, GcraState& s, std::int64_t t, std::int64_t frac,
+                     bool ahead, const Operation& op) noexcept {
   // Backlog D * count = (at - t) * count, from at's whole ns and remainder: no 128-bit division.
-  const I backlog = ahead ? I{s.at_ns - t} * p.count + s.at_frac : 0;  // in 1/count ns
+  const I backlog = ahead ? I{s.at_ns - t} * p.count + frac : 0;  // in 1/count ns
   const I full = I{p.limit} * p.period;  // B (or Q) in the same unit as D*count
   const std::int64_t n = op.cost;
 
@@ -100,16 +141,16 @@ Decision gcra_decide(const GcraParams& p, GcraState& s, std::int64_t t, bool ahe
     d.allowed = true;
     if (!op.peek) {
       // at <- max(at, t) + n * period / count, kept as whole ns plus a remainder below count.
-      const I advance = (ahead ? s.at_frac : 0) + I{n} * p.period;
-      if (p.count == 1) {
-        s.at_ns = (ahead ? s.at_ns : t) + static_cast<std::int64_t>(advance);
-        s.at_frac = 0;
-      } else {
-        const auto [whole, frac] = divmod(advance, p.count, p.per_count);
-        s.at_ns = (ahead ? s.at_ns : t) + static_cast<std::int64_t>(whole);
-        s.at_frac = static_cast<std::int64_t>(frac);
+      const I advance = (ahead ? frac : 0) + I{n} * p.period;
+      I whole = advance, rem = 0;
+      if (p.count != 1) {
+        const auto [q, r] = divmod(advance, p.count, p.per_count);
+        whole = static_cast<I>(q);
+        rem = static_cast<I>(r);
       }
-      s.last = t;
+      // One call site: called from each branch, `set` kept gcra_decide out of its caller.
+      s.set((ahead ? s.at_ns : t) + static_cast<std::int64_t>(whole),
+            static_cast<std::int64_t>(rem), t, p.frac_bits);
       after = needed;
     }
   }
@@ -123,23 +164,26 @@ Decision gcra_decide(const GcraParams& p, GcraState& s, std::int64_t t, bool ahe
 template <bool Shaping>
 Decision gcra_apply(const GcraParams& p, GcraState& s, std::chrono::nanoseconds now,
                     const Operation& op) noexcept {
-  const std::int64_t t = now.count() > s.last ? now.count() : s.last;
-  const bool ahead = s.at_ns > t || (s.at_ns == t && s.at_frac > 0);
+  const std::int64_t last = s.last();
+  const std::int64_t t = now.count() > last ? now.count() : last;
+  const std::int64_t frac = s.frac();
+  const bool ahead = s.at_ns > t || (s.at_ns == t && frac > 0);
   // In 64 bits when every intermediate stays below 2^62: full = limit x period <= 2^60
   // (p.fits_64), the cost's n x period <= full, and the backlog (at - t) x count + frac
   // <= 2^61 (checked here: a key spent under other parameters may hold more than full). Then
   // needed <= 2^61 + 2^60 and advance <= count + full. Most limits fit; the 128-bit
   // arithmetic, spilled to the stack, cost as much as the rest of the decision.
   if (p.fits_64 && (!ahead || s.at_ns - t <= p.max_ahead_64))
-    return gcra_decide<Shaping, std::int64_t>(p, s, t, ahead, op);
-  return gcra_decide<Shaping, i128>(p, s, t, ahead, op);
+    return gcra_decide<Shaping, std::int64_t>(p, s, t, frac, ahead, op);
+  return gcra_decide<Shaping, i128>(p, s, t, frac, ahead, op);
 }
 
 /// True when the bucket is full (token) or the queue empty (leaky) at `now`.
 constexpr bool gcra_is_fresh(const GcraParams&, const GcraState& s,
                              std::chrono::nanoseconds now) noexcept {
-  const std::int64_t t = now.count() > s.last ? now.count() : s.last;
-  return s.at_ns < t || (s.at_ns == t && s.at_frac == 0);
+  const std::int64_t last = s.last();
+  const std::int64_t t = now.count() > last ? now.count() : last;
+  return s.at_ns < t || (s.at_ns == t && s.frac() == 0);
 }
 
 }  // namespace ratelimit::detail

@@ -89,9 +89,14 @@ struct GcraWire {
     if (!t || r.size() < 4 || r[2] < 0 || r[2] > max_at_us || r[3] < 0 ||
         r[3] >= i128{1000} * p.count)
       return std::nullopt;
-    return WireState<GcraState>{GcraState{static_cast<std::int64_t>(r[2] * 1000 + r[3] / p.count),
-                                          static_cast<std::int64_t>(r[3] % p.count), *t},
-                                std::chrono::nanoseconds{*t}};
+    auto at = static_cast<std::int64_t>(r[2] * 1000 + r[3] / p.count);
+    auto frac = static_cast<std::int64_t>(r[3] % p.count);
+    // A bucket full before t (at < t) is full at t: the same decisions at every time from t
+    // on, and GcraState keeps at >= its latest time.
+    if (at < *t) at = *t, frac = 0;
+    GcraState s;
+    s.set(at, frac, *t, p.frac_bits);
+    return WireState<GcraState>{s, std::chrono::nanoseconds{*t}};
   }
 
   /// The model evaluated on the state the script saw.

@@ -87,20 +87,21 @@ struct TableStats {
 /// (linear probing, backward-shift deletion) of slots {tag: the first hash word with bit 0 set
 /// and bit 1 (the slot's lock bit) clear (0 marks an empty slot, 4 a migrated one), the model's
 /// state, check: the second word}:
-/// 32 bytes for the 16-byte state (fixed window), 40 for the 24-byte ones (GCRA, sliding
-/// counter), more for the sliding log's; no heap copy of long keys and no byte compare. Why
+/// 32 bytes for the 16-byte states (GCRA, fixed window), 40 for the sliding counter's 24 bytes,
+/// more for the sliding log's; no heap copy of long keys and no byte compare. Why
 /// this is safe: two distinct keys share a state only if both 64-bit words of their SipHash
 /// collide. SipHash is a PRF under the process's 128-bit secret, so among n keys that happens
 /// with probability about n^2 / 2^129 (1e-25 for 10 million keys; the shard and home bits
 /// cost nothing, they are the same words), and nobody who does not know the secret can choose
 /// keys that collide more often (what flooding and impersonating another key would need): the
 /// same argument that lets the keyed hash resist flooding, with 128 bits instead of 64.
-/// Memory: a 40-byte slot at the arrays' 0.56 to 0.7 load is 57 to 71 bytes per key (see
-/// InMemoryStorage for the measured figures); a slot of 40 bytes may straddle two cache lines,
-/// and `locate` fetches both. The tag and the state, which a decision writes, come first: in
-/// 3 of 8 slot positions rather than 4 (the check first) they span two lines, and with two
-/// threads deciding one key, each line written moves between their cores at every decision
-/// (the check, only read, is copied to both once).
+/// Memory: a 32-byte slot at the arrays' 0.56 to 0.7 load is 46 to 57 bytes per key, a 40-byte
+/// one 57 to 71 (see InMemoryStorage for the measured figures). A 32-byte slot never straddles
+/// two cache lines; a 40-byte one may, and `locate` fetches both. The tag and the state, which
+/// a decision writes, come first: in 3 of 8 slot positions rather than 4 (the check first) they
+/// span two lines, and with two threads deciding one key, each line written moves between their
+/// cores at every decision (the check, only read, is copied to both once). Hence the buckets'
+/// 16-byte state (detail::GcraState).
 ///
 /// Bounded work per operation, whatever the keys:
 /// - A key is placed at most `max_probe` slots from its home, and a lookup reads at most that
@@ -206,7 +207,7 @@ class Table {
     const Slot* slots = shard.published.load(std::memory_order_acquire);
     const std::size_t capacity = slots ? capacity_of(slots) : 0;
     if (capacity != 0) {
-      // Every line the slot touches (half the 40-byte slots straddle two lines), for writing:
+      // Every line the slot touches (3 of 8 40-byte slots straddle two lines), for writing:
       // a decision without the shard's lock takes the slot's lock bit.
       const auto first = reinterpret_cast<std::uintptr_t>(&slots[home(tag_of(h.value), capacity)]);
       const std::uintptr_t last = first + sizeof(Slot) - 1;
@@ -589,7 +590,9 @@ class Table {
   /// model keeps it, if later than now (a lock-free decision does not write the shard's
   /// latest time).
   static std::chrono::nanoseconds seen(const State& s, std::chrono::nanoseconds now) noexcept {
-    if constexpr (requires { s.last; })
+    if constexpr (requires { s.last(); })  // packed (GcraState)
+      return std::max(now, std::chrono::nanoseconds{s.last()});
+    else if constexpr (requires { s.last; })
       return std::max(now, std::chrono::nanoseconds{s.last});
     else
       return now;
