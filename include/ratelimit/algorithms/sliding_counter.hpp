@@ -28,14 +28,18 @@ namespace ratelimit {
 /// Windows as the fixed window; c counts window k, p counted window k-1, e = t - kW. Estimate
 /// E = c + p (W - e) / W (the approximation popularized by Cloudflare's "counting things" post
 /// and the design doc's case study). Admit iff E + n <= N, decided exactly as
-/// (c + n) W + p (W - e) <= N W in 128-bit integers. 24 bytes of state per key.
+/// (c + n) W + p (W - e) <= N W in 128-bit integers. 16 bytes of state per key in process.
 struct SlidingCounterModel {
   static constexpr std::string_view name = "sliding_counter";
   using Params = detail::WindowParams;
+  /// 16 bytes, so that a table slot (tag, state, check) is 32 and never straddles two cache
+  /// lines (which two threads deciding one key would both write at every decision). The counts
+  /// fit 32 bits: an admission keeps c + n <= N <= 10^9 (every limit is validated, and a count
+  /// read from Redis is refused above 10^9), so a count never exceeds the largest N.
   struct State {
-    std::int64_t last = 0;      ///< ns: latest time seen
-    std::int64_t current = 0;   ///< requests in last's window
-    std::int64_t previous = 0;  ///< requests in the window before last's
+    std::int64_t last = 0;       ///< ns: latest time seen
+    std::uint32_t current = 0;   ///< requests in last's window
+    std::uint32_t previous = 0;  ///< requests in the window before last's
   };
 
   /// This algorithm's id inside a composed Redis script (see core/wire.hpp).
@@ -65,7 +69,7 @@ struct SlidingCounterModel {
     } else {
       d.allowed = true;
       if (!op.peek) {
-        s = State{t, c + n, prev};
+        s = State{t, static_cast<std::uint32_t>(c + n), static_cast<std::uint32_t>(prev)};
         left_current = c + n;
       }
     }

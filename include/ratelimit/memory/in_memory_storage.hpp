@@ -67,14 +67,14 @@ namespace ratelimit {
 ///
 /// Per key it costs one table slot, whatever the key's length: the two hash words (16 bytes)
 /// and the algorithm's state (`sizeof(Model::State)`): 32 bytes for the 16-byte states of the
-/// buckets and the fixed window, 40 for the sliding counter's 24 bytes; the sliding log's
+/// buckets, the fixed window and the sliding counter; the sliding log's
 /// 56-byte state takes 72 bytes and its log 16 bytes per entry on the heap. Arrays are kept
 /// 1/5 to 7/10 full (about 0.56 after a growing resize). Slot arrays are mappings of their own,
 /// given back to the kernel when freed, and a resize gives back the old array's pages as it
 /// empties it, so at most about 1.3 times the new array is resident meanwhile. Measured at
 /// 1,000,000 keys of 14 bytes (bench/inprocess_bench, MillionKeys, 3 interleaved runs), resident
-/// bytes per key: 49 to 51 for the buckets and the fixed window, 59 to 62 for the sliding
-/// counter, 138 to 140 for the sliding log at one entry per key; `std::unordered_map<std::string,
+/// bytes per key: 49 to 51 for the buckets, the fixed window and the sliding counter, 138 to
+/// 140 for the sliding log at one entry per key; `std::unordered_map<std::string,
 /// bucket>`, reserved, 89 in the same runs. That figure is read right after the millionth
 /// insert; read every 5,000 inserts on the way, a token bucket's table with 40-byte slots peaked
 /// at 77 (during resizes).

@@ -85,7 +85,7 @@ struct WindowWire : WindowWireBase {
       return std::nullopt;
     typename M::State s;
     if constexpr (Sliding)
-      s = {*t, static_cast<std::int64_t>(r[2]), static_cast<std::int64_t>(r[3])};
+      s = {*t, static_cast<std::uint32_t>(r[2]), static_cast<std::uint32_t>(r[3])};
     else
       s = {*t, static_cast<std::int64_t>(r[2])};
     return WireState<typename M::State>{s, std::chrono::nanoseconds{*t}};

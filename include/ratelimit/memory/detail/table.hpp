@@ -87,7 +87,7 @@ struct TableStats {
 /// (linear probing, backward-shift deletion) of slots {tag: the first hash word with bit 0 set
 /// and bit 1 (the slot's lock bit) clear (0 marks an empty slot, 4 a migrated one), the model's
 /// state, check: the second word}:
-/// 32 bytes for the 16-byte states (GCRA, fixed window), 40 for the sliding counter's 24 bytes,
+/// 32 bytes for the 16-byte states (GCRA, fixed window, sliding counter), 40 for a 24-byte one,
 /// more for the sliding log's; no heap copy of long keys and no byte compare. Why
 /// this is safe: two distinct keys share a state only if both 64-bit words of their SipHash
 /// collide. SipHash is a PRF under the process's 128-bit secret, so among n keys that happens
@@ -100,8 +100,8 @@ struct TableStats {
 /// two cache lines; a 40-byte one may, and `locate` fetches both. The tag and the state, which
 /// a decision writes, come first: in 3 of 8 slot positions rather than 4 (the check first) they
 /// span two lines, and with two threads deciding one key, each line written moves between their
-/// cores at every decision (the check, only read, is copied to both once). Hence the buckets'
-/// 16-byte state (detail::GcraState).
+/// cores at every decision (the check, only read, is copied to both once). Hence the library's
+/// lock-free models keep 16-byte states (detail::GcraState, the windows' counts in 32 bits).
 ///
 /// Bounded work per operation, whatever the keys:
 /// - A key is placed at most `max_probe` slots from its home, and a lookup reads at most that
