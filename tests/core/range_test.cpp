@@ -360,6 +360,38 @@ TEST_CASE("A bucket's state read from a Redis reply as full before its time is f
   CHECK(s.last() == 5'000'000);
 }
 
+TEST_CASE(
+    "Parameters given to an in-process binding directly are checked against the model's range",
+    "[in_memory][range][validation]") {
+  // A sliding counter's counts are kept in 32 bits, which holds because every limit is at most
+  // 10^9. A limit of 5 x 10^9 given through with_params, unchecked, stored a count of 2^32 as
+  // 0: requests of 2^32 were admitted without end (the second needs 2^33 > 5 x 10^9). Every
+  // way parameters reach a binding without a limiter's config is now checked.
+  ratelimit::InMemoryStorage storage;
+  const auto sc = storage.bind<ratelimit::SlidingCounterModel>("", {1000, 1'000'000'000});
+  CHECK_THROWS_WITH(sc.with_params({5'000'000'000, 3'600'000'000'000}),
+                    Contains("params.limit = 5000000000"));
+  CHECK_THROWS_WITH(
+      storage.bind<ratelimit::SlidingCounterModel>("", {5'000'000'000, 1'000'000'000}),
+      Contains("params.limit = 5000000000"));
+  CHECK_THROWS_WITH(sc.with_params({5, 999'999}), Contains("params.window (ns) = 999999"));
+  // A bucket's remainder is kept in bit_width(count - 1) <= 30 bits: a count of 2^59 + 1 would
+  // overwrite the bits beside it.
+  const auto tb = storage.bind<ratelimit::TokenBucketModel>(
+      "", ratelimit::TokenBucketModel::make_params({10, ratelimit::per_second(1)}));
+  const ratelimit::detail::GcraParams wide{4, (std::int64_t{1} << 59) + 1,
+                                           (std::int64_t{1} << 61) + 3};
+  CHECK_THROWS_WITH(tb.with_params(wide), Contains("params.count = 576460752303423489"));
+  CHECK_THROWS_WITH(storage.bind<ratelimit::TokenBucketModel>("", wide),
+                    Contains("params.count = 576460752303423489"));
+  CHECK_THROWS_WITH(tb.with_params({0, 1, 1'000'000}), Contains("params.limit = 0"));
+  // Parameters in range still pass, a fallback's longer period included (100 years at most).
+  CHECK_NOTHROW(sc.with_params({1'000'000'000, 1'000'000'000}));
+  CHECK_NOTHROW(tb.with_params({1, 1, 3'155'760'000'000'000'000}));
+  CHECK_THROWS_WITH(tb.with_params({1, 1, 3'155'760'000'000'000'001}),
+                    Contains("params.period (ns) = 3155760000000000001"));
+}
+
 TEST_CASE("Windows of 10^9 per 366 days are exact at 2^62 ns",
           "[fixed_window][sliding_log][sliding_counter][in_memory][range][extremes]") {
   ManualClock clock;

@@ -42,6 +42,9 @@ struct FixedWindowModel {
 
   /// The parameters of a rules-file limit of `r`: r.count per window of r.period.
   static Params from_rate(const Rate& r) { return detail::make_window_params(r); }
+  /// Checks parameters given directly to a storage (`bind`, `with_params`); throws
+  /// `std::invalid_argument` naming the field (see detail::check_window_params).
+  static void check_params(const Params& p) { detail::check_window_params(p); }
 
   static Decision apply(const Params& p, State& s, std::chrono::nanoseconds now,
                         const Operation& op) noexcept {

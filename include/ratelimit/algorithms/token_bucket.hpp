@@ -47,6 +47,9 @@ struct TokenBucketModel {
 
   /// The parameters of a rules-file limit of `r`: capacity r.count, refilled at r.
   static Params from_rate(const Rate& r) { return make_params({r.count, r}); }
+  /// Checks parameters given directly to a storage (`bind`, `with_params`); throws
+  /// `std::invalid_argument` naming the field (see detail::check_gcra_params).
+  static void check_params(const Params& p) { detail::check_gcra_params(p); }
 
   /// Validates `c` (throws `std::invalid_argument` naming the field) and reduces it.
   static Params make_params(const TokenBucketConfig& c) {

@@ -50,6 +50,9 @@ struct Operation {
 /// now, op)` decides at `now` (ns, the clock's reading) and updates `state` only when it admits
 /// a non-peek operation; `M::is_fresh(params, state, now)` is true when `state` decides exactly
 /// like `State{}` from `now` on, so a storage may drop it. Both are pure and must not throw.
+/// Optional: `M::check_params(params)` throws `std::invalid_argument` naming the field for
+/// parameters the model cannot decide exactly (its state's representation relies on their
+/// ranges); storages call it on parameters given directly (`bind`, `with_params`).
 template <class M>
 concept Model = requires {
   typename M::Params;

@@ -115,9 +115,11 @@ class InMemoryStorage {
   };
 
   /// The binding of model `M` under limiter name `name`: every binding with the same `M` and
-  /// `name` shares one table. Never throws for valid params.
+  /// `name` shares one table. Throws `std::invalid_argument` naming the field for `params` out
+  /// of the model's range (`M::check_params`; the limiters' constructors check them first).
   template <Model M>
   auto bind(std::string_view name, const typename M::Params& params) {
+    check_params<M>(params);
     return BindingOf<M>{registry_->template table<M>(name), params};
   }
 
@@ -192,8 +194,13 @@ class InMemoryStorage {
     Part part(std::string_view key, const Operation& op, std::string_view /*tag*/ = {}) const {
       return Part{&ops, this, key, op};
     }
-    /// The same table decided with other parameters.
-    BindingOf with_params(const typename M::Params& p) const { return BindingOf{table, p}; }
+    /// The same table decided with other parameters; throws `std::invalid_argument` naming the
+    /// field for parameters out of the model's range (as `bind`): a state kept for parameters
+    /// in range (a sliding counter's 32-bit counts) would misread beyond it.
+    BindingOf with_params(const typename M::Params& p) const {
+      check_params<M>(p);
+      return BindingOf{table, p};
+    }
 
    private:
     static const BindingOf& self(const void* b) { return *static_cast<const BindingOf*>(b); }
@@ -208,6 +215,12 @@ class InMemoryStorage {
   };
 
  private:
+  /// `M::check_params(p)` for the models that have one.
+  template <Model M>
+  static void check_params(const typename M::Params& p) {
+    if constexpr (requires { M::check_params(p); }) M::check_params(p);
+  }
+
   static void check_parts(std::span<const Part> parts, std::size_t out_size) {
     if (out_size < parts.size())
       throw std::invalid_argument("decide_all: out has " + std::to_string(out_size) +

@@ -16,6 +16,7 @@
 
 #include "../../core/decision.hpp"
 #include "../../core/detail/arith.hpp"
+#include "../../core/detail/validate.hpp"
 #include "../../core/storage.hpp"
 
 namespace ratelimit::detail {
@@ -82,6 +83,19 @@ struct GcraState {
         static_cast<std::uint64_t>(w) << width_shift | lag << w | static_cast<std::uint64_t>(frac);
   }
 };
+
+/// Checks parameters given directly (a binding's `bind` or `with_params`; the limiters' configs
+/// are checked by `check_bucket`, more strictly): limit and count in [1, 10^9], which keeps
+/// GcraState's remainder in 30 bits, and 1 <= count <= period <= 100 years (a fallback's
+/// period may exceed the configs' 366 days). Throws `std::invalid_argument` naming the field
+/// and the value.
+inline void check_gcra_params(const GcraParams& p) {
+  check_count("params.limit", p.limit);
+  check_count("params.count", p.count);
+  if (p.period < 1 || p.period > max_refill_time.count())
+    invalid("params.period (ns)", p.period, "must be in [1, 3155760000000000000] ns");
+  if (p.count > p.period) invalid("params.count", p.count, "more than one unit per nanosecond");
+}
 
 constexpr GcraParams make_gcra_params(std::int64_t limit, std::int64_t count,
                                       std::chrono::nanoseconds period) noexcept {

@@ -38,11 +38,9 @@ struct GcraWire {
   /// Checks what the exact arithmetic relies on (the core range: limit and count in
   /// [1, 10^9], at most one unit per ns, a whole refill within 100 years).
   static BoundArgs bound_args(const GcraParams& p) {
-    check_count("params.limit", p.limit);
-    check_count("params.count", p.count);
-    if (p.period < 1 || p.period > max_period.count())
+    check_gcra_params(p);
+    if (p.period > max_period.count())
       invalid("params.period (ns)", p.period, "must be in [1, 31622400000000000] ns");
-    if (p.count > p.period) invalid("params.count", p.count, "more than one unit per nanosecond");
     if (ceil_div(i128{p.limit} * p.period, p.count) > max_refill_time.count())
       invalid("params.limit", p.limit,
               "a whole refill (limit x period / count) would take more than 100 years");

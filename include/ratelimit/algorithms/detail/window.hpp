@@ -40,4 +40,15 @@ inline WindowParams make_window_params(const Rate& r) {
   return {r.count, r.period.count()};
 }
 
+/// Checks parameters given directly (a binding's `bind` or `with_params`, in process or on
+/// Redis): N in [1, 10^9], which keeps every count in 32 bits (SlidingCounterModel::State),
+/// and W in [1 ms, 366 days], as `make_window_params` allows. Throws `std::invalid_argument`
+/// naming the field and the value.
+inline void check_window_params(const WindowParams& p) {
+  check_count("params.limit", p.limit);
+  if (p.window < min_period.count() || p.window > max_period.count())
+    invalid("params.window (ns)", p.window,
+            "must be in [1 ms, 366 days] = [1000000, 31622400000000000] ns");
+}
+
 }  // namespace ratelimit::detail

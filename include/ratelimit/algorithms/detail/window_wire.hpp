@@ -1,7 +1,7 @@
 #pragma once
 /// @file algorithms/detail/window_wire.hpp
-/// The window algorithms on the wire (see core/wire.hpp): their parameters' checks and fallback
-/// share, and the fixed window's and sliding counter's one script (lua/window.lua) and decoder.
+/// The window algorithms on the wire (see core/wire.hpp): their fallback share, and the fixed
+/// window's and sliding counter's one script (lua/window.lua) and decoder.
 
 #include <algorithm>
 #include <chrono>
@@ -21,13 +21,6 @@
 #include "window.hpp"
 
 namespace ratelimit::detail {
-
-inline void check_window_params(const WindowParams& p) {
-  check_count("params.limit", p.limit);
-  if (p.window < min_period.count() || p.window > max_period.count())
-    invalid("params.window (ns)", p.window,
-            "must be in [1 ms, 366 days] = [1000000, 31622400000000000] ns");
-}
 
 /// What every window algorithm shares on the wire: one Redis key per client key, and the
 /// fallback share.
