@@ -91,7 +91,10 @@ struct GcraWire {
     auto frac = static_cast<std::int64_t>(r[3] % p.count);
     // A bucket full before t (at < t) is full at t: the same decisions at every time from t
     // on, and GcraState keeps at >= its latest time.
-    if (at < *t) at = *t, frac = 0;
+    if (at < *t) {
+      at = *t;
+      frac = 0;
+    }
     GcraState s;
     s.set(at, frac, *t, p.frac_bits);
     return WireState<GcraState>{s, std::chrono::nanoseconds{*t}};
