@@ -62,7 +62,7 @@ struct KeyMemo {
   std::uint64_t table = 0;                     ///< Table::id_ (0: none)
   std::size_t size = 0;
   Hash128 hash;
-  char bytes[capacity];
+  char bytes[capacity] = {};
 };
 inline thread_local KeyMemo key_memo;
 /// Table ids: never reused, so a memo can never match a later table at the same address.
@@ -344,7 +344,7 @@ class Table {
   Hash128 hash_key(std::string_view key) const noexcept {
     KeyMemo& memo = key_memo;
     if (memo.table == id_ && memo.size == key.size() &&
-        std::memcmp(memo.bytes, key.data(), key.size()) == 0)
+        equal_bytes(memo.bytes, key.data(), key.size()))
       return memo.hash;
     const Hash128 h = hash_(key);
     if (key.size() <= KeyMemo::capacity) {
