@@ -52,26 +52,10 @@ struct FixedWindowModel {
     const std::int64_t k = p.window_of(t);
     // last <= t, so last is in t's window iff last >= its start (one division, not two).
     const std::int64_t c = s.last >= k * p.window ? s.count : 0;
-    const std::int64_t n = op.cost;
     const std::chrono::nanoseconds to_end{(k + 1) * p.window - t};
-    Decision d{};
-    d.limit = p.limit;
-    d.remaining = c < p.limit ? p.limit - c : 0;  // c > N: spent under a higher N
-    d.reset_after = c > 0 ? to_end : std::chrono::nanoseconds{0};
-    if (n > p.limit) {
-      d.retry_after = Decision::never;
-      return d;
-    }
-    if (c + n > p.limit) {
-      d.retry_after = to_end;
-      return d;
-    }
-    d.allowed = true;
-    if (op.peek) return d;
-    s = State{t, c + n};
-    d.remaining = p.limit - s.count;
-    d.reset_after = to_end;
-    return d;
+    return detail::count_decision(p.limit, c, op.cost, to_end, op.peek, [&](std::int64_t count) {
+      s = State{t, count};
+    });
   }
 
   static bool is_fresh(const Params& p, const State& s, std::chrono::nanoseconds now) noexcept {

@@ -20,6 +20,7 @@
 #include <utility>
 #include <vector>
 
+#include "../algorithms/detail/window.hpp"
 #include "../algorithms/registry.hpp"
 #include "../core/clock.hpp"
 #include "../core/decision.hpp"
@@ -141,26 +142,10 @@ struct CalendarQuotaModel {
       c = 0;
       end = p.calendar.period_of(std::chrono::nanoseconds{t}).end.count();
     }
-    const std::int64_t n = op.cost;
     const std::chrono::nanoseconds to_end{end - t};
-    Decision d{};
-    d.limit = p.limit;
-    d.remaining = c < p.limit ? p.limit - c : 0;  // c > N: spent under a higher N
-    d.reset_after = c > 0 ? to_end : std::chrono::nanoseconds{0};
-    if (n > p.limit) {
-      d.retry_after = Decision::never;
-      return d;
-    }
-    if (c + n > p.limit) {
-      d.retry_after = to_end;
-      return d;
-    }
-    d.allowed = true;
-    if (op.peek) return d;
-    s = State{t, end, c + n};
-    d.remaining = p.limit - s.count;
-    d.reset_after = to_end;
-    return d;
+    return detail::count_decision(p.limit, c, op.cost, to_end, op.peek, [&](std::int64_t count) {
+      s = State{t, end, count};
+    });
   }
 
   /// True when `s` counts nothing at `now`: empty, or its period has ended. Thread safety: pure.

@@ -5,6 +5,7 @@
 #include <chrono>
 #include <cstdint>
 
+#include "../../core/decision.hpp"
 #include "../../core/detail/arith.hpp"
 #include "../../core/detail/validate.hpp"
 #include "../../core/rate.hpp"
@@ -49,6 +50,34 @@ inline void check_window_params(const WindowParams& p) {
   if (p.window < min_period.count() || p.window > max_period.count())
     invalid("params.window (ns)", p.window,
             "must be in [1 ms, 366 days] = [1000000, 31622400000000000] ns");
+}
+
+/// A count `c` against a limit `limit` until its period ends in `to_end` (ns, > 0): the decision
+/// for `n` more (the fixed window; the calendar quota, whose periods are calendar days, weeks or
+/// months). Admitted iff c + n <= limit; then, unless `peek`, `store(c + n)` writes the new
+/// count (a callback rather than a flag the caller tests again: the decision stays one chain of
+/// branches). The fields describe the count that leaves: remaining = max(0, limit - count) (a
+/// count above the limit was spent under a higher one), reset_after = to_end if it is above 0.
+template <class Store>
+constexpr Decision count_decision(std::int64_t limit, std::int64_t c, std::int64_t n,
+                                  std::chrono::nanoseconds to_end, bool peek, Store&& store) {
+  Decision d{};
+  d.limit = limit;
+  d.remaining = c < limit ? limit - c : 0;
+  d.reset_after = c > 0 ? to_end : std::chrono::nanoseconds{0};
+  if (n > limit) {
+    d.retry_after = Decision::never;
+  } else if (c + n > limit) {
+    d.retry_after = to_end;
+  } else {
+    d.allowed = true;
+    if (!peek) {
+      store(c + n);
+      d.remaining = limit - (c + n);
+      d.reset_after = to_end;
+    }
+  }
+  return d;
 }
 
 }  // namespace ratelimit::detail
