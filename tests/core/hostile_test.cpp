@@ -540,12 +540,13 @@ TEST_CASE("After a sweep and a step back, a never-seen key is decided at its own
   CHECK(table.apply(one_per_second, fresh_key, 101s, Operation{}).allowed);
 }
 
-TEST_CASE("After a sweep and a step back, a dropped key is decided at its drop time",
+TEST_CASE("After a sweep and a step back, a dropped key is decided at the time it became fresh",
           "[in_memory][clock]") {
-  // What pinning is for: key "0" spent its token at 100 s, was full again at 101 s and was
-  // dropped at 200 s. After a step back to 100.5 s it is decided at 200 s: admitted (it was
-  // full), and then its time is 200 s, so the interval 100 s..200 s cannot refill it twice:
-  // at 101.5 s it is denied and must wait until its own 201 s, retry_after 1 s.
+  // What pinning is for: key "0" spent its token at 100 s, was full again at 101 s (its
+  // fresh_at: 100 s + 1 token x 1 s) and was dropped at 200 s. After a step back to 100.5 s it
+  // is decided at 101 s, not at its own stamp, where the kept state would have had no token:
+  // admitted, and its time is then 101 s with the next token at 102 s. So at 101.5 s it is
+  // denied, retry_after 102 - 101.5 = 0.5 s: the token spent at 100 s came back once, at 101 s.
   ratelimit::detail::Table<TokenBucketModel, NumberHash> table;
   for (std::uint64_t i = 0; i < 100; ++i)
     REQUIRE(table.apply(one_per_second, std::to_string(i * 64), 100s, Operation{}).allowed);
@@ -553,7 +554,55 @@ TEST_CASE("After a sweep and a step back, a dropped key is decided at its drop t
   CHECK(table.apply(one_per_second, "0", 100500ms, Operation{}).allowed);
   const Decision again = table.apply(one_per_second, "0", 101500ms, Operation{});
   CHECK_FALSE(again.allowed);
-  CHECK(again.retry_after == 1s);
+  CHECK(again.retry_after == 500ms);
+}
+
+TEST_CASE("A request stamped far ahead on one key never holds back the other keys of its shard",
+          "[in_memory][clock][regression]") {
+  // Found by a hostile test: one request at 2^62 ns (an out-of-range `now`, clamped there, or
+  // a clock stepping forward) made every key its shard later dropped, and every never-seen key
+  // the drop filter could not tell from those, decided at 2^62: each got its burst once and then
+  // no token for 146 years. The test hash puts keys 64 .. 6400 (i x 64) in shard 0.
+  ratelimit::detail::Table<TokenBucketModel, NumberHash> table;
+  for (std::uint64_t i = 1; i <= 100; ++i)
+    REQUIRE(table.apply(one_per_second, std::to_string(i * 64), 100s, Operation{}).allowed);
+  // Key 0 (shard 0 too) is stamped 2^62; its bucket is then full again only at 2^62 + 1 s.
+  REQUIRE(table.apply(one_per_second, "0", ratelimit::max_clock_time, Operation{}).allowed);
+  // At 200 s the 100 others are full again (since 101 s) and dropped; key 0 is not fresh.
+  REQUIRE(table.reclaim(200s) == 100);
+  // Each dropped key at 300 s and 301 s: decided at its own times (no earlier than 101 s), so
+  // admitted both times (one token per second). Pinned at 2^62, the second was denied.
+  for (std::uint64_t i = 1; i <= 100; ++i) {
+    const std::string key = std::to_string(i * 64);
+    CHECK(table.apply(one_per_second, key, 300s, Operation{}).allowed);
+    CHECK(table.apply(one_per_second, key, 301s, Operation{}).allowed);
+  }
+  // A never-seen key of shard 0 whose filter bits (tag bits 8..19 and 20..31: 1 and 0) are
+  // those of dropped key 256 (tag 257): decided no earlier than the drops' latest fresh time,
+  // 101 s, so at its own 300 s and 301 s, admitted both times.
+  const std::string lookalike = std::to_string((std::uint64_t{1} << 32) + 256);
+  CHECK(table.apply(one_per_second, lookalike, 300s, Operation{}).allowed);
+  CHECK(table.apply(one_per_second, lookalike, 301s, Operation{}).allowed);
+}
+
+TEST_CASE("An out-of-range explicit time on one key changes nothing for the other keys",
+          "[in_memory][clock][regression]") {
+  // The same through a limiter and the real hash: 2,000 keys spread over the 64 shards, so
+  // about 31 share the bogus key's shard (all of them missing it has probability
+  // (63/64)^2000, about 3e-14). nanoseconds::max() is clamped to 2^62.
+  InMemoryStorage storage;
+  ratelimit::TokenBucket<ManualClock> limiter({1, ratelimit::per_second(1)}, storage);
+  for (int i = 0; i < 2'000; ++i) REQUIRE(limiter.try_acquire("k-" + std::to_string(i), 1, 100s));
+  REQUIRE(limiter.try_acquire("bogus", 1, std::chrono::nanoseconds::max()));
+  // Full again at 101 s: all 2,000 dropped at 200 s; the bogus key (full at 2^62 + 1 s) kept.
+  REQUIRE(storage.reclaim(200s) == 2'000);
+  int both = 0;
+  for (int i = 0; i < 2'000; ++i) {
+    const std::string key = "k-" + std::to_string(i);
+    const bool first = limiter.try_acquire(key, 1, 300s).allowed;
+    both += first && limiter.try_acquire(key, 1, 301s).allowed;  // a token a second: both
+  }
+  CHECK(both == 2'000);
 }
 
 TEST_CASE("After sweeps and a step back, at least 95 of 100 never-seen keys keep their own time",

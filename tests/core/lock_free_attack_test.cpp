@@ -143,8 +143,8 @@ struct WideBucketModel {
                                    const Operation& op) noexcept {
     return TokenBucketModel::apply(p, s.bucket, now, op);
   }
-  static bool is_fresh(const Params& p, const State& s, std::chrono::nanoseconds now) noexcept {
-    return TokenBucketModel::is_fresh(p, s.bucket, now);
+  static std::chrono::nanoseconds fresh_at(const Params& p, const State& s) noexcept {
+    return TokenBucketModel::fresh_at(p, s.bucket);
   }
 };
 

@@ -75,9 +75,9 @@ struct AnchoredWindowModel {
     return d;
   }
 
-  static bool is_fresh(const Params& p, const State& s, std::chrono::nanoseconds now) noexcept {
-    const std::int64_t t = now.count() > s.last ? now.count() : s.last;
-    return s.count == 0 || t >= s.start + p.window_us * 1000;
+  static std::chrono::nanoseconds fresh_at(const Params& p, const State& s) noexcept {
+    if (s.count == 0) return std::chrono::nanoseconds{s.last};
+    return std::chrono::nanoseconds{std::max(s.last, s.start + p.window_us * 1000)};
   }
 
   /// Its Redis twin: support/lua/anchored_window.lua.

@@ -112,9 +112,9 @@ struct ConcurrencyModel {
     return describe(p, true, n, after, -1, after > 0 ? e.back() : -1, t);
   }
 
-  /// True when no lease is held at `now`.
-  static bool is_fresh(const Params&, const State& s, std::chrono::nanoseconds now) noexcept {
-    return s.ends.empty() || s.ends.back() <= now.count();
+  /// When the last lease held ends (0 if none is held).
+  static std::chrono::nanoseconds fresh_at(const Params&, const State& s) noexcept {
+    return std::chrono::nanoseconds{s.ends.empty() ? 0 : s.ends.back()};
   }
 
   /// Its Redis twin: lua/concurrency.lua, one sorted set of lease ends per client key.

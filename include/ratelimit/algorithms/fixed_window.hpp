@@ -58,9 +58,10 @@ struct FixedWindowModel {
     });
   }
 
-  static bool is_fresh(const Params& p, const State& s, std::chrono::nanoseconds now) noexcept {
-    const std::int64_t t = now.count() > s.last ? now.count() : s.last;
-    return s.count == 0 || s.last < p.window_of(t) * p.window;  // last before t's window
+  /// The end of last's window if it counted anything, else last.
+  static std::chrono::nanoseconds fresh_at(const Params& p, const State& s) noexcept {
+    if (s.count == 0) return std::chrono::nanoseconds{s.last};
+    return std::chrono::nanoseconds{(p.window_of(s.last) + 1) * p.window};
   }
 };
 

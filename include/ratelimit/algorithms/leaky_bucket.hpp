@@ -59,8 +59,8 @@ struct LeakyBucketModel {
                         const Operation& op) noexcept {
     return detail::gcra_apply<true>(p, s, now, op);
   }
-  static bool is_fresh(const Params& p, const State& s, std::chrono::nanoseconds now) noexcept {
-    return detail::gcra_is_fresh(p, s, now);
+  static std::chrono::nanoseconds fresh_at(const Params& p, const State& s) noexcept {
+    return detail::gcra_fresh_at(p, s);
   }
   /// A blocked caller is served once the whole current backlog has leaked: retry_after plus the
   /// delay then is always L / r, which is `reset_after`.

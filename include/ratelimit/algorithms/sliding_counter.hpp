@@ -82,10 +82,13 @@ struct SlidingCounterModel {
     return d;
   }
 
-  static bool is_fresh(const Params& p, const State& s, std::chrono::nanoseconds now) noexcept {
-    const std::int64_t t = now.count() > s.last ? now.count() : s.last;
-    const auto [c, prev] = counts_at(p, s, p.window_of(t));
-    return c == 0 && prev == 0;
+  /// A count of last's window k weighs on window k + 1 too: fresh from (k + 2) W if the current
+  /// count is not 0, from (k + 1) W if only the previous is, else from last.
+  static std::chrono::nanoseconds fresh_at(const Params& p, const State& s) noexcept {
+    const std::int64_t k = p.window_of(s.last);
+    if (s.current > 0) return std::chrono::nanoseconds{(k + 2) * p.window};
+    if (s.previous > 0) return std::chrono::nanoseconds{(k + 1) * p.window};
+    return std::chrono::nanoseconds{s.last};
   }
 
  private:

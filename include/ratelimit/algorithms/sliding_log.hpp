@@ -223,9 +223,10 @@ struct SlidingLogModel {
     return d;
   }
 
-  static bool is_fresh(const Params& p, const State& s, std::chrono::nanoseconds now) noexcept {
-    const std::int64_t t = now.count() > s.last ? now.count() : s.last;
-    return s.entries.empty() || s.entries.back().time <= t - p.window;
+  /// When the newest entry leaves the window (at its time + W), and not before last.
+  static std::chrono::nanoseconds fresh_at(const Params& p, const State& s) noexcept {
+    if (s.entries.empty()) return std::chrono::nanoseconds{s.last};
+    return std::chrono::nanoseconds{std::max(s.last, s.entries.back().time + p.window)};
   }
 };
 

@@ -60,8 +60,8 @@ struct TokenBucketModel {
                         const Operation& op) noexcept {
     return detail::gcra_apply<false>(p, s, now, op);
   }
-  static bool is_fresh(const Params& p, const State& s, std::chrono::nanoseconds now) noexcept {
-    return detail::gcra_is_fresh(p, s, now);
+  static std::chrono::nanoseconds fresh_at(const Params& p, const State& s) noexcept {
+    return detail::gcra_fresh_at(p, s);
   }
 };
 

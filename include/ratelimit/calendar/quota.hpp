@@ -148,10 +148,9 @@ struct CalendarQuotaModel {
     });
   }
 
-  /// True when `s` counts nothing at `now`: empty, or its period has ended. Thread safety: pure.
-  static bool is_fresh(const Params&, const State& s, std::chrono::nanoseconds now) noexcept {
-    const std::int64_t t = now.count() > s.last ? now.count() : s.last;
-    return s.count == 0 || t >= s.end;
+  /// The end of the counted period if it counted anything, else last. Thread safety: pure.
+  static std::chrono::nanoseconds fresh_at(const Params&, const State& s) noexcept {
+    return std::chrono::nanoseconds{s.count == 0 ? s.last : std::max(s.last, s.end)};
   }
 
   /// Its Redis twin, lua/quota.lua: the client computes the period's end (Redis has no

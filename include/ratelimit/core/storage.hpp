@@ -48,8 +48,10 @@ struct Operation {
 /// Requirements: `M::name` names the algorithm (stable: storages use it in their keys and rules
 /// files in their `algorithm` field); `M::State{}` is the fresh state; `M::apply(params, state,
 /// now, op)` decides at `now` (ns, the clock's reading) and updates `state` only when it admits
-/// a non-peek operation; `M::is_fresh(params, state, now)` is true when `state` decides exactly
-/// like `State{}` from `now` on, so a storage may drop it. Both are pure and must not throw.
+/// a non-peek operation; `M::fresh_at(params, state)` is the earliest time (ns) from which
+/// `state` decides exactly like `State{}`, never before the latest time the state keeps: a
+/// storage may drop a key fresh at its current time, and then decides it no earlier than that
+/// key's own `fresh_at` (never another key's time). Both are pure and must not throw.
 /// Optional: `M::check_params(params)` throws `std::invalid_argument` naming the field for
 /// parameters the model cannot decide exactly (its state's representation relies on their
 /// ranges); storages call it on parameters given directly (`bind`, `with_params`).
@@ -62,7 +64,7 @@ concept Model = requires {
 &&requires(const typename M::Params& p, typename M::State& s, std::chrono::nanoseconds t,
            const Operation& op) {
   { M::apply(p, s, t, op) } -> std::same_as<Decision>;
-  { M::is_fresh(p, std::as_const(s), t) } -> std::same_as<bool>;
+  { M::fresh_at(p, std::as_const(s)) } -> std::same_as<std::chrono::nanoseconds>;
 };
 
 /// What `s.bind<M>(name, params)` returns: the model bound to one limiter's policy.

@@ -61,9 +61,10 @@ namespace ratelimit {
 /// back, for later arrays of the same shard (a lock-free decision may still read one): address
 /// space, not memory, up to a few times the largest. A shard holding at most 8 keys is not swept.
 /// `reclaim(now)` drops every fresh key at once (for a service gone idle). Dropping never changes a
-/// decision: a dropped key is decided no earlier than its drop time (the latest time it was known
-/// at), so even a clock that steps back cannot revive spent capacity; a key that never had state is
-/// decided at its own time (but for a shard's drop filter's false positives, see detail/table.hpp).
+/// decision at or after the time the key became fresh (the model's `fresh_at`, the key's own
+/// time); one stamped before it, by a clock that steps back, is decided at that time, so it cannot
+/// revive spent capacity. A key that never had state is decided at its own time (but for a shard's
+/// drop filter's false positives, see detail/table.hpp).
 ///
 /// Per key it costs one table slot, whatever the key's length: the two hash words (16 bytes)
 /// and the algorithm's state (`sizeof(Model::State)`): 32 bytes for the 16-byte states of the

@@ -192,12 +192,11 @@ Decision gcra_apply(const GcraParams& p, GcraState& s, std::chrono::nanoseconds 
   return gcra_decide<Shaping, i128>(p, s, t, frac, ahead, op);
 }
 
-/// True when the bucket is full (token) or the queue empty (leaky) at `now`.
-constexpr bool gcra_is_fresh(const GcraParams&, const GcraState& s,
-                             std::chrono::nanoseconds now) noexcept {
-  const std::int64_t last = s.last();
-  const std::int64_t t = now.count() > last ? now.count() : last;
-  return s.at_ns < t || (s.at_ns == t && s.frac() == 0);
+/// When the bucket is full (token) or the queue empty (leaky) again: `at`, or the nanosecond
+/// after it if a fraction of a nanosecond is still owed. Never before the latest admission,
+/// since at >= last.
+constexpr std::chrono::nanoseconds gcra_fresh_at(const GcraParams&, const GcraState& s) noexcept {
+  return std::chrono::nanoseconds{s.at_ns + (s.frac() > 0 ? 1 : 0)};
 }
 
 }  // namespace ratelimit::detail

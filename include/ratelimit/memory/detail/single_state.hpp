@@ -93,7 +93,7 @@ struct alignas(64) SingleState {
   std::size_t reclaim(std::chrono::nanoseconds now) {
     std::lock_guard guard(lock);
     wait_idle();
-    if (!decided.load(std::memory_order_relaxed) || !M::is_fresh(params, state, now)) return 0;
+    if (!decided.load(std::memory_order_relaxed) || M::fresh_at(params, state) > now) return 0;
     decided.store(false, std::memory_order_relaxed);
     return 1;
   }

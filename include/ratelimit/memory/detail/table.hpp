@@ -133,13 +133,16 @@ struct TableStats {
 /// slot's lock bit, and the decision checks that the shard's lock is free (see `enter_fast`
 /// for why this is atomic with everything done under the lock, multi-key decisions included).
 ///
-/// A dropped key is decided no earlier than its drop time (the shard's latest time then, or the
-/// latest time its state saw, whichever is later), as if
-/// it had kept its state, so a clock that steps back never revives spent capacity. A key that
-/// never had state is decided at its own time, unless the shard's drop filter (4096 bits, the
-/// last 512 drops) says it may have been dropped (about 5 % of never-seen keys, false positive)
-/// or more than 512 keys were dropped from the shard since the clock's reading; those are
-/// pinned like dropped keys.
+/// A dropped key is decided no earlier than the time its state became fresh (its model's
+/// `fresh_at`: the bucket full again, the window over; never before the latest time the state
+/// kept): from then on the fresh state decides exactly as the kept one would, and a clock that
+/// steps back below it never revives spent capacity. That time is the key's own: a request
+/// stamped far ahead on another key (a clock stepping forward, an out-of-range `now`) changes
+/// nothing for it. A key that never had state is decided at its own time, unless the shard's
+/// drop filter (4096 bits, the last 512 drops) says it may have been dropped (about 5 % of
+/// never-seen keys, false positive) or more than 512 keys were dropped from the shard since
+/// the clock's reading; those are decided no earlier than the latest such time of the drops
+/// they may be.
 template <Model M, class Hash = SipKeyHash128>
 class Table {
   using State = typename M::State;
@@ -361,23 +364,22 @@ class Table {
                      const Operation& op, bool upkeep) {
     const std::uint64_t tag = tag_of(h);
     const std::uint64_t check = h.second;
-    // Only the shard's first line is written here (lock, counter, latest time): with two threads
+    // Only the shard's first line is written here (lock, counter): with two threads
     // on one key, every line written moves between their cores at each decision. The
     // parameters (a line or two) are kept for sweeps only when a sweep runs.
     if (!shard.has_params) [[unlikely]]
       shard.keep_params(p);
-    if (shard.latest < now) shard.latest = now;
     Decision d;
     if (State* s = shard.find(tag, check)) {
       d = M::apply(p, *s, now, op);
     } else {
-      // A key dropped as fresh is decided no earlier than its drop time, as if it had kept its
-      // state, so a clock that steps back never revives spent capacity (see the class comment).
+      // A key dropped as fresh is decided no earlier than the time it became fresh, so a clock
+      // that steps back never revives spent capacity (see the class comment).
       const auto pin = shard.pinned_time(h.first);
       const auto t = now < pin ? pin : now;
-      State fresh{};
-      d = M::apply(p, fresh, t, op);
-      if (!M::is_fresh(p, fresh, t)) shard.insert(tag, check, std::move(fresh));
+      State state{};
+      d = M::apply(p, state, t, op);
+      if (!fresh(p, state, t)) shard.insert(tag, check, std::move(state));
     }
     if (shard.old.capacity != 0) shard.migrate(p, now, migrate_step);
     if (++shard.decisions % sweep_every == 0 || upkeep) {
@@ -586,16 +588,9 @@ class Table {
     store_tag(to, key_tag(from));
   }
 
-  /// The time a key dropped at `now` is pinned to: the latest its state has seen, when the
-  /// model keeps it, if later than now (a lock-free decision does not write the shard's
-  /// latest time).
-  static std::chrono::nanoseconds seen(const State& s, std::chrono::nanoseconds now) noexcept {
-    if constexpr (requires { s.last(); })  // packed (GcraState)
-      return std::max(now, std::chrono::nanoseconds{s.last()});
-    else if constexpr (requires { s.last; })
-      return std::max(now, std::chrono::nanoseconds{s.last});
-    else
-      return now;
+  /// Whether `s` decides like a fresh state from `now` on, so that it may be dropped.
+  static bool fresh(const Params& p, const State& s, std::chrono::nanoseconds now) noexcept {
+    return M::fresh_at(p, s) <= now;
   }
 
   /// A zero-filled array of slots (ZeroedBlock: a mapping of its own from a page up, its pages
@@ -701,7 +696,7 @@ class Table {
 
   struct alignas(64) Shard {
     // The first cache line holds all that a decision on a key already held writes (the lock,
-    // the counter, the latest time; see decide_in). `cur` follows: read by every decision,
+    // the counter; see decide_in). `cur` follows: read by every decision,
     // written by inserts.
     mutable ShardLock mutex;
     bool has_params = false;
@@ -714,11 +709,10 @@ class Table {
     /// `cur.slots` (its capacity in the array's header), for lock-free decisions and `locate`'s
     /// prefetch, which read it without the lock. Null until the first array.
     std::atomic<Slot*> published{nullptr};
-    std::size_t decisions = 0;           ///< under the lock (lock-free ones are not counted)
-    std::size_t sweeps = 0;              ///< upkeeps done, for the cadence of visits
-    std::chrono::nanoseconds latest{0};  ///< the latest time decided here
-    std::size_t sweep_at = 0;            ///< next `cur` slot to sweep
-    Array cur;                           ///< where keys are inserted
+    std::size_t decisions = 0;  ///< under the lock (lock-free ones are not counted)
+    std::size_t sweeps = 0;     ///< upkeeps done, for the cadence of visits
+    std::size_t sweep_at = 0;   ///< next `cur` slot to sweep
+    Array cur;                  ///< where keys are inserted
     // Read by decisions, written only by resizes and sweeps (a line that is only read is shared
     // by the cores, not moved).
     Array old;                       ///< being emptied into `cur` by a resize (capacity 0: none)
@@ -849,8 +843,8 @@ class Table {
         Slot& s = old.slots[migrate_at];
         const std::uint64_t tag = key_tag(s);
         if (!(tag & 1)) continue;
-        if (live() > floor && M::is_fresh(p, s.state(), now)) {
-          record_drop(tag, s.state(), now);
+        if (live() > floor && fresh(p, s.state(), now)) {
+          record_drop(tag, M::fresh_at(p, s.state()));
           clear(s);
         } else if (Slot* to = cur.free_slot(tag)) {
           move_slot(*to, s);
@@ -888,9 +882,9 @@ class Table {
           return;
         }
         Slot& s = cur.slots[sweep_at];
-        if (load_tag(s) != 0 && live() > keep && M::is_fresh(p, s.state(), now)) {
+        if (load_tag(s) != 0 && live() > keep && fresh(p, s.state(), now)) {
           if (drops == 0) return;
-          record_drop(key_tag(s), s.state(), now);
+          record_drop(key_tag(s), M::fresh_at(p, s.state()));
           cur.erase_at(sweep_at);
           --drops;
         } else {
@@ -906,17 +900,19 @@ class Table {
         if (it == overflow.end()) it = overflow.begin();
         auto next = std::next(it);
         overflow_next = next == overflow.end() ? Hash128{} : next->first;
-        if (M::is_fresh(p, it->second, now)) {
-          record_drop(it->first.first, it->second, now);
+        if (fresh(p, it->second, now)) {
+          record_drop(it->first.first, M::fresh_at(p, it->second));
           overflow.erase(it);
         }
       }
     }
 
-    /// Notes that a key with `tag` was dropped as fresh at `now`: it is pinned to the latest
-    /// time of this shard, which no key's own time exceeds.
-    void record_drop(std::uint64_t tag, const State& state, std::chrono::nanoseconds now) {
-      const auto at = std::max(latest, seen(state, now));
+    /// Notes that the key with `tag` was dropped, fresh from `fresh_at` (its model's `fresh_at`,
+    /// at most the sweep's time): it is decided no earlier than that, and so is a key never seen
+    /// that the filter cannot tell from it. The key's own time, never another key's: a request
+    /// stamped far ahead on one key must not hold back the others (it once pinned them to the
+    /// shard's latest time, 2^62 after one out-of-range `now`).
+    void record_drop(std::uint64_t tag, std::chrono::nanoseconds fresh_at) {
       if (!filter) filter = std::make_unique<std::uint64_t[]>(filter_words);
       if (filtered == filter_keys) {
         old_horizon = std::max(old_horizon, recent_horizon);
@@ -927,7 +923,7 @@ class Table {
       for (const std::size_t bit : filter_bits(tag))
         filter[bit / 64] |= std::uint64_t{1} << (bit % 64);
       ++filtered;
-      recent_horizon = std::max(recent_horizon, at);
+      recent_horizon = std::max(recent_horizon, fresh_at);
     }
 
     /// The time a key with hash `h`, not held, is decided no earlier than.
@@ -972,14 +968,13 @@ class Table {
         std::lock_guard lock(mutex);
         if (!has_params) return dropped;
         const std::size_t before = live();
-        if (latest < now) latest = now;
         if (old.capacity != 0) {
           migrate(params, now, chunk, 0);
         } else if (!overflow.empty() && swept == none) {
           // The overflow map first, whole (it only holds keys that found no slot).
           for (auto it = overflow.begin(); it != overflow.end();) {
-            if (M::is_fresh(params, it->second, now)) {
-              record_drop(it->first.first, it->second, now);
+            if (fresh(params, it->second, now)) {
+              record_drop(it->first.first, M::fresh_at(params, it->second));
               it = overflow.erase(it);
             } else {
               ++it;
@@ -994,8 +989,8 @@ class Table {
           }
           for (std::size_t n = chunk; n > 0 && at < cur.capacity; --n) {
             Slot& s = cur.slots[at];
-            if (load_tag(s) != 0 && M::is_fresh(params, s.state(), now)) {
-              record_drop(key_tag(s), s.state(), now);
+            if (load_tag(s) != 0 && fresh(params, s.state(), now)) {
+              record_drop(key_tag(s), M::fresh_at(params, s.state()));
               cur.erase_at(at);
             } else {
               ++at;
