@@ -594,8 +594,11 @@ TEST_CASE("An out-of-range explicit time on one key changes nothing for the othe
   ratelimit::TokenBucket<ManualClock> limiter({1, ratelimit::per_second(1)}, storage);
   for (int i = 0; i < 2'000; ++i) REQUIRE(limiter.try_acquire("k-" + std::to_string(i), 1, 100s));
   REQUIRE(limiter.try_acquire("bogus", 1, std::chrono::nanoseconds::max()));
-  // Full again at 101 s: all 2,000 dropped at 200 s; the bogus key (full at 2^62 + 1 s) kept.
-  REQUIRE(storage.reclaim(200s) == 2'000);
+  // Full again at 101 s: all 2,000 are dropped by 200 s, the bogus key (full at 2^62 + 1 s)
+  // is kept. Some may already be: the bogus decision's own sweep of its shard ran at 2^62,
+  // where every key is fresh (they are pinned to their own fresh time, 101 s, all the same).
+  storage.reclaim(200s);
+  REQUIRE(storage.size() == 1);
   int both = 0;
   for (int i = 0; i < 2'000; ++i) {
     const std::string key = "k-" + std::to_string(i);
