@@ -844,7 +844,7 @@ class Table {
         const std::uint64_t tag = key_tag(s);
         if (!(tag & 1)) continue;
         if (live() > floor && fresh(p, s.state(), now)) {
-          record_drop(tag, M::fresh_at(p, s.state()));
+          record_drop(p, tag, s.state());
           clear(s);
         } else if (Slot* to = cur.free_slot(tag)) {
           move_slot(*to, s);
@@ -884,7 +884,7 @@ class Table {
         Slot& s = cur.slots[sweep_at];
         if (load_tag(s) != 0 && live() > keep && fresh(p, s.state(), now)) {
           if (drops == 0) return;
-          record_drop(key_tag(s), M::fresh_at(p, s.state()));
+          record_drop(p, key_tag(s), s.state());
           cur.erase_at(sweep_at);
           --drops;
         } else {
@@ -901,18 +901,19 @@ class Table {
         auto next = std::next(it);
         overflow_next = next == overflow.end() ? Hash128{} : next->first;
         if (fresh(p, it->second, now)) {
-          record_drop(it->first.first, M::fresh_at(p, it->second));
+          record_drop(p, it->first.first, it->second);
           overflow.erase(it);
         }
       }
     }
 
-    /// Notes that the key with `tag` was dropped, fresh from `fresh_at` (its model's `fresh_at`,
-    /// at most the sweep's time): it is decided no earlier than that, and so is a key never seen
-    /// that the filter cannot tell from it. The key's own time, never another key's: a request
-    /// stamped far ahead on one key must not hold back the others (it once pinned them to the
-    /// shard's latest time, 2^62 after one out-of-range `now`).
-    void record_drop(std::uint64_t tag, std::chrono::nanoseconds fresh_at) {
+    /// Notes that the key with `tag` and `state` (fresh under `p`) was dropped: it is decided no
+    /// earlier than its model's `fresh_at`, and so is a key never seen that the filter cannot
+    /// tell from it. The key's own time, never another key's: a request stamped far ahead on one
+    /// key must not hold back the others (it once pinned them to the shard's latest time, 2^62
+    /// after one out-of-range `now`).
+    void record_drop(const Params& p, std::uint64_t tag, const State& state) {
+      const auto fresh_at = M::fresh_at(p, state);
       if (!filter) filter = std::make_unique<std::uint64_t[]>(filter_words);
       if (filtered == filter_keys) {
         old_horizon = std::max(old_horizon, recent_horizon);
@@ -974,7 +975,7 @@ class Table {
           // The overflow map first, whole (it only holds keys that found no slot).
           for (auto it = overflow.begin(); it != overflow.end();) {
             if (fresh(params, it->second, now)) {
-              record_drop(it->first.first, M::fresh_at(params, it->second));
+              record_drop(params, it->first.first, it->second);
               it = overflow.erase(it);
             } else {
               ++it;
@@ -990,7 +991,7 @@ class Table {
           for (std::size_t n = chunk; n > 0 && at < cur.capacity; --n) {
             Slot& s = cur.slots[at];
             if (load_tag(s) != 0 && fresh(params, s.state(), now)) {
-              record_drop(key_tag(s), M::fresh_at(params, s.state()));
+              record_drop(params, key_tag(s), s.state());
               cur.erase_at(at);
             } else {
               ++at;
