@@ -568,8 +568,11 @@ TEST_CASE("A request stamped far ahead on one key never holds back the other key
     REQUIRE(table.apply(one_per_second, std::to_string(i * 64), 100s, Operation{}).allowed);
   // Key 0 (shard 0 too) is stamped 2^62; its bucket is then full again only at 2^62 + 1 s.
   REQUIRE(table.apply(one_per_second, "0", ratelimit::max_clock_time, Operation{}).allowed);
-  // At 200 s the 100 others are full again (since 101 s) and dropped; key 0 is not fresh.
-  REQUIRE(table.reclaim(200s) == 100);
+  // At 200 s the 100 others are full again (since 101 s) and dropped; key 0 is not fresh. Some
+  // may be dropped before reclaim: key 0's decision sweeps its shard at 2^62 when it is its
+  // thread's 8th (a per-thread count, so it depends on the tests run before this one).
+  table.reclaim(200s);
+  REQUIRE(table.stats().keys == 1);
   // Each dropped key at 300 s and 301 s: decided at its own times (no earlier than 101 s), so
   // admitted both times (one token per second). Pinned at 2^62, the second was denied.
   for (std::uint64_t i = 1; i <= 100; ++i) {
