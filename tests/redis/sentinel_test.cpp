@@ -51,8 +51,9 @@ TEST_CASE(
   rltest::SentinelSetup setup;
 
   ratelimit::RedisOptions options;
-  options.sentinel.sentinels = setup.sentinel_addresses();
-  options.sentinel.master_name = rltest::SentinelSetup::master_name;
+  // The README's form, braces and all: it must build with -Wextra -Werror (the credentials
+  // left out have default member initializers).
+  options.sentinel = {setup.sentinel_addresses(), rltest::SentinelSetup::master_name};
   // Ignored with sentinels: a port nobody listens on, so only the sentinels can lead to Redis.
   options.host = "127.0.0.1";
   options.port = rltest::free_loopback_port();

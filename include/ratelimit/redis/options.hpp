@@ -121,10 +121,12 @@ struct RedisTlsOptions {
 /// ignored. The sentinels get their own credentials and the storage's `tls` settings.
 /// Thread safety: a plain value.
 struct RedisSentinelOptions {
-  std::vector<std::string> sentinels;  ///< "host:port" of each sentinel
-  std::string master_name;             ///< the name the sentinels monitor the primary under
-  std::string username;                ///< sentinels' ACL user (empty: the default user)
-  std::string password;                ///< sentinels' AUTH password when not empty
+  // Every member has an initializer, so `{{"host:port", ...}, "name"}` leaves the credentials
+  // out without -Wmissing-field-initializers.
+  std::vector<std::string> sentinels{};  ///< "host:port" of each sentinel
+  std::string master_name{};             ///< the name the sentinels monitor the primary under
+  std::string username{};                ///< sentinels' ACL user (empty: the default user)
+  std::string password{};                ///< sentinels' AUTH password when not empty
 };
 
 /// Configuration of a `RedisStorage`. Every field has a usable default.
