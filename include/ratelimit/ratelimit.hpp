@@ -2,7 +2,7 @@
 /// @file ratelimit.hpp
 /// Everything in process: the five algorithms, the concurrency limit and priorities, the clocks,
 /// the in-memory storage and, for tests, ManualClock, and `try_acquire_all` (several limiters on
-/// one key, all or nothing). The Redis
+/// one key, all or nothing), and the HTTP response headers (`rate_limit_headers`). The Redis
 /// storage is separate (`ratelimit/redis.hpp`, target `ratelimit::redis`), and so is the
 /// calendar quota (`ratelimit/calendar_quota.hpp`, target `ratelimit::calendar`).
 
@@ -18,6 +18,7 @@
 #include "core/priority.hpp"
 #include "core/rate.hpp"
 #include "core/storage.hpp"
+#include "http/headers.hpp"
 #include "memory/in_memory_storage.hpp"
 #include "testing/manual_clock.hpp"
 #include "version.hpp"
