@@ -61,4 +61,4 @@ burst 25 "$base/api/hello"
 
 echo
 echo "5) GET /metrics"
-curl -s "$base/metrics" | grep -v '^#' | grep -vE ' 0$' | sed 's/^/    /'
+curl -s "$base/metrics" | grep -v '^#' | grep -vE ' 0(\.0+)?$' | sed 's/^/    /'
