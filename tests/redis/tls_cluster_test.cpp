@@ -2,6 +2,7 @@
 // too: tls-cluster yes), so CLUSTER SLOTS names their TLS ports; a RedisClusterStorage with TLS
 // options learns the map over TLS, verifies every node's certificate, and decides exactly on
 // each node. A storage trusting another CA is refused by every node.
+#include <algorithm>
 #include <chrono>
 #include <memory>
 #include <set>
@@ -115,4 +116,51 @@ TEST_CASE("TLS on Redis Cluster: the map is learned over TLS and every node is v
   const auto reports = wrong_log.snapshot();
   REQUIRE_FALSE(reports.empty());
   CHECK(rltest::contains_nocase(reports.front().message, "certificate"));
+}
+
+// A newcomer pointed a cluster storage at a standalone Redis: it decided normally and nothing
+// told them. Seeds that are separate servers would each keep their own limits, so the storage
+// now says so once (a warning naming the seed and Redis's answer), and asks for a map at most
+// every 100 ms instead of beside every decision.
+TEST_CASE("A cluster storage on a standalone Redis warns once and asks for the map sparingly",
+          "[redis][cluster]") {
+  rltest::ThrowawayRedis server;
+  const auto e = server.endpoint();
+  rltest::FailureLog log;
+  ratelimit::RedisClusterOptions o;
+  o.seeds = {e.host + ":" + std::to_string(e.port)};
+  o.redis.key_prefix = rltest::unique_prefix("standalone-seed");
+  o.redis.on_failure = log.callback();
+  ratelimit::RedisClusterStorage storage(o);
+  ratelimit::ManualClock clock;
+  // Capacity 50, no refill on the manual clock (which never moves): 50 of 200 admitted.
+  ratelimit::TokenBucket<ratelimit::ManualClock, ratelimit::RedisStorage> bucket(
+      {50, ratelimit::per_hour(50)}, storage, clock);
+  const auto start = std::chrono::steady_clock::now();
+  int admitted = 0, degraded = 0;
+  for (int i = 0; i < 200; ++i) {
+    const ratelimit::Decision d = bucket.try_acquire("k");
+    admitted += d.allowed ? 1 : 0;
+    degraded += d.degraded ? 1 : 0;
+  }
+  const auto elapsed = std::chrono::steady_clock::now() - start;
+  CHECK(degraded == 0);
+  CHECK(admitted == 50);
+  const auto reports = log.snapshot();
+  REQUIRE(log.count(ratelimit::RedisFailureKind::warning) == 1);
+  const auto warning = std::find_if(reports.begin(), reports.end(), [](const auto& f) {
+    return f.kind == ratelimit::RedisFailureKind::warning;
+  });
+  CHECK(rltest::contains_nocase(warning->message, o.seeds.front()));
+  CHECK(rltest::contains_nocase(warning->message, "not a Redis Cluster node"));
+  // One ask at the first decision, then at most one per 100 ms of the loop, plus one that may
+  // be under way as it ends.
+  rltest::RedisAdmin admin(e);
+  const auto info = admin.run({"INFO", "commandstats"});
+  const std::string stats(info->str, info->len);
+  const auto at = stats.find("cmdstat_cluster|slots:calls=");
+  REQUIRE(at != std::string::npos);
+  const long long asks =
+      std::stoll(stats.substr(at + std::string("cmdstat_cluster|slots:calls=").size()));
+  CHECK(asks <= 2 + elapsed / 100ms);
 }

@@ -126,8 +126,7 @@ class RedisClusterClient final : public RedisClient {
   /// Routes every call by its first key's slot; with no slot map yet, to a seed (its MOVED
   /// replies route them meanwhile) while the map is learned in the background.
   void start(const OpPtr& op) override {
-    if (!mapped_.load(std::memory_order_acquire))
-      refresh_in_background(std::chrono::nanoseconds{0});
+    if (!mapped_.load(std::memory_order_acquire)) refresh_in_background(min_unmapped_refresh);
     op->targets.resize(op->calls.size());
     op->asking.assign(op->calls.size(), 0);
     op->rounds.assign(op->calls.size(), 0);
@@ -145,6 +144,10 @@ class RedisClusterClient final : public RedisClient {
  private:
   /// The most node addresses one storage learns (Redis Cluster's own limit is about 1,000).
   static constexpr std::size_t max_nodes = 1024;
+
+  /// Without a map, decisions ask for one at most this often: a seed that can never give one
+  /// (a standalone Redis) must not get a CLUSTER SLOTS beside every decision.
+  static constexpr std::chrono::nanoseconds min_unmapped_refresh = std::chrono::milliseconds{100};
 
   /// A MOVED refreshes the map at most this often (each also patches its own slot at once).
   static constexpr std::chrono::nanoseconds min_moved_refresh = std::chrono::milliseconds{10};
@@ -322,9 +325,24 @@ class RedisClusterClient final : public RedisClient {
         mapped_.store(true, std::memory_order_release);
         return done(true);
       }
+      if (!o.error && o.replies.front()->type == REDIS_REPLY_ERROR)
+        warn_not_cluster(*n, *o.replies.front());
       learn(std::move(cands), k + 1, std::move(done));
     };
     loop().submit(n->io, std::move(req));
+  }
+
+  /// A seed that answers CLUSTER SLOTS with an error (a standalone Redis: "cluster support
+  /// disabled") is a misconfiguration that would otherwise go unnoticed: decisions still reach
+  /// it, but seeds that are separate servers each keep their own limits. Told once per storage.
+  void warn_not_cluster(const RedisNodeClient& n, const redisReply& error) {
+    if (warned_not_cluster_.exchange(true, std::memory_order_relaxed)) return;
+    notify({RedisFailureKind::warning,
+            n.address().address() + " answered CLUSTER SLOTS with \"" +
+                std::string(error.str, error.len) +
+                "\": not a Redis Cluster node. Decisions go to the first seed that answers; "
+                "seeds that are separate servers keep separate limits (use RedisStorage for one "
+                "server)"});
   }
 
   /// The pool and breaker of `address`, created on first sight. Never removed, so the pointers
@@ -423,6 +441,7 @@ class RedisClusterClient final : public RedisClient {
   std::vector<std::unique_ptr<RedisNodeClient>> cluster_nodes_;
   std::atomic<bool> refreshing_{false};
   std::atomic<bool> mapped_{false};
+  std::atomic<bool> warned_not_cluster_{false};
   std::atomic<std::int64_t> last_refresh_ns_{0};
   std::atomic<std::uint64_t> moved_{0};
   std::atomic<std::uint64_t> ask_{0};
