@@ -190,14 +190,16 @@ TEST_CASE("A host name slower to resolve than connect_timeout still reaches a he
 
 TEST_CASE("Decisions in flight hold at most max_in_flight_bytes, whatever their keys",
           "[redis][hostile_client][memory]") {
-  // Each decision in flight holds its key about three times (its call, its RESP bytes, the
-  // completion's copy): 300 keys of 1 MiB against a stopped Redis would hold some 900 MiB. With
-  // max_in_flight_bytes = 64 MiB, those past it are decided at once (overloaded).
+  // A key over 256 bytes goes to Redis as its digest; the local fallback still needs the key
+  // itself, so with it each decision in flight holds its 1 MiB key once: 300 keys of 1 MiB
+  // against a stopped Redis would hold some 300 MiB. With max_in_flight_bytes = 64 MiB, those
+  // past it are decided at once (overloaded), by the fallback.
   rltest::ThrowawayRedis server;
   auto o = rltest::test_redis_options("mem");
   o.port = server.endpoint().port;
   o.command_timeout = 30s;
   o.max_in_flight_bytes = std::size_t{64} << 20;
+  o.failure_policy = ratelimit::FailurePolicy::local_fallback;
   RedisStorage storage(o);
   ManualClock clock;
   Bucket tb({10, ratelimit::per_second(1)}, storage, clock);
@@ -219,13 +221,51 @@ TEST_CASE("Decisions in flight hold at most max_in_flight_bytes, whatever their 
   REQUIRE(eventually([&] { return done.load() == n; }, 60s));
   INFO("resident memory grew by " << grown_kb / 1024 << " MiB; " << overloaded
                                   << " decisions refused by the byte budget");
-  // About 3 MiB counted per decision: some 20 fit in 64 MiB, the other ~280 are refused.
+  // About 1 MiB counted per decision: some 64 fit in 64 MiB, the other ~236 are refused.
   CHECK(overloaded > 200u);
 #if RLTEST_ASAN
   (void)grown_kb;  // AddressSanitizer keeps freed memory in quarantine: RSS says nothing here
 #else
   CHECK(grown_kb < 2 * 64 * 1024);  // the budget, with room for the allocator's slack
 #endif
+}
+
+TEST_CASE("Without a local fallback a long key is not kept in flight: none passes the budget",
+          "[redis][hostile_client][memory]") {
+  // A tester's case: under fail_open, keys over a third of max_in_flight_bytes were never sent
+  // and so never limited. Now a decision keeps only the key's digest while in flight: 300
+  // decisions on distinct 2 MiB keys (600 MiB of keys) against a stopped Redis fit in a 1 MiB
+  // budget (about 3 x 100 bytes each), none refused, and each is decided by Redis once it
+  // resumes: 10 tokens per key, so every one of the 300 is admitted, none degraded.
+  rltest::ThrowawayRedis server;
+  auto o = rltest::test_redis_options("longkeys");
+  o.port = server.endpoint().port;
+  o.command_timeout = 30s;
+  o.max_in_flight_bytes = std::size_t{1} << 20;
+  o.failure_policy = ratelimit::FailurePolicy::fail_open;
+  RedisStorage storage(o);
+  ManualClock clock;
+  Bucket tb({10, ratelimit::per_second(1)}, storage, clock);
+  REQUIRE_FALSE(tb.try_acquire("warm").degraded);
+  server.pause();
+  constexpr int n = 300;
+  std::atomic<int> done{0}, admitted{0}, degraded{0};
+  std::string key(std::size_t{2} << 20, 'x');
+  for (int i = 0; i < n; ++i) {
+    key[0] = static_cast<char>('a' + i % 26);
+    key[1] = static_cast<char>('a' + i / 26);
+    tb.try_acquire_async(key, 1, [&](Decision d) {
+      admitted += d.allowed ? 1 : 0;
+      degraded += d.degraded ? 1 : 0;
+      ++done;
+    });
+  }
+  const auto overloaded = storage.stats().overloaded;
+  server.resume();
+  REQUIRE(eventually([&] { return done.load() == n; }, 60s));
+  CHECK(overloaded == 0u);
+  CHECK(degraded.load() == 0);
+  CHECK(admitted.load() == n);
 }
 
 TEST_CASE("A sequential non-blocking loop while Redis is down does not overflow the stack",

@@ -98,10 +98,73 @@ TEST_CASE("Key encoding never lets two different client keys, names or algorithm
   std::string far_other;
   for (int i = 0; i < 20; ++i) far_other += std::string(100, 'a') + "%";
   far_other += std::string(100, 'a') + "}" + std::string(100, 'a');
-  for (const std::string& k : {runs, mixed, long_runs, far_other})
-    CHECK(ratelimit::detail::redis_hash_tag(redis_key("p:", k, tail)) == by_definition(k));
+  // (Keys this long appear in Redis as their digest, below: the escaping is checked directly.)
+  for (const std::string& k : {runs, mixed, long_runs, far_other}) {
+    std::string escaped;
+    ratelimit::detail::append_escaped(escaped, k, '}');
+    CHECK(escaped == by_definition(k));
+  }
   // A rule set's tag holds the slot; the client key follows the name.
   CHECK(redis_key("p:", "k", tail, "t") == "p:{t}tb2:api:k");
+}
+
+TEST_CASE(
+    "A client key or tag over 256 bytes appears in Redis as its SHA-256, distinct from "
+    "every escaped key",
+    "[redis][keys]") {
+  using ratelimit::detail::redis_key;
+  using ratelimit::detail::redis_key_tail;
+  const auto tail = redis_key_tail("tb", "api");
+  // FIPS 180-2, appendix B.3: the SHA-256 of one million 'a' bytes.
+  const std::string million_a(1'000'000, 'a');
+  const std::string digest = "cdc76e5c9914fb9281a1c7e284d73e67f1809a48a497200e046d39ccc7112cd0";
+  CHECK(redis_key("p:", million_a, tail) == "p:{%H" + digest + "}tb2:api");
+  // As a rule set's tag (in braces), and as the client key after the tail: right after the
+  // name, with no second ':' (which a name cannot hold, so no plain key looks like it).
+  CHECK(redis_key("p:", "k", tail, million_a) == "p:{%H" + digest + "}tb2:api:k");
+  CHECK(redis_key("p:", million_a, tail, "t") == "p:{t}tb2:api%H" + digest);
+  // 256 bytes are shown as themselves, 257 by their digest: "p:{" + 66 + "}tb2:api".
+  CHECK(redis_key("p:", std::string(256, 'x'), tail) == "p:{" + std::string(256, 'x') + "}tb2:api");
+  CHECK(redis_key("p:", std::string(257, 'x'), tail).size() == 3 + 66 + 1 + 7);
+  CHECK(redis_key("p:", std::string(257, 'x'), tail) !=
+        redis_key("p:", std::string(258, 'x'), tail));
+  // A short key spelling a digest is escaped ('%' -> %25) or follows a ':': never the same.
+  const std::string spelled = "%H" + digest;
+  CHECK(redis_key("p:", spelled, tail) != redis_key("p:", million_a, tail));
+  CHECK(redis_key("p:", spelled, tail, "t") != redis_key("p:", million_a, tail, "t"));
+  CHECK(redis_key("p:", "k", tail, spelled) != redis_key("p:", "k", tail, million_a));
+  // Every key of one long client key keeps one hash tag: one Redis Cluster slot.
+  CHECK(ratelimit::detail::redis_hash_tag(redis_key("p:", million_a, tail)) ==
+        ratelimit::detail::redis_hash_tag(redis_key("p:", million_a, redis_key_tail("sl", "x"))));
+}
+
+TEST_CASE("A key larger than max_in_flight_bytes is limited exactly on a healthy Redis",
+          "[redis][keys][hostile_client]") {
+  // A tester's case: with max_in_flight_bytes at its 1 MiB minimum, keys of 400 KB and more
+  // were never sent (one decision over the budget: overloaded), so fail_open admitted 20 of 20
+  // where the limit is 3. A key's size no longer reaches Redis: 3 of 20 admitted, none
+  // degraded, and the Redis key holds the digest, not the 2 MiB.
+  auto o = rltest::test_redis_options("bigkey");
+  o.max_in_flight_bytes = std::size_t{1} << 20;
+  RedisStorage storage(o);
+  ManualClock clock;
+  auto fw = redis_limiter<ratelimit::FixedWindow>(ratelimit::per_hour(3), storage, clock);
+  for (const std::size_t size : {std::size_t{400'000}, std::size_t{2} << 20}) {
+    const std::string key(size, 'k');
+    int admitted = 0, degraded = 0;
+    for (int i = 0; i < 20; ++i) {
+      const Decision d = fw.try_acquire(key);
+      admitted += d.allowed ? 1 : 0;
+      degraded += d.degraded ? 1 : 0;
+    }
+    INFO("key of " << size << " bytes");
+    CHECK(admitted == 3);
+    CHECK(degraded == 0);
+  }
+  rltest::RedisAdmin admin(rltest::redis_endpoint());
+  const auto redis_keys = admin.scan(pattern_of(storage));
+  CHECK(redis_keys.size() == 2);
+  for (const auto& rk : redis_keys) CHECK(rk.size() < o.key_prefix.size() + 100);
 }
 
 TEST_CASE("A request's reserved size is the size of the RESP hiredis writes", "[redis][resp]") {

@@ -59,8 +59,11 @@ class RedisBatch {
     if (binding.client_ != client_)
       throw std::invalid_argument("binding: belongs to another RedisStorage than the batch");
     calls_.push_back(binding.call(key, now, op));
-    finishers_.push_back([b = binding, k = std::string(key), now,
-                          op](detail::RedisResult& r) mutable { return b.finish(r, k, now, op); });
+    auto [k, rk] = binding.kept_in_flight(key);  // a long key: only its Redis key (a digest)
+    finishers_.push_back([b = binding, k = std::move(k), rk = std::move(rk), now,
+                          op](detail::RedisResult& r) mutable {
+      return b.finish(r, typename RedisBinding<M>::HeldKey{k, rk}, now, op);
+    });
     return calls_.size() - 1;
   }
 

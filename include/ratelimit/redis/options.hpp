@@ -159,9 +159,11 @@ struct RedisOptions {
   /// Redis at once, 1..10^7. Beyond it a decision is decided at once by `failure_policy`
   /// (`RedisFailureKind::overloaded`), so a stalled Redis never queues work without bound.
   std::size_t max_in_flight = 10'000;
-  /// Backpressure in bytes: what decisions in flight may hold together (their keys and
-  /// arguments, about three times over), >= 1 MiB. Past it a decision is decided at once by
-  /// `failure_policy` (`overloaded`), so a flood of huge keys while Redis stalls stays bounded.
+  /// Backpressure in bytes: what decisions in flight may hold together (their Redis keys and
+  /// arguments, about three times over; a client key over 256 bytes is sent as its digest, and
+  /// kept in flight only for the local fallback, then counted once), >= 1 MiB. Past it a
+  /// decision is decided at once by `failure_policy` (`overloaded`), so a flood of huge keys
+  /// while Redis stalls stays bounded.
   std::size_t max_in_flight_bytes = std::size_t{256} << 20;
   FailurePolicy failure_policy = FailurePolicy::fail_open;
   /// The per-instance limit (of local_fallback and of `pre_limit`) is the shared one divided by

@@ -150,7 +150,7 @@ class RedisBinding {
     detail::ProbeGuard guard(sent.probe ? &hot_->cache : nullptr, cache_key(key));
     auto results = client_->execute_one([&] { return call(key, now, op); }, deadline);
     guard.dismiss();
-    return finish(results.front(), key, now, op, sent);
+    return finish(results.front(), HeldKey{key, {}}, now, op, sent);
   }
 
   /// `apply` without blocking: `done(Decision)` is called exactly once, on the storage's I/O
@@ -276,19 +276,33 @@ class RedisBinding {
     return d;
   }
 
-  Decision finish(detail::RedisResult& r, std::string_view key, std::chrono::nanoseconds now,
+  /// What a decision keeps of its client key until Redis answers: the key (`redis_key`
+  /// empty), or for a key over max_plain_key_bytes without a local fallback only its Redis
+  /// key (`key` empty), which is all the failure policy then needs. Such a key is neither
+  /// cached (the over-limit cache holds no key that long) nor spent from the pre-limit (which
+  /// then never denies it: Redis decides it, exactly).
+  struct HeldKey {
+    std::string_view key;
+    std::string_view redis_key;
+  };
+
+  /// The decision from Redis's reply `r` (or the failure policy's). `held`: a client key, or
+  /// (see `HeldKey`) only its Redis key when the key was too long to keep in flight.
+  Decision finish(detail::RedisResult& r, const HeldKey& held, std::chrono::nanoseconds now,
                   const Operation& op, const detail::Sent& sent = {}) const {
+    const std::string_view key = held.key;
     detail::ProbeGuard guard(sent.probe ? &hot_->cache : nullptr, cache_key(key));
-    if (r.failure) return degrade(key, now, op);
+    if (r.failure) return degrade(key, now, op, held.redis_key);
     const auto ints = detail::reply_ints(*r.reply);
     std::optional<Decision> d;
     if (ints) d = M::Wire::decode(params_, *ints, op);
     if (!d) {
       client_->report({RedisFailureKind::protocol,
                        "unexpected reply from the " + std::string(M::name) + " script"});
-      return degrade(key, now, op);
+      return degrade(key, now, op, held.redis_key);
     }
     client_->count_decision();
+    if (!held.redis_key.empty()) return *d;  // a long key: neither cached nor pre-limited
     if (caching()) {
       guard.dismiss();
       learn(key, *ints, op, *d, sent, now);
@@ -467,17 +481,36 @@ class RedisBinding {
       sent.at_ns = steady_ns();
     }
     detail::ProbeGuard guard(sent.probe ? &hot_->cache : nullptr, cache_key(key));
-    auto finish_here = [self = *this, k = std::string(key), now, op, sent,
+    // A long key is kept in flight only for the local fallback, which decides on it, and is
+    // then counted against max_in_flight_bytes. Otherwise only its Redis key (a digest) is
+    // kept: a client's megabyte key must not, by itself, pass the budget and be decided by
+    // the failure policy while Redis is healthy (with fail_open: never limited).
+    auto [k, rk] = kept_in_flight(key);
+    const std::size_t held = k.size() > detail::max_plain_key_bytes ? k.size() : 0;
+    auto finish_here = [self = *this, k = std::move(k), rk = std::move(rk), now, op, sent,
                         done = std::move(done)](std::vector<detail::RedisResult>&& r) {
-      Decision d = self.finish(r.front(), k, now, op, sent);
+      Decision d = self.finish(r.front(), HeldKey{k, rk}, now, op, sent);
       detail::complete_safely(done, std::move(d));
     };
     guard.dismiss();  // from here the completion settles the probe, exactly once
-    client_->execute_one_async([&] { return call(key, now, op); }, deadline,
-                               std::move(finish_here));
+    client_->execute_one_async([&] { return call(key, now, op); }, deadline, std::move(finish_here),
+                               held);
   }
 
-  Decision degrade(std::string_view key, std::chrono::nanoseconds now, const Operation& op) const {
+  /// What a decision in flight keeps of `key`, as {key, Redis key} (see HeldKey): the key, or
+  /// for a key over max_plain_key_bytes only its Redis key (a digest), unless the local
+  /// fallback needs the key itself.
+  std::pair<std::string, std::string> kept_in_flight(std::string_view key) const {
+    if (key.size() <= detail::max_plain_key_bytes ||
+        client_->options().failure_policy == FailurePolicy::local_fallback)
+      return {std::string(key), {}};
+    return {{}, redis_key_of(key, {})};
+  }
+
+  /// The failure policy's decision. `redis_key`: the key's Redis key when known (`key` is then
+  /// empty: see HeldKey), for the back-off of the node that owns it.
+  Decision degrade(std::string_view key, std::chrono::nanoseconds now, const Operation& op,
+                   std::string_view redis_key = {}) const {
     client_->count_degraded();
     Decision d{};
     if (client_->options().failure_policy == FailurePolicy::local_fallback) {
@@ -497,7 +530,8 @@ class RedisBinding {
       d.remaining = limit;
       return d;
     }
-    const auto wait = client_->retry_in([&] { return redis_key_of(key, {}); });
+    const auto wait = client_->retry_in(
+        [&] { return redis_key.empty() ? redis_key_of(key, {}) : std::string(redis_key); });
     d.retry_after = wait < std::chrono::milliseconds{1} ? std::chrono::milliseconds{1} : wait;
     return d;
   }

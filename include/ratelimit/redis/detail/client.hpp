@@ -185,15 +185,17 @@ class RedisClient : public std::enable_shared_from_this<RedisClient> {
   /// `execute_async` of the one call `make_call()` builds, built only if it may be sent: when
   /// the breaker refuses it before any key is built (see `refused_unbuilt`), `done` gets that
   /// failure and `make_call` is never called. Building it out of memory is a failure too, as
-  /// formatting it is (`begin`): `done` runs exactly once, whatever happens.
+  /// formatting it is (`begin`): `done` runs exactly once, whatever happens. `held`: bytes
+  /// `done` holds beyond a copy of the call's keys (a client key longer than its Redis key),
+  /// counted against `max_in_flight_bytes` with the call.
   template <class MakeCall>
   void execute_one_async(MakeCall&& make_call, std::chrono::steady_clock::time_point deadline,
-                         Completion done) {
+                         Completion done, std::size_t held = 0) {
     deferred_here([&] {
       std::vector<RedisCall> calls;
       if (auto unsent = build_one(make_call, calls); !unsent.empty())
         return hand_over(done, std::move(unsent));
-      begin(std::move(calls), deadline, std::move(done));
+      begin(std::move(calls), deadline, std::move(done), false, held);
     });
   }
 
@@ -345,13 +347,13 @@ class RedisClient : public std::enable_shared_from_this<RedisClient> {
   }
 
   /// execute_async's work: backpressure (decisions and bytes in flight), then `start`.
-  /// `blocking`: for `execute` (its calling thread waits).
+  /// `blocking`: for `execute` (its calling thread waits). `held`: see execute_one_async.
   void begin(std::vector<RedisCall> calls, std::chrono::steady_clock::time_point deadline,
-             Completion done, bool blocking = false) {
+             Completion done, bool blocking = false, std::size_t held = 0) {
     if (calls.empty()) return hand_over(done, {});
     // What the decision holds while in flight: its calls, their RESP bytes and the
     // completion's copy of each key, about three times its keys and arguments.
-    std::size_t bytes = 0;
+    std::size_t bytes = held;
     for (const auto& c : calls) {
       for (const auto& k : c.keys) bytes += 3 * (k.size() + 16);
       for (const auto& a : c.argv) bytes += 2 * (a.size() + 16);

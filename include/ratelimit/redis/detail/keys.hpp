@@ -13,9 +13,17 @@
 ///  - the algorithm tag is a short fixed identifier (`Wire::key_tag`, "tb", "sl", ...) and the
 ///    format is `key_format`: state written by another format version lives under other names;
 ///  - name(): '%' -> "%25" and ':' -> "%3A", so the name holds no ':'. A key has one ':' after
-///    the hash tag's algorithm tag, or two when a client key follows (kept as it is: it is last).
-/// So two different (prefix, key, tag, algorithm, format, name) never give the same Redis key,
-/// and every key of one client key (one decision) hashes to one Redis Cluster slot.
+///    the hash tag's algorithm tag, or two when a client key follows (kept as it is: it is last);
+///  - a client key or tag longer than `max_plain_key_bytes` appears as "%H" and its SHA-256 in
+///    64 lower-case hex digits instead: in braces, and right after the name (no second ':') when
+///    it follows the tail. Escaping never writes "%H" ('%' is followed by two upper-case hex
+///    digits, or by the closing brace for the empty key), so a digest meets no escaped key.
+/// So two different (prefix, key, tag, algorithm, format, name) never give the same Redis key
+/// (up to a SHA-256 collision between two long keys), and every key of one client key (one
+/// decision) hashes to one Redis Cluster slot. Long keys are digested so that a decision's
+/// size does not grow with its key: a client choosing a megabyte key would otherwise store a
+/// megabyte in Redis per key, and a decision larger than `max_in_flight_bytes` on its own would
+/// never be sent (decided by the failure policy: with `fail_open`, never limited).
 
 #include <algorithm>
 #include <cstddef>
@@ -23,7 +31,19 @@
 #include <string>
 #include <string_view>
 
+#include "digest.hpp"
+
 namespace ratelimit::detail {
+
+/// Client keys and tags up to this many bytes appear in Redis key names as themselves
+/// (escaped); longer ones by their SHA-256 (see above).
+inline constexpr std::size_t max_plain_key_bytes = 256;
+
+/// Appends "%H" and the SHA-256 of `bytes` in lower-case hex (66 bytes).
+inline void append_key_digest(std::string& out, std::string_view bytes) {
+  out += "%H";
+  append_hex_digest(out, bytes, EVP_sha256());
+}
 
 /// The state format version in every key name. Bumped when a script's state or key layout
 /// changes: instances of different versions then count separately (docs/redis.md, "Upgrades").
@@ -85,18 +105,23 @@ inline std::string redis_key(std::string_view prefix, std::string_view client_ke
                              std::string_view tail, std::string_view tag = {}) {
   const bool tagged = !tag.empty() && tag != client_key;
   const std::string_view braced = tagged ? tag : client_key;
+  const auto shown = [](std::string_view k) { return std::min(k.size(), max_plain_key_bytes); };
   std::string key;
-  key.reserve(prefix.size() + braced.size() + tail.size() + 4 +
-              (tagged ? client_key.size() + 1 : 0));
+  key.reserve(prefix.size() + shown(braced) + tail.size() + 4 + 64 +
+              (tagged ? shown(client_key) + 1 + 64 : 0));
   key += prefix;
   key += '{';
   if (braced.empty())
     key += '%';
+  else if (braced.size() > max_plain_key_bytes)
+    append_key_digest(key, braced);
   else
     append_escaped(key, braced, '}');
   key += '}';
   key += tail;
-  if (tagged) {
+  if (tagged && client_key.size() > max_plain_key_bytes) {
+    append_key_digest(key, client_key);
+  } else if (tagged) {
     key += ':';
     key += client_key;
   }

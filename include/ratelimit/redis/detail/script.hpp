@@ -6,8 +6,6 @@
 /// then lua/multi.lua). Each is composed once per process and named by its SHA1 (OpenSSL), which is
 /// what EVALSHA sends.
 
-#include <openssl/evp.h>
-
 #include <algorithm>
 #include <cstddef>
 #include <map>
@@ -23,6 +21,7 @@
 #include "../../lua/multi.hpp"
 #include "../../lua/prelude.hpp"
 #include "../../lua/single.hpp"
+#include "digest.hpp"
 
 namespace ratelimit::detail {
 
@@ -36,16 +35,8 @@ struct RedisScript {
 
 /// The SHA1 of `text` in lower-case hex, as Redis names scripts.
 inline std::string sha1_hex(std::string_view text) {
-  unsigned char digest[EVP_MAX_MD_SIZE];
-  unsigned int size = 0;
-  if (EVP_Digest(text.data(), text.size(), digest, &size, EVP_sha1(), nullptr) != 1)
-    throw std::runtime_error("ratelimit: OpenSSL could not compute a SHA1");
-  static constexpr char hex[] = "0123456789abcdef";
   std::string out;
-  for (unsigned int i = 0; i < size; ++i) {
-    out.push_back(hex[digest[i] >> 4]);
-    out.push_back(hex[digest[i] & 0xF]);
-  }
+  append_hex_digest(out, text, EVP_sha1());
   return out;
 }
 
