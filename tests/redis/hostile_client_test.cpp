@@ -84,6 +84,47 @@ long rss_kb() {
     if (line.rfind("VmRSS:", 0) == 0) return std::atol(line.c_str() + 6);
   return 0;
 }
+
+/// What `n` async decisions (a bucket of 10 tokens, cost 1, on `o`) on distinct keys of
+/// `key_size` bytes got from a Redis of the test's own, stopped while they were submitted and
+/// resumed after: how many were admitted and degraded once all completed, how many the byte
+/// budget refused, and how much resident memory grew while they were in flight.
+struct Flood {
+  int admitted = 0;
+  int degraded = 0;
+  std::uint64_t overloaded = 0;
+  long grown_kb = 0;
+};
+Flood flood_stopped_redis(ratelimit::RedisOptions o, std::size_t key_size, int n) {
+  rltest::ThrowawayRedis server;
+  o.port = server.endpoint().port;
+  o.command_timeout = 30s;
+  RedisStorage storage(o);
+  ManualClock clock;
+  Bucket tb({10, ratelimit::per_second(1)}, storage, clock);
+  REQUIRE_FALSE(tb.try_acquire("warm").degraded);
+  server.pause();
+  std::atomic<int> done{0}, admitted{0}, degraded{0};
+  const long before = rss_kb();
+  std::string key(key_size, 'x');
+  for (int i = 0; i < n; ++i) {
+    key[0] = static_cast<char>('a' + i % 26);
+    key[1] = static_cast<char>('a' + i / 26);
+    tb.try_acquire_async(key, 1, [&](Decision d) {
+      admitted += d.allowed ? 1 : 0;
+      degraded += d.degraded ? 1 : 0;
+      ++done;
+    });
+  }
+  Flood f;
+  f.grown_kb = rss_kb() - before;
+  f.overloaded = storage.stats().overloaded;
+  server.resume();
+  REQUIRE(eventually([&] { return done.load() == n; }, 60s));
+  f.admitted = admitted.load();
+  f.degraded = degraded.load();
+  return f;
+}
 }  // namespace
 
 TEST_CASE(
@@ -194,39 +235,18 @@ TEST_CASE("Decisions in flight hold at most max_in_flight_bytes, whatever their 
   // itself, so with it each decision in flight holds its 1 MiB key once: 300 keys of 1 MiB
   // against a stopped Redis would hold some 300 MiB. With max_in_flight_bytes = 64 MiB, those
   // past it are decided at once (overloaded), by the fallback.
-  rltest::ThrowawayRedis server;
   auto o = rltest::test_redis_options("mem");
-  o.port = server.endpoint().port;
-  o.command_timeout = 30s;
   o.max_in_flight_bytes = std::size_t{64} << 20;
   o.failure_policy = ratelimit::FailurePolicy::local_fallback;
-  RedisStorage storage(o);
-  ManualClock clock;
-  Bucket tb({10, ratelimit::per_second(1)}, storage, clock);
-  REQUIRE_FALSE(tb.try_acquire("warm").degraded);
-  server.pause();
-  constexpr int n = 300;
-  constexpr std::size_t key_size = 1 << 20;
-  std::atomic<int> done{0};
-  const long before = rss_kb();
-  std::string key(key_size, 'x');
-  for (int i = 0; i < n; ++i) {
-    key[0] = static_cast<char>('a' + i % 26);
-    key[1] = static_cast<char>('a' + i / 26);
-    tb.try_acquire_async(key, 1, [&](Decision) { ++done; });
-  }
-  const long grown_kb = rss_kb() - before;
-  const auto overloaded = storage.stats().overloaded;
-  server.resume();
-  REQUIRE(eventually([&] { return done.load() == n; }, 60s));
-  INFO("resident memory grew by " << grown_kb / 1024 << " MiB; " << overloaded
+  const Flood f = flood_stopped_redis(o, std::size_t{1} << 20, 300);
+  INFO("resident memory grew by " << f.grown_kb / 1024 << " MiB; " << f.overloaded
                                   << " decisions refused by the byte budget");
   // About 1 MiB counted per decision: some 64 fit in 64 MiB, the other ~236 are refused.
-  CHECK(overloaded > 200u);
+  CHECK(f.overloaded > 200u);
 #if RLTEST_ASAN
-  (void)grown_kb;  // AddressSanitizer keeps freed memory in quarantine: RSS says nothing here
+  (void)f.grown_kb;  // AddressSanitizer keeps freed memory in quarantine: RSS says nothing here
 #else
-  CHECK(grown_kb < 2 * 64 * 1024);  // the budget, with room for the allocator's slack
+  CHECK(f.grown_kb < 2 * 64 * 1024);  // the budget, with room for the allocator's slack
 #endif
 }
 
@@ -237,35 +257,13 @@ TEST_CASE("Without a local fallback a long key is not kept in flight: none passe
   // decisions on distinct 2 MiB keys (600 MiB of keys) against a stopped Redis fit in a 1 MiB
   // budget (about 3 x 100 bytes each), none refused, and each is decided by Redis once it
   // resumes: 10 tokens per key, so every one of the 300 is admitted, none degraded.
-  rltest::ThrowawayRedis server;
   auto o = rltest::test_redis_options("longkeys");
-  o.port = server.endpoint().port;
-  o.command_timeout = 30s;
   o.max_in_flight_bytes = std::size_t{1} << 20;
   o.failure_policy = ratelimit::FailurePolicy::fail_open;
-  RedisStorage storage(o);
-  ManualClock clock;
-  Bucket tb({10, ratelimit::per_second(1)}, storage, clock);
-  REQUIRE_FALSE(tb.try_acquire("warm").degraded);
-  server.pause();
-  constexpr int n = 300;
-  std::atomic<int> done{0}, admitted{0}, degraded{0};
-  std::string key(std::size_t{2} << 20, 'x');
-  for (int i = 0; i < n; ++i) {
-    key[0] = static_cast<char>('a' + i % 26);
-    key[1] = static_cast<char>('a' + i / 26);
-    tb.try_acquire_async(key, 1, [&](Decision d) {
-      admitted += d.allowed ? 1 : 0;
-      degraded += d.degraded ? 1 : 0;
-      ++done;
-    });
-  }
-  const auto overloaded = storage.stats().overloaded;
-  server.resume();
-  REQUIRE(eventually([&] { return done.load() == n; }, 60s));
-  CHECK(overloaded == 0u);
-  CHECK(degraded.load() == 0);
-  CHECK(admitted.load() == n);
+  const Flood f = flood_stopped_redis(o, std::size_t{2} << 20, 300);
+  CHECK(f.overloaded == 0u);
+  CHECK(f.degraded == 0);
+  CHECK(f.admitted == 300);
 }
 
 TEST_CASE("A sequential non-blocking loop while Redis is down does not overflow the stack",

@@ -58,12 +58,12 @@ class RedisBatch {
     detail::check_cost(op.cost);
     if (binding.client_ != client_)
       throw std::invalid_argument("binding: belongs to another RedisStorage than the batch");
-    calls_.push_back(binding.call(key, now, op));
-    auto [k, rk] = binding.kept_in_flight(key);  // a long key: only its Redis key (a digest)
-    finishers_.push_back([b = binding, k = std::move(k), rk = std::move(rk), now,
-                          op](detail::RedisResult& r) mutable {
-      return b.finish(r, typename RedisBinding<M>::HeldKey{k, rk}, now, op);
-    });
+    auto kept = binding.kept_in_flight(key);  // a long key: only its Redis key (a digest)
+    calls_.push_back(binding.call_kept(key, kept.second, now, op));
+    finishers_.push_back(
+        [b = binding, kept = std::move(kept), now, op](detail::RedisResult& r) mutable {
+          return b.finish(r, typename RedisBinding<M>::HeldKey{kept.first, kept.second}, now, op);
+        });
     return calls_.size() - 1;
   }
 

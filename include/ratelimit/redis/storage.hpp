@@ -259,9 +259,21 @@ class RedisBinding {
 
   detail::RedisCall call(std::string_view key, std::chrono::nanoseconds now,
                          const Operation& op) const {
+    return call_on(redis_key_of(key, {}), now, op);
+  }
+
+  /// `call(key, now, op)` on `redis_key` when kept_in_flight built it (a long key's digest is
+  /// computed once per decision, not once for the call and once to keep).
+  detail::RedisCall call_kept(std::string_view key, std::string_view redis_key,
+                              std::chrono::nanoseconds now, const Operation& op) const {
+    return redis_key.empty() ? call(key, now, op) : call_on(std::string(redis_key), now, op);
+  }
+
+  detail::RedisCall call_on(std::string redis_key, std::chrono::nanoseconds now,
+                            const Operation& op) const {
     detail::RedisCall c;
     c.script = &detail::script_of<M>();
-    c.keys.push_back(redis_key_of(key, {}));
+    c.keys.push_back(std::move(redis_key));
     c.argv.reserve(16);  // every script takes fewer: one allocation, not one per doubling
     args_of(now, op, c.argv);
     return c;
@@ -485,16 +497,19 @@ class RedisBinding {
     // then counted against max_in_flight_bytes. Otherwise only its Redis key (a digest) is
     // kept: a client's megabyte key must not, by itself, pass the budget and be decided by
     // the failure policy while Redis is healthy (with fail_open: never limited).
-    auto [k, rk] = kept_in_flight(key);
-    const std::size_t held = k.size() > detail::max_plain_key_bytes ? k.size() : 0;
-    auto finish_here = [self = *this, k = std::move(k), rk = std::move(rk), now, op, sent,
+    auto kept = kept_in_flight(key);
+    const std::size_t held =
+        kept.first.size() > detail::max_plain_key_bytes ? kept.first.size() : 0;
+    // Its own copy of the Redis key (empty for a short key): `kept` moves into the completion
+    // before the call is built.
+    auto make_call = [&, rk = kept.second] { return call_kept(key, rk, now, op); };
+    auto finish_here = [self = *this, kept = std::move(kept), now, op, sent,
                         done = std::move(done)](std::vector<detail::RedisResult>&& r) {
-      Decision d = self.finish(r.front(), HeldKey{k, rk}, now, op, sent);
+      Decision d = self.finish(r.front(), HeldKey{kept.first, kept.second}, now, op, sent);
       detail::complete_safely(done, std::move(d));
     };
     guard.dismiss();  // from here the completion settles the probe, exactly once
-    client_->execute_one_async([&] { return call(key, now, op); }, deadline, std::move(finish_here),
-                               held);
+    client_->execute_one_async(make_call, deadline, std::move(finish_here), held);
   }
 
   /// What a decision in flight keeps of `key`, as {key, Redis key} (see HeldKey): the key, or
