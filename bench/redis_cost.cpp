@@ -54,7 +54,6 @@
 #include <ratelimit/redis.hpp>
 #if RATELIMIT_BENCH_RULES
 #include <ratelimit/rules.hpp>
-#include <ratelimit/rules_redis.hpp>
 #endif
 
 namespace {

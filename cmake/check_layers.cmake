@@ -5,16 +5,15 @@
 #
 #   0  core          decision, rate, clocks, the model / storage / wire concepts, the limiter
 #   0  lua           the embedded Lua scripts (generated, dependency-free)
-#   1  algorithms    the pure models, their wire codecs, the registry
+#   1  memory        the in-process storage (the algorithms' default, so below them)
 #   1  http          response headers from decisions
 #   1  testing       ManualClock (only the top-level headers may include it)
 #   1  metrics       the Prometheus exporter, a listener (core/listener.hpp)
-#   2  memory        the in-process storage
-#   2  calendar      calendar periods in IANA time zones and the calendar quota (date-tz)
-#   3  redis         the Redis storage, cluster, batch; redis/detail/ the transport
-#   3  rules         rules files and rule sets
-#   4  integrations  rules on Redis
-#   5  (top level)   ratelimit.hpp and the forwarding headers of the old flat paths
+#   2  algorithms    the pure models, their wire codecs, the registry
+#   3  calendar      calendar periods in IANA time zones and the calendar quota (date-tz)
+#   4  redis         the Redis storage, cluster, batch; redis/detail/ the transport
+#   4  rules         rules files and rule sets
+#   5  (top level)   the entry headers: ratelimit.hpp, redis.hpp, rules.hpp, calendar.hpp, ...
 #
 # Layers of equal rank never include each other. Quoted includes are resolved relative to the
 # including file, <ratelimit/...> includes relative to the include folder.
@@ -30,15 +29,14 @@ get_filename_component(INCLUDE_DIR "${INCLUDE_DIR}" ABSOLUTE)
 
 set(rank_core 0)
 set(rank_lua 0)
-set(rank_algorithms 1)
+set(rank_memory 1)
 set(rank_http 1)
 set(rank_testing 1)
 set(rank_metrics 1)
-set(rank_memory 2)
-set(rank_calendar 2)
-set(rank_redis 3)
-set(rank_rules 3)
-set(rank_integrations 4)
+set(rank_algorithms 2)
+set(rank_calendar 3)
+set(rank_redis 4)
+set(rank_rules 4)
 set(rank_top 5)
 
 # layer_of(<out> <absolute path>): the layer of a header under INCLUDE_DIR/ratelimit.

@@ -52,13 +52,12 @@
 #include <vector>
 
 #include <ratelimit/http.hpp>
-#include <ratelimit/in_memory_storage.hpp>
 #include <ratelimit/metrics/prometheus.hpp>
+#include <ratelimit/ratelimit.hpp>
 #include <ratelimit/rules.hpp>
-#include <ratelimit/token_bucket.hpp>
 
-#if defined(RATELIMIT_GATEWAY_WITH_REDIS) && __has_include(<ratelimit/rules_redis.hpp>)
-#include <ratelimit/rules_redis.hpp>
+#if defined(RATELIMIT_GATEWAY_WITH_REDIS) && __has_include(<ratelimit/redis.hpp>)
+#include <ratelimit/redis.hpp>
 #define RATELIMIT_GATEWAY_REDIS 1
 #endif
 

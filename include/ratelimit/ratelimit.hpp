@@ -4,7 +4,7 @@
 /// the in-memory storage and, for tests, ManualClock, and `try_acquire_all` (several limiters on
 /// one key, all or nothing), and the HTTP response headers (`rate_limit_headers`). The Redis
 /// storage is separate (`ratelimit/redis.hpp`, target `ratelimit::redis`), and so is the
-/// calendar quota (`ratelimit/calendar_quota.hpp`, target `ratelimit::calendar`).
+/// calendar quota (`ratelimit/calendar.hpp`, target `ratelimit::calendar`).
 
 #include "algorithms/concurrency.hpp"
 #include "algorithms/fixed_window.hpp"

@@ -1,8 +1,8 @@
 #pragma once
 /// @file rules.hpp
-/// Forwarding header kept for existing code: includes ratelimit/rules/rules.hpp, and the
-/// several-files configuration and the service that serves it (rules/config.hpp,
-/// rules/service.hpp).
+/// Entry header for rules as code: rules files in the Envoy rate limit service's format
+/// (`Rules`, `RulesConfig`), `RuleSet` and `RateLimitService`. Target `ratelimit::rules`
+/// (Debian libyaml-cpp-dev). On Redis, include `ratelimit/redis.hpp` too.
 
 #include "rules/config.hpp"
 #include "rules/rules.hpp"

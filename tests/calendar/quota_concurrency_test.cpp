@@ -13,9 +13,9 @@
 #include <vector>
 
 #include <date/date.h>
-#include <ratelimit/calendar_quota.hpp>
+#include <ratelimit/calendar.hpp>
+#include <ratelimit/ratelimit.hpp>
 #include <ratelimit/testing/manual_clock.hpp>
-#include <ratelimit/token_bucket.hpp>
 
 #include "support/backends.hpp"
 

@@ -9,7 +9,7 @@
 #include <string>
 
 #include <date/date.h>
-#include <ratelimit/calendar_quota.hpp>
+#include <ratelimit/calendar.hpp>
 #include <ratelimit/rules.hpp>
 #include <ratelimit/testing/manual_clock.hpp>
 

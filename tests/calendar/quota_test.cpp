@@ -14,10 +14,9 @@
 #include <string>
 
 #include <date/date.h>
-#include <ratelimit/calendar_quota.hpp>
-#include <ratelimit/fixed_window.hpp>
+#include <ratelimit/calendar.hpp>
+#include <ratelimit/ratelimit.hpp>
 #include <ratelimit/testing/manual_clock.hpp>
-#include <ratelimit/token_bucket.hpp>
 
 #include "support/backends.hpp"
 

@@ -11,8 +11,8 @@
 #include <vector>
 
 #include <catch2/catch.hpp>
-#include <ratelimit/manual_clock.hpp>
-#include <ratelimit/redis_cluster.hpp>
+#include <ratelimit/ratelimit.hpp>
+#include <ratelimit/redis.hpp>
 
 #include "support/algorithms.hpp"
 #include "support/cluster_backend.hpp"

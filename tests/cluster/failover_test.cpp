@@ -12,9 +12,8 @@
 #include <vector>
 
 #include <catch2/catch.hpp>
-#include <ratelimit/fixed_window.hpp>
-#include <ratelimit/manual_clock.hpp>
-#include <ratelimit/redis_cluster.hpp>
+#include <ratelimit/ratelimit.hpp>
+#include <ratelimit/redis.hpp>
 
 #include "cluster_admin.hpp"
 #include "support/expect.hpp"

@@ -9,7 +9,7 @@
 #include <vector>
 
 #include <catch2/catch.hpp>
-#include <ratelimit/manual_clock.hpp>
+#include <ratelimit/ratelimit.hpp>
 
 #include "cluster_admin.hpp"
 #include "support/algorithms.hpp"

@@ -12,7 +12,7 @@
 #include <type_traits>
 #include <utility>
 
-#include <ratelimit/manual_clock.hpp>
+#include <ratelimit/ratelimit.hpp>
 
 #include "support/algorithms.hpp"
 #include "support/backends.hpp"

@@ -14,7 +14,7 @@
 #include <vector>
 
 #include <catch2/catch.hpp>
-#include <ratelimit/manual_clock.hpp>
+#include <ratelimit/ratelimit.hpp>
 
 #include "conformance.hpp"
 #include "support/keys.hpp"

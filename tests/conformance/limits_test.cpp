@@ -8,7 +8,7 @@
 #include <stdexcept>
 
 #include <catch2/catch.hpp>
-#include <ratelimit/manual_clock.hpp>
+#include <ratelimit/ratelimit.hpp>
 
 #include "conformance.hpp"
 

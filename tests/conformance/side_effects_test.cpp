@@ -11,7 +11,7 @@
 #include <cstdint>
 
 #include <catch2/catch.hpp>
-#include <ratelimit/manual_clock.hpp>
+#include <ratelimit/ratelimit.hpp>
 
 #include "conformance.hpp"
 

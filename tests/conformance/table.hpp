@@ -16,8 +16,7 @@
 #include <cstdint>
 #include <optional>
 
-#include <ratelimit/decision.hpp>
-#include <ratelimit/rate.hpp>
+#include <ratelimit/ratelimit.hpp>
 
 #include "support/algorithms.hpp"
 #include "support/expect.hpp"

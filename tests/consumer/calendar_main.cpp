@@ -1,6 +1,6 @@
 // Builds, links and runs against ratelimit::calendar (date-tz): a quota beside a rate.
-#include <ratelimit/calendar_quota.hpp>
-#include <ratelimit/token_bucket.hpp>
+#include <ratelimit/calendar.hpp>
+#include <ratelimit/ratelimit.hpp>
 
 int main() {
   ratelimit::CalendarQuota<> quota(

@@ -30,7 +30,7 @@ if(HAVE_RULES AND EXISTS "${RATELIMIT_SOURCE_DIR}/include/ratelimit/rules.hpp")
   set(_with_rules ON)
 endif()
 set(_with_calendar OFF)
-if(HAVE_CALENDAR AND EXISTS "${RATELIMIT_SOURCE_DIR}/include/ratelimit/calendar_quota.hpp")
+if(HAVE_CALENDAR AND EXISTS "${RATELIMIT_SOURCE_DIR}/include/ratelimit/calendar.hpp")
   set(_with_calendar ON)
 endif()
 list(APPEND _configure -DCONSUMER_WITH_REDIS=${_with_redis} -DCONSUMER_WITH_RULES=${_with_rules}

@@ -8,8 +8,7 @@
 #include <string>
 
 #include <catch2/catch.hpp>
-#include <ratelimit/manual_clock.hpp>
-#include <ratelimit/token_bucket.hpp>
+#include <ratelimit/ratelimit.hpp>
 
 #include "../support/backends.hpp"
 #include "../support/counting_listener.hpp"

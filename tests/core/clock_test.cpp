@@ -8,9 +8,7 @@
 #include <vector>
 
 #include <catch2/catch.hpp>
-#include <ratelimit/clock.hpp>
-#include <ratelimit/manual_clock.hpp>
-#include <ratelimit/token_bucket.hpp>
+#include <ratelimit/ratelimit.hpp>
 
 using namespace std::chrono_literals;
 using ratelimit::ManualClock;

@@ -9,7 +9,7 @@
 
 #include <catch2/catch.hpp>
 #include <ratelimit/algorithms/concurrency.hpp>
-#include <ratelimit/manual_clock.hpp>
+#include <ratelimit/ratelimit.hpp>
 
 #include "../support/backends.hpp"
 #include "../support/expect.hpp"

@@ -11,7 +11,7 @@
 
 #include <catch2/catch.hpp>
 #include <ratelimit/algorithms/concurrency.hpp>
-#include <ratelimit/manual_clock.hpp>
+#include <ratelimit/ratelimit.hpp>
 
 #include "../support/backends.hpp"
 

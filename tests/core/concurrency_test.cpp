@@ -16,7 +16,7 @@
 #include <vector>
 
 #include <catch2/catch.hpp>
-#include <ratelimit/manual_clock.hpp>
+#include <ratelimit/ratelimit.hpp>
 
 #include "../support/algorithms.hpp"
 #include "../support/backends.hpp"

@@ -7,7 +7,7 @@
 #include <vector>
 
 #include <catch2/catch.hpp>
-#include <ratelimit/in_memory_storage.hpp>
+#include <ratelimit/ratelimit.hpp>
 
 #include "../support/replay.hpp"
 

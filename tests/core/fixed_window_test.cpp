@@ -8,9 +8,7 @@
 #include <stdexcept>
 
 #include <catch2/catch.hpp>
-#include <ratelimit/fixed_window.hpp>
-#include <ratelimit/manual_clock.hpp>
-#include <ratelimit/sliding_log.hpp>
+#include <ratelimit/ratelimit.hpp>
 
 #include "../support/backends.hpp"
 #include "../support/expect.hpp"

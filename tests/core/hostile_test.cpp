@@ -13,10 +13,7 @@
 #include <vector>
 
 #include <catch2/catch.hpp>
-#include <ratelimit/in_memory_storage.hpp>
-#include <ratelimit/leaky_bucket.hpp>
-#include <ratelimit/manual_clock.hpp>
-#include <ratelimit/token_bucket.hpp>
+#include <ratelimit/ratelimit.hpp>
 
 #include "../support/expect.hpp"
 

@@ -8,8 +8,7 @@
 #include <chrono>
 
 #include <catch2/catch.hpp>
-#include <ratelimit/leaky_bucket.hpp>
-#include <ratelimit/manual_clock.hpp>
+#include <ratelimit/ratelimit.hpp>
 
 #include "../support/backends.hpp"
 #include "../support/expect.hpp"

@@ -12,7 +12,7 @@
 #include <vector>
 
 #include <ratelimit/core/listener.hpp>
-#include <ratelimit/token_bucket.hpp>
+#include <ratelimit/ratelimit.hpp>
 
 namespace listener_concurrency {
 

@@ -15,10 +15,7 @@
 
 #include <catch2/catch.hpp>
 #include <ratelimit/core/all_of.hpp>
-#include <ratelimit/fixed_window.hpp>
-#include <ratelimit/in_memory_storage.hpp>
-#include <ratelimit/manual_clock.hpp>
-#include <ratelimit/token_bucket.hpp>
+#include <ratelimit/ratelimit.hpp>
 
 #include "support/admissions.hpp"
 

@@ -20,10 +20,7 @@
 
 #include <catch2/catch.hpp>
 #include <ratelimit/core/all_of.hpp>
-#include <ratelimit/in_memory_storage.hpp>
-#include <ratelimit/manual_clock.hpp>
-#include <ratelimit/sliding_log.hpp>
-#include <ratelimit/token_bucket.hpp>
+#include <ratelimit/ratelimit.hpp>
 
 #include "../support/algorithms.hpp"
 #include "../support/expect.hpp"

@@ -11,8 +11,8 @@
 #include <string>
 
 #include <ratelimit/metrics/prometheus.hpp>
+#include <ratelimit/ratelimit.hpp>
 #include <ratelimit/testing/manual_clock.hpp>
-#include <ratelimit/token_bucket.hpp>
 
 namespace monitor_memory {
 

@@ -14,10 +14,10 @@
 #include <vector>
 
 #include <ratelimit/metrics/prometheus.hpp>
+#include <ratelimit/ratelimit.hpp>
 #include <ratelimit/rules.hpp>
 #include <ratelimit/rules/service.hpp>
 #include <ratelimit/testing/manual_clock.hpp>
-#include <ratelimit/token_bucket.hpp>
 
 #include "support/backends.hpp"
 #include "support/counting_listener.hpp"

@@ -8,12 +8,7 @@
 
 #include <catch2/catch.hpp>
 #include <ratelimit/core/detail/decimal.hpp>
-#include <ratelimit/fixed_window.hpp>
-#include <ratelimit/leaky_bucket.hpp>
-#include <ratelimit/manual_clock.hpp>
-#include <ratelimit/sliding_counter.hpp>
-#include <ratelimit/sliding_log.hpp>
-#include <ratelimit/token_bucket.hpp>
+#include <ratelimit/ratelimit.hpp>
 
 #include "../support/expect.hpp"
 

@@ -10,8 +10,7 @@
 #include <string>
 
 #include <catch2/catch.hpp>
-#include <ratelimit/manual_clock.hpp>
-#include <ratelimit/token_bucket.hpp>
+#include <ratelimit/ratelimit.hpp>
 
 #include "../support/algorithms.hpp"
 #include "../support/backends.hpp"

@@ -12,7 +12,7 @@
 
 #include <catch2/catch.hpp>
 #include <ratelimit/memory/detail/table.hpp>
-#include <ratelimit/token_bucket.hpp>
+#include <ratelimit/ratelimit.hpp>
 
 namespace spares_memory_test {
 

@@ -7,8 +7,7 @@
 #include <chrono>
 
 #include <catch2/catch.hpp>
-#include <ratelimit/manual_clock.hpp>
-#include <ratelimit/token_bucket.hpp>
+#include <ratelimit/ratelimit.hpp>
 
 #include "../support/backends.hpp"
 #include "../support/expect.hpp"

@@ -10,7 +10,7 @@
 #include <thread>
 #include <vector>
 
-#include <ratelimit/manual_clock.hpp>
+#include <ratelimit/ratelimit.hpp>
 #include <ratelimit/rules/service.hpp>
 
 #include "envoy_table.hpp"

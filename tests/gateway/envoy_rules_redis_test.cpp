@@ -8,9 +8,9 @@
 #include <memory>
 #include <vector>
 
-#include <ratelimit/manual_clock.hpp>
+#include <ratelimit/ratelimit.hpp>
+#include <ratelimit/redis.hpp>
 #include <ratelimit/rules.hpp>
-#include <ratelimit/rules_redis.hpp>
 
 #include "envoy_table.hpp"
 #include "support/redis_backend.hpp"

@@ -12,7 +12,7 @@
 #include <string>
 #include <vector>
 
-#include <ratelimit/manual_clock.hpp>
+#include <ratelimit/ratelimit.hpp>
 #include <ratelimit/rules.hpp>
 #include <ratelimit/rules/config.hpp>
 #include <ratelimit/rules/service.hpp>

@@ -8,11 +8,8 @@
 #include <string>
 #include <vector>
 
-#include <ratelimit/fixed_window.hpp>
 #include <ratelimit/http.hpp>
-#include <ratelimit/manual_clock.hpp>
-#include <ratelimit/sliding_counter.hpp>
-#include <ratelimit/token_bucket.hpp>
+#include <ratelimit/ratelimit.hpp>
 
 using namespace std::chrono_literals;
 using ratelimit::HeaderList;

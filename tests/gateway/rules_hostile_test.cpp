@@ -13,7 +13,7 @@
 #include <vector>
 
 #include <catch2/catch.hpp>
-#include <ratelimit/manual_clock.hpp>
+#include <ratelimit/ratelimit.hpp>
 #include <ratelimit/rules.hpp>
 
 using ratelimit::Rules;

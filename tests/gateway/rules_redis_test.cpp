@@ -1,4 +1,4 @@
-// Rule sets on Redis (include/ratelimit/rules_redis.hpp): one script per request decides every
+// Rule sets on Redis (include/ratelimit/redis.hpp): one script per request decides every
 // matching limit all-or-nothing, with the same decisions as the in-process rule set, and keys
 // that share the client's hash tag. Needs RATELIMIT_TEST_REDIS (see support/redis_backend.hpp).
 // Time only from ManualClock, in whole milliseconds (where the two storages agree exactly).
@@ -12,9 +12,9 @@
 #include <string>
 #include <vector>
 
-#include <ratelimit/manual_clock.hpp>
+#include <ratelimit/ratelimit.hpp>
+#include <ratelimit/redis.hpp>
 #include <ratelimit/rules.hpp>
-#include <ratelimit/rules_redis.hpp>
 
 #include "support/redis_backend.hpp"
 

@@ -11,9 +11,8 @@
 #include <thread>
 #include <vector>
 
-#include <ratelimit/manual_clock.hpp>
+#include <ratelimit/ratelimit.hpp>
 #include <ratelimit/rules.hpp>
-#include <ratelimit/sliding_counter.hpp>
 
 using namespace std::chrono_literals;
 using ratelimit::Algorithm;

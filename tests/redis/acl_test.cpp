@@ -15,14 +15,8 @@
 #include <vector>
 
 #include <catch2/catch.hpp>
-#include <ratelimit/fixed_window.hpp>
-#include <ratelimit/in_memory_storage.hpp>
-#include <ratelimit/leaky_bucket.hpp>
-#include <ratelimit/manual_clock.hpp>
+#include <ratelimit/ratelimit.hpp>
 #include <ratelimit/redis.hpp>
-#include <ratelimit/sliding_counter.hpp>
-#include <ratelimit/sliding_log.hpp>
-#include <ratelimit/token_bucket.hpp>
 
 #include "redis_admin.hpp"
 #include "servers.hpp"

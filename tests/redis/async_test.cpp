@@ -16,12 +16,9 @@
 #include <vector>
 
 #include <catch2/catch.hpp>
-#include <ratelimit/fixed_window.hpp>
-#include <ratelimit/manual_clock.hpp>
+#include <ratelimit/ratelimit.hpp>
 #include <ratelimit/redis.hpp>
-#include <ratelimit/redis_batch.hpp>
-#include <ratelimit/rules_redis.hpp>
-#include <ratelimit/token_bucket.hpp>
+#include <ratelimit/rules.hpp>
 
 #include "redis_admin.hpp"
 #include "support/redis_backend.hpp"

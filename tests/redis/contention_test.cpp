@@ -18,7 +18,7 @@
 
 #include <catch2/catch.hpp>
 #include <ratelimit/algorithms/concurrency.hpp>
-#include <ratelimit/manual_clock.hpp>
+#include <ratelimit/ratelimit.hpp>
 #include <ratelimit/redis.hpp>
 
 #include "support/algorithms.hpp"

@@ -22,10 +22,8 @@
 #include <vector>
 
 #include <catch2/catch.hpp>
-#include <ratelimit/manual_clock.hpp>
+#include <ratelimit/ratelimit.hpp>
 #include <ratelimit/redis.hpp>
-#include <ratelimit/redis_batch.hpp>
-#include <ratelimit/token_bucket.hpp>
 
 #include "listener.hpp"
 #include "redis_admin.hpp"

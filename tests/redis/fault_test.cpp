@@ -14,8 +14,7 @@
 #include <vector>
 
 #include <catch2/catch.hpp>
-#include <ratelimit/fixed_window.hpp>
-#include <ratelimit/manual_clock.hpp>
+#include <ratelimit/ratelimit.hpp>
 #include <ratelimit/redis.hpp>
 
 #include "redis_admin.hpp"

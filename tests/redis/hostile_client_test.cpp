@@ -21,9 +21,8 @@
 #include <vector>
 
 #include <catch2/catch.hpp>
-#include <ratelimit/manual_clock.hpp>
+#include <ratelimit/ratelimit.hpp>
 #include <ratelimit/redis.hpp>
-#include <ratelimit/token_bucket.hpp>
 
 #include "listener.hpp"
 #include "redis_admin.hpp"

@@ -10,10 +10,8 @@
 #include <vector>
 
 #include <catch2/catch.hpp>
-#include <ratelimit/fixed_window.hpp>
-#include <ratelimit/manual_clock.hpp>
+#include <ratelimit/ratelimit.hpp>
 #include <ratelimit/redis.hpp>
-#include <ratelimit/token_bucket.hpp>
 
 #include "redis_admin.hpp"
 #include "servers.hpp"

@@ -6,10 +6,9 @@
 #include <string>
 
 #include <catch2/catch.hpp>
-#include <ratelimit/manual_clock.hpp>
 #include <ratelimit/metrics/prometheus.hpp>
+#include <ratelimit/ratelimit.hpp>
 #include <ratelimit/redis.hpp>
-#include <ratelimit/token_bucket.hpp>
 
 #include "support/counting_listener.hpp"
 #include "support/redis_backend.hpp"

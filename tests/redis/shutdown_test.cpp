@@ -15,10 +15,8 @@
 #include <vector>
 
 #include <catch2/catch.hpp>
-#include <ratelimit/manual_clock.hpp>
+#include <ratelimit/ratelimit.hpp>
 #include <ratelimit/redis.hpp>
-#include <ratelimit/redis_batch.hpp>
-#include <ratelimit/token_bucket.hpp>
 
 #include "redis_admin.hpp"
 #include "support/redis_backend.hpp"

@@ -11,13 +11,8 @@
 
 #include <catch2/catch.hpp>
 #include <ratelimit/algorithms/concurrency.hpp>
-#include <ratelimit/fixed_window.hpp>
-#include <ratelimit/leaky_bucket.hpp>
-#include <ratelimit/manual_clock.hpp>
+#include <ratelimit/ratelimit.hpp>
 #include <ratelimit/redis.hpp>
-#include <ratelimit/sliding_counter.hpp>
-#include <ratelimit/sliding_log.hpp>
-#include <ratelimit/token_bucket.hpp>
 
 #include "redis_admin.hpp"
 #include "support/algorithms.hpp"

@@ -10,9 +10,8 @@
 #include <vector>
 
 #include <catch2/catch.hpp>
-#include <ratelimit/manual_clock.hpp>
-#include <ratelimit/redis_cluster.hpp>
-#include <ratelimit/token_bucket.hpp>
+#include <ratelimit/ratelimit.hpp>
+#include <ratelimit/redis.hpp>
 
 #include "redis_admin.hpp"
 #include "servers.hpp"

@@ -6,9 +6,10 @@
 
 #include <chrono>
 
-#include <ratelimit/rules_redis.hpp>
+#include <ratelimit/ratelimit.hpp>
+#include <ratelimit/redis.hpp>
+#include <ratelimit/rules.hpp>
 #include <ratelimit/testing/manual_clock.hpp>
-#include <ratelimit/token_bucket.hpp>
 
 #include "support/cluster_backend.hpp"
 

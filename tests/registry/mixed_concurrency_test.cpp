@@ -11,9 +11,9 @@
 #include <thread>
 #include <vector>
 
+#include <ratelimit/ratelimit.hpp>
 #include <ratelimit/rules.hpp>
 #include <ratelimit/testing/manual_clock.hpp>
-#include <ratelimit/token_bucket.hpp>
 
 #include "support/backends.hpp"
 

@@ -18,13 +18,7 @@
 #include <utility>
 
 #include <ratelimit/core/limiter.hpp>
-#include <ratelimit/fixed_window.hpp>
-#include <ratelimit/leaky_bucket.hpp>
-#include <ratelimit/manual_clock.hpp>
-#include <ratelimit/rate.hpp>
-#include <ratelimit/sliding_counter.hpp>
-#include <ratelimit/sliding_log.hpp>
-#include <ratelimit/token_bucket.hpp>
+#include <ratelimit/ratelimit.hpp>
 
 #include "anchored_window.hpp"
 #include "reference.hpp"

@@ -22,7 +22,7 @@
 #include <chrono>
 #include <tuple>
 
-#include <ratelimit/in_memory_storage.hpp>
+#include <ratelimit/ratelimit.hpp>
 
 /// The embedded default storage.
 struct InMemoryBackend {

@@ -19,8 +19,8 @@
 #include <string>
 #include <string_view>
 
+#include <ratelimit/redis.hpp>
 #include <ratelimit/redis/detail/connection.hpp>
-#include <ratelimit/redis_cluster.hpp>
 
 namespace rltest {
 

@@ -8,7 +8,7 @@
 #include <string>
 
 #include <catch2/catch.hpp>
-#include <ratelimit/decision.hpp>
+#include <ratelimit/ratelimit.hpp>
 
 namespace rltest {
 

@@ -24,8 +24,7 @@
 #include <utility>
 #include <vector>
 
-#include <ratelimit/decision.hpp>
-#include <ratelimit/rate.hpp>
+#include <ratelimit/ratelimit.hpp>
 
 namespace rltest::ref {
 

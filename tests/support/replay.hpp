@@ -22,7 +22,7 @@
 #include <vector>
 
 #include <catch2/catch.hpp>
-#include <ratelimit/manual_clock.hpp>
+#include <ratelimit/ratelimit.hpp>
 
 #include "algorithms.hpp"
 #include "expect.hpp"

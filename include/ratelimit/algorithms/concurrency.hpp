@@ -26,6 +26,7 @@
 #include "../core/storage.hpp"
 #include "../core/wire.hpp"
 #include "../lua/concurrency.hpp"
+#include "../memory/in_memory_storage.hpp"
 
 namespace ratelimit {
 

@@ -18,6 +18,7 @@
 #include "../core/rate.hpp"
 #include "../core/storage.hpp"
 #include "../core/wire.hpp"
+#include "../memory/in_memory_storage.hpp"
 #include "detail/window.hpp"
 #include "detail/window_wire.hpp"
 

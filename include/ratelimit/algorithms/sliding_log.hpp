@@ -21,6 +21,7 @@
 #include "../core/storage.hpp"
 #include "../core/wire.hpp"
 #include "../lua/sliding_log.hpp"
+#include "../memory/in_memory_storage.hpp"
 #include "detail/window.hpp"
 #include "detail/window_wire.hpp"
 

@@ -17,6 +17,7 @@
 #include "../core/limiter.hpp"
 #include "../core/rate.hpp"
 #include "../core/storage.hpp"
+#include "../memory/in_memory_storage.hpp"
 #include "detail/gcra.hpp"
 #include "detail/gcra_wire.hpp"
 

@@ -27,7 +27,7 @@
 
 namespace ratelimit {
 /// The default storage policy of every limiter, defined in memory/in_memory_storage.hpp (the
-/// top-level headers such as `ratelimit/token_bucket.hpp` include it). Declared here so that
+/// top-level headers such as `ratelimit/ratelimit.hpp` include it). Declared here so that
 /// the core and the algorithms never include a storage.
 class InMemoryStorage;
 }  // namespace ratelimit

@@ -50,7 +50,7 @@
 /// fixed_window or sliding_log; a bucket gets capacity or queue size `requests_per_unit`,
 /// refilled or drained at `requests_per_unit` per `unit`), the top-level `client_keys` (see
 /// "Per client and shared rules"), and for calendar algorithms (`algorithm: calendar_quota`, in
-/// the registry `QuotaAlgorithms` of ratelimit/calendar_quota.hpp) the units `week` and `month`
+/// the registry `QuotaAlgorithms` of ratelimit/calendar.hpp) the units `week` and `month`
 /// and the fields `time_zone` (IANA name, default UTC) and `first_day` (of a week, default
 /// monday); other algorithms refuse those. `requests_per_unit: 0` blocks every matching request
 /// (denied with `retry_after == Decision::never`). Several files: `RulesConfig`

@@ -1,5 +1,0 @@
-#pragma once
-/// @file storage.hpp
-/// Forwarding header kept for existing code: includes ratelimit/core/storage.hpp.
-
-#include "core/storage.hpp"
