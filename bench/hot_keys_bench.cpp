@@ -1,5 +1,5 @@
 /// @file bench/hot_keys_bench.cpp
-/// Issue 14's goals, side by side in one run (`bench/run --hot-keys`):
+/// The hot-key goals, side by side in one run (`bench/run --hot-keys`):
 ///
 /// 1. Redis commands per denied request under a one-key flood (goal: below 0.01). Four threads
 ///    flood one key of a token bucket (capacity 100, 100 per second, SteadyClock) for a fixed
@@ -150,7 +150,7 @@ int main(int argc, char** argv) {
   pre.pre_limit = true;
   const Flood f_none = flood(none, length), f_cache = flood(cache, length),
               f_pre = flood(pre, length);
-  std::printf("## Hot keys (issue 14)\n\n");
+  std::printf("## Hot keys\n\n");
   std::printf("### Goal 1: Redis commands per denied request, one-key flood\n\n");
   std::printf(
       "4 threads flood one key (token bucket, capacity 100, 100/s, SteadyClock) for %.1f s "

@@ -7,7 +7,7 @@
 /// read) and BM_Floor_AtomicCas (a clock read and one CAS on one word: the cheapest decision);
 /// two threads to BM_Floor_AtomicCasTwoThreads (two threads doing that on one word); the
 /// 1,000,000-key runs to BM_Floor_MemoryLatency (one dependent read from memory) and
-/// BM_Floor_MemoryLatencyClock (that plus a clock read). Issue 19's naive references, what a
+/// BM_Floor_MemoryLatencyClock (that plus a clock read). The naive references, what a
 /// user writes in ten lines: BM_Naive_MutexBucket_NoKey (one bucket of doubles under a
 /// std::mutex), BM_Naive_UnorderedMapMutex_OneKey and _MillionKeys (std::unordered_map<
 /// std::string, bucket> under one std::mutex, reserved for the keys, std::hash of the key).
@@ -95,7 +95,7 @@ inline void cas_floor_step(std::atomic<std::int64_t>& tat) {
   }
 }
 
-// The same floor on two threads and one word (issue 19's reference for one key on two threads):
+// The same floor on two threads and one word (the reference for one key on two threads):
 // each decision reads the clock and retries its CAS until it lands, as a lock-free decision
 // does; the cache line travels between the cores.
 void BM_Floor_AtomicCasTwoThreads(benchmark::State& state) {
@@ -152,7 +152,7 @@ void BM_Floor_MemoryLatency(benchmark::State& state) {
   state.SetItemsProcessed(state.iterations());
 }
 
-// Issue 19's floor for the 1,000,000-key runs with the real clock: one uncached read and one
+// The floor for the 1,000,000-key runs with the real clock: one uncached read and one
 // clock read per decision (the clock's ordering waits for the read, so they add up).
 void BM_Floor_MemoryLatencyClock(benchmark::State& state) {
   const CycleLine* cycle = memory_cycle();
@@ -165,7 +165,7 @@ void BM_Floor_MemoryLatencyClock(benchmark::State& state) {
   state.SetItemsProcessed(state.iterations());
 }
 
-// --- the naive references (issue 19) ------------------------------------------------------------
+// --- the naive references ------------------------------------------------------------
 
 // The bucket a user writes in ten lines: tokens as a double, refilled from the elapsed time.
 struct NaiveBucket {

@@ -1,5 +1,5 @@
 /// @file bench/monitor_bench.cpp
-/// Issue 16's goal: an in-process decision with a counting listener attached costs at most
+/// The monitoring goal: an in-process decision with a counting listener attached costs at most
 /// 1.15x the same decision without one (the latency is sampled, about 1 in 64 decisions, not
 /// read on every decision). Side by side in one binary, the same limiter shape and key:
 ///

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Issue 16's goal from bench/monitor_bench's JSON (bench/run --monitor): Markdown on stdout.
+"""The monitoring goal from bench/monitor_bench's JSON (bench/run --monitor): Markdown on stdout.
 
 usage: monitor_report.py RESULTS.json LOAD_START LOAD_END COMMIT
 
@@ -26,7 +26,7 @@ def main() -> int:
         name = b["run_name"] if "run_name" in b else b["name"]
         runs.setdefault(name, []).append(float(b["cpu_time"]))  # ns (the default time unit)
     ctx = data.get("context", {})
-    print("# Monitoring: bench/run --monitor (issue 16)\n")
+    print("# Monitoring: bench/run --monitor\n")
     print(f"Commit {commit}, {ctx.get('date', '?')}, {ctx.get('num_cpus', '?')} CPUs, "
           f"load average {load_start} at the start and {load_end} at the end. g++ -O2, "
           "Google Benchmark, repetitions randomly interleaved; CPU time per decision, one key, "

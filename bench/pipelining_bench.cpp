@@ -1,5 +1,5 @@
 /// @file bench/pipelining_bench.cpp
-/// Issue 11's goals: the library's token bucket on a RedisStorage in the three shapes of work
+/// The pipelining goals: the library's token bucket on a RedisStorage in the three shapes of work
 /// the goals compare with redis-benchmark, at equal work in flight. `bench/run --pipelining`
 /// runs it in rounds interleaved with redis-benchmark on the same server; one run per process,
 /// one JSON object on stdout:

@@ -1,6 +1,6 @@
 /// @file bench/redis_cost.cpp
 /// Redis's cost of the library's decisions, beside a plain GCRA script in the same Redis
-/// (issue 10's benchmark). No Google Benchmark: a fixed workload per run, measured by Redis
+/// (the Redis-cost benchmark). No Google Benchmark: a fixed workload per run, measured by Redis
 /// itself.
 ///
 ///     redis_cost --port PORT [--host H] [--rounds 5] [--decisions 20000] [--keys 10000]
@@ -270,7 +270,7 @@ struct Options {
   std::string out;                 ///< JSON output file; empty: none
 };
 
-/// One workload: a library side, how it spreads its decisions, and issue 10's goals.
+/// One workload: a library side, how it spreads its decisions, and the Redis-cost goals.
 struct Scenario {
   std::string name;                          ///< e.g. "TokenBucket"
   std::string setup;                         ///< the limit, in words

@@ -112,7 +112,7 @@ def noise(table, name):
 
 
 def issue19_goals(inproc):
-    """Issue 19's goals, each as (goal, measured, status): figures side by side from one run,
+    """The in-process floor goals, each as (goal, measured, status): figures side by side from one run,
     ratios of medians, the noise of a ratio the root sum of squares of both figures'
     coefficients of variation over the repetitions."""
     def ns(name):
@@ -249,12 +249,12 @@ def read_redis_cost(raw):
 
 
 def redis_cost_section(raw, meta):
-    """Markdown lines for bench/redis_cost's results (issue 10), and a summary for latest.json:
+    """Markdown lines for bench/redis_cost's results, and a summary for latest.json:
     Redis CPU and memory per decision beside the plain GCRA script, as ratios, with the goals."""
     data = read_redis_cost(raw)
     md = []
     w = md.append
-    w("## Redis cost per decision, beside a plain GCRA script (issue 10)")
+    w("## Redis cost per decision, beside a plain GCRA script")
     w("")
     if data is None:
         w(f"Not run ({meta.get('redis_cost_status', 'bench/redis_cost not built or failed')}).")
@@ -382,7 +382,7 @@ def write_redis_cost(raw, out, meta):
     return text
 
 
-# --- pipelining (issue 11) ----------------------------------------------------------------------
+# --- pipelining ---------------------------------------------------------------------------------
 
 PIPELINING_GOALS = {
     1: {"title": "32 threads, one blocking decision each in flight",
@@ -459,11 +459,11 @@ def paired(a_runs, b_runs, f):
 
 
 def pipelining_section(raw, meta):
-    """Markdown lines for issue 11's goals (bench/run's pipelining rounds), and a summary."""
+    """Markdown lines for the pipelining goals (bench/run's pipelining rounds), and a summary."""
     runs = read_pipelining(raw)
     md = []
     w = md.append
-    w("## Auto-pipelining against redis-benchmark (issue 11)")
+    w("## Auto-pipelining against redis-benchmark")
     w("")
     if not runs:
         w(f"Not run ({meta.get('pipelining_status', 'bench/pipelining_bench not built or failed')}).")
@@ -679,7 +679,7 @@ def pipelining_section(raw, meta):
 def write_pipelining(raw, out, meta):
     """Writes OUT/pipelining.md (the section alone, with the run's context); returns its text."""
     md, _ = pipelining_section(raw, meta)
-    head = ["# ratelimit: auto-pipelining against redis-benchmark (issue 11)", "",
+    head = ["# ratelimit: auto-pipelining against redis-benchmark", "",
             f"- Date: {meta.get('date')}; commit {meta.get('commit')}",
             f"- Machine: {meta.get('cpu')}, {meta.get('cores')} cores; Linux {meta.get('kernel')}; "
             f"{meta.get('compiler')}; {meta.get('flags')}; Redis {meta.get('redis')}",
@@ -806,8 +806,8 @@ def main():
               f"{fmt(b.get('state_B_per_key'), 0)} | {fmt(b.get('rss_B_per_key'), 0)} |")
     w("")
 
-    # --- issue 19 -----------------------------------------------------------------------------
-    w("## Goals (issue 19: in process at the machine's floor)")
+    # --- in process at the machine's floor ---------------------------------------------------
+    w("## Goals (in process at the machine's floor)")
     w("")
     w("Every figure from this run, side by side in one binary: ratios of medians; ± is the noise "
       "of the repetitions (coefficient of variation; for a ratio, both figures' combined). The "
@@ -936,7 +936,7 @@ def main():
         r = tbb["items_per_second"] / c32["rps"]
         goal("Redis, batch of 16 (token bucket): at least 0.7x redis-benchmark -c 32 -P 16",
              f"{fmt(tbb['items_per_second'])}/s vs {fmt(c32['rps'])}/s = {r:.2f}x", r >= 0.7)
-    w("## Goals (issue 5)")
+    w("## Goals: the library against its references")
     w("")
     w("| Goal | Measured | Status |")
     w("|---|---|---|")
@@ -971,15 +971,28 @@ def main():
               ("Redis, 1 connection", lambda a: ns(f"BM_{a}_Redis_OneConnection", redis)),
               ("Redis, 32 threads", lambda a: ns(f"BM_{a}_Redis_Pool/threads:32", redis)),
               ("Redis, batch of 64", lambda a: ns(f"BM_{a}_Redis_Batch/64", redis))]
+    # The references, measured in the same run, as groups of their own left of the algorithms:
+    # the cheapest possible decision (a clock read and one CAS) and the naive mutex-guarded map a
+    # user would write, in the in-process columns; redis-benchmark sending the library's own
+    # EVALSHA at the same concurrency, in the Redis columns.
+    def rb_ns(c, p):
+        r = rb_by.get((c, p))
+        return 1e9 / r["rps"] if r and r["rps"] else None
+    references = [
+        ("floor:clock+CAS", [cas_floor, None, None, None, None]),
+        ("naive:map+mutex", [ns("BM_Naive_UnorderedMapMutex_OneKey"),
+                             ns("BM_Naive_UnorderedMapMutex_MillionKeys"), None, None, None]),
+        ("redis-benchmark", [None, None, rb_ns(1, 1), rb_ns(32, 1), rb_ns(32, 16)]),
+    ]
     dat = os.path.join(out, "latest.dat")
     with open(dat, "w") as f:
         f.write("algorithm " + " ".join(f'"{s}"' for s, _ in series) + "\n")
-        for a in ALGORITHMS:
-            vals = [get(a) for _, get in series]
-            f.write(a + " " + " ".join("NaN" if v is None else f"{v:.1f}" for v in vals) + "\n")
+        rows = references + [(a, [get(a) for _, get in series]) for a in ALGORITHMS]
+        for label, vals in rows:
+            f.write(label + " " + " ".join("NaN" if v is None else f"{v:.1f}" for v in vals) + "\n")
     if shutil.which("gnuplot"):
         script = f"""
-set terminal pngcairo size 1100,600 noenhanced font ",11"
+set terminal pngcairo size 1300,600 noenhanced font ",11"
 set output "{os.path.join(out, 'latest.png')}"
 set title "ns per decision (log scale; lower is better) - {meta.get('date')}, {meta.get('cpu')}, {meta.get('cores')} cores, load {meta.get('load_start')}"
 set style data histograms
@@ -990,6 +1003,7 @@ set yrange [10:*]
 set ylabel "ns per decision"
 set grid ytics
 set key top left
+set xtics rotate by -20
 plot for [i=2:{len(series) + 1}] "{dat}" using i:xtic(1) title columnheader(i)
 """
         try:

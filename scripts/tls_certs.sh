@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Test certificates for the TLS tests (issue 13), made with the openssl CLI (Debian `openssl`).
+# Test certificates for the TLS tests, made with the openssl CLI (Debian `openssl`).
 #
 #   scripts/tls_certs.sh DIR
 #

@@ -1,6 +1,10 @@
 # Run by CTest (cmake -P): configures, builds and runs tests/consumer against ratelimit.
 # MODE=package: installs RATELIMIT_BINARY_DIR into WORK_DIR/prefix and uses find_package.
 # MODE=subdirectory: the consumer add_subdirectory()s RATELIMIT_SOURCE_DIR.
+# MODE=deb: configures RATELIMIT_SOURCE_DIR afresh, makes the Debian package with CPack, unpacks it
+#   with dpkg-deb into WORK_DIR/root (no root rights, no change to the system) and builds the
+#   consumer against that copy twice: with find_package, and with pkg-config alone (the compiler
+#   called directly with the flags of ratelimit.pc, ratelimit-redis.pc, ...).
 foreach(_var RATELIMIT_SOURCE_DIR RATELIMIT_BINARY_DIR CONSUMER_SOURCE_DIR CXX_COMPILER GENERATOR
              MODE WORK_DIR)
   if(NOT DEFINED ${_var})
@@ -36,7 +40,71 @@ endif()
 list(APPEND _configure -DCONSUMER_WITH_REDIS=${_with_redis} -DCONSUMER_WITH_RULES=${_with_rules}
      -DCONSUMER_WITH_CALENDAR=${_with_calendar})
 
-if(MODE STREQUAL "package")
+# pkg_config_flags(<out> <module>): pkg-config's --cflags --libs for <module> in the unpacked
+# package (PKG_CONFIG_PATH names only its share/pkgconfig; the system's .pc files answer the
+# Requires: hiredis, openssl, yaml-cpp).
+function(pkg_config_flags out module)
+  execute_process(COMMAND "${CMAKE_COMMAND}" -E env "PKG_CONFIG_PATH=${_pc_dir}"
+                          pkg-config --cflags --libs "${module}"
+                  RESULT_VARIABLE _rc OUTPUT_VARIABLE _flags OUTPUT_STRIP_TRAILING_WHITESPACE)
+  if(NOT _rc EQUAL 0)
+    message(FATAL_ERROR "pkg-config --cflags --libs ${module} failed (${_rc})")
+  endif()
+  separate_arguments(_flags UNIX_COMMAND "${_flags}")
+  set(${out} ${_flags} PARENT_SCOPE)
+endfunction()
+
+if(MODE STREQUAL "deb")
+  set(_pkg_build "${WORK_DIR}/pkgbuild")
+  run("${CMAKE_COMMAND}" -S "${RATELIMIT_SOURCE_DIR}" -B "${_pkg_build}" -G "${GENERATOR}"
+      "-DCMAKE_CXX_COMPILER=${CXX_COMPILER}" -DCMAKE_BUILD_TYPE=Release -DRATELIMIT_BUILD_TESTS=OFF
+      -DRATELIMIT_BUILD_BENCH=OFF -DRATELIMIT_BUILD_EXAMPLES=OFF)
+  run("${CMAKE_COMMAND}" --build "${_pkg_build}")
+  execute_process(COMMAND cpack -G DEB --config "${_pkg_build}/CPackConfig.cmake"
+                  WORKING_DIRECTORY "${_pkg_build}" RESULT_VARIABLE _rc)
+  file(GLOB _debs "${_pkg_build}/ratelimit-dev_*_all.deb")
+  list(LENGTH _debs _n)
+  if(NOT _rc EQUAL 0 OR NOT _n EQUAL 1)
+    message(FATAL_ERROR "cpack made ${_n} packages named ratelimit-dev_*_all.deb (exit ${_rc})")
+  endif()
+  set(_root "${WORK_DIR}/root")
+  run(dpkg-deb -x "${_debs}" "${_root}")
+  set(_prefix "${_root}/usr")
+  set(_pc_dir "${_prefix}/share/pkgconfig")
+  foreach(_f include/ratelimit/ratelimit.hpp share/cmake/ratelimit/ratelimitConfig.cmake
+             share/pkgconfig/ratelimit.pc share/doc/ratelimit/LICENSE)
+    if(NOT EXISTS "${_prefix}/${_f}")
+      message(FATAL_ERROR "not in the package: /usr/${_f}")
+    endif()
+  endforeach()
+  # pkg-config alone: the core, run; the optional parts, compiled and linked.
+  pkg_config_flags(_core ratelimit)
+  run("${CXX_COMPILER}" "${CONSUMER_SOURCE_DIR}/main.cpp" ${_core} -o "${WORK_DIR}/pc_consumer")
+  run("${WORK_DIR}/pc_consumer")
+  set(_pc_parts "")
+  if(_with_redis)
+    list(APPEND _pc_parts "ratelimit-redis=redis_main.cpp")
+  endif()
+  if(_with_rules)
+    list(APPEND _pc_parts "ratelimit-rules=rules_main.cpp")
+  endif()
+  if(_with_calendar)
+    list(APPEND _pc_parts "ratelimit-calendar=calendar_main.cpp")
+  endif()
+  foreach(_part IN LISTS _pc_parts)
+    string(REPLACE "=" ";" _part "${_part}")
+    list(GET _part 0 _module)
+    list(GET _part 1 _main)
+    pkg_config_flags(_flags "${_module}")
+    run("${CXX_COMPILER}" "${CONSUMER_SOURCE_DIR}/${_main}" ${_flags} -o "${WORK_DIR}/pc_${_module}")
+  endforeach()
+  if(_with_calendar)
+    run("${WORK_DIR}/pc_ratelimit-calendar")
+  endif()
+  # find_package from the unpacked copy, as for an installed prefix.
+  list(APPEND _configure "-DCMAKE_PREFIX_PATH=${_prefix}" "-DEXPECTED_PREFIX=${_prefix}")
+  list(TRANSFORM _configure REPLACE "^-DCONSUMER_MODE=deb$" "-DCONSUMER_MODE=package")
+elseif(MODE STREQUAL "package")
   set(_prefix "${WORK_DIR}/prefix")
   run("${CMAKE_COMMAND}" --install "${RATELIMIT_BINARY_DIR}" --prefix "${_prefix}")
   foreach(_f include/ratelimit/ratelimit.hpp share/cmake/ratelimit/ratelimitConfig.cmake
@@ -50,7 +118,7 @@ if(MODE STREQUAL "package")
 elseif(MODE STREQUAL "subdirectory")
   list(APPEND _configure "-DRATELIMIT_SOURCE_DIR=${RATELIMIT_SOURCE_DIR}")
 else()
-  message(FATAL_ERROR "check.cmake: MODE must be package or subdirectory")
+  message(FATAL_ERROR "check.cmake: MODE must be package, subdirectory or deb")
 endif()
 
 run(${_configure})
