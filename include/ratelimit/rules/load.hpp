@@ -33,26 +33,27 @@
 /// neither `rate_limit` nor nested descriptors exempts its value. What the library does with
 /// each field:
 /// - `shadow_mode`: a limit decided and spent as if enforced whose denial never denies the
-///   request (descriptor-list matching; reported in `RateLimitResponse::shadow_denials`).
+///   request (reported in `RateLimitResponse::shadow_denials`, and by the flat form as an
+///   admitting outcome with `Decision::shadow_denied`).
 /// - `quota_mode`: a limit whose denial only drops it, unless every quota-mode limit of the
-///   request denies, which denies the request (descriptor-list matching, as the reference).
+///   request denies, which denies the request (as the reference).
 /// - `replaces`: a limit named (by its `name`) in the `replaces` of another limit that applies
-///   to the same request is not decided (descriptor-list matching).
+///   to the same request is not decided.
 /// - `share_threshold` (only on a wildcard value): every matching value shares one counter;
 ///   without it each matching value has its own.
 /// - `detailed_metric`, `value_to_metric`, `metadata`: kept on the `Rule` for the caller's
 ///   metrics and responses; the library keeps no metrics and decides the same either way.
 ///
-/// The flat `decide` applies every limit it matches as enforced (it ignores `shadow_mode`,
-/// `quota_mode` and `replaces`). Extensions of this library, which the reference service
-/// refuses: `rate_limit.algorithm` (sliding_counter, the default, token_bucket, leaky_bucket,
-/// fixed_window or sliding_log; a bucket gets capacity or queue size `requests_per_unit`,
-/// refilled or drained at `requests_per_unit` per `unit`), the top-level `client_keys` (see
-/// "Per client and shared rules"), and for calendar algorithms (`algorithm: calendar_quota`, in
-/// the registry `QuotaAlgorithms` of ratelimit/calendar.hpp) the units `week` and `month`
-/// and the fields `time_zone` (IANA name, default UTC) and `first_day` (of a week, default
-/// monday); other algorithms refuse those. `requests_per_unit: 0` blocks every matching request
-/// (denied with `retry_after == Decision::never`). Several files: `RulesConfig`
+/// Both forms of `RuleSet::decide` (the flat request and Envoy's descriptor list) give these
+/// flags the same meaning: the flat form is decided as a descriptor list. Extensions of this
+/// library, which the reference service refuses: `rate_limit.algorithm` (sliding_counter, the
+/// default, token_bucket, leaky_bucket, fixed_window or sliding_log; a bucket gets capacity or
+/// queue size `requests_per_unit`, refilled or drained at `requests_per_unit` per `unit`), the
+/// top-level `client_keys` (see "Per client and shared rules"), and for calendar algorithms
+/// (`algorithm: calendar_quota`, in the registry `QuotaAlgorithms` of ratelimit/calendar.hpp) the
+/// units `week` and `month` and the fields `time_zone` (IANA name, default UTC) and `first_day` (of
+/// a week, default monday); other algorithms refuse those. `requests_per_unit: 0` blocks every
+/// matching request (denied with `retry_after == Decision::never`). Several files: `RulesConfig`
 /// (rules/config.hpp). Stricter than the reference: a rule name used twice in a domain and a
 /// missing `requests_per_unit` (0 there) are refused; `unlimited: true` with a
 /// `requests_per_unit` is accepted (ignored) as there.
@@ -205,9 +206,9 @@ inline std::string read_rules_file(const std::filesystem::path& file) {
   std::error_code ec;
   if (const auto bytes = std::filesystem::file_size(file, ec);
       !ec && bytes > RulesLimits::max_bytes)
-    throw std::invalid_argument(
-        file.string() + ":0: the file has " + std::to_string(bytes) + " bytes, more than the " +
-        std::to_string(RulesLimits::max_bytes) + " a rules file may have");
+    throw std::invalid_argument(file.string() + ":0: the file has " + std::to_string(bytes) +
+                                " bytes, more than the " + std::to_string(RulesLimits::max_bytes) +
+                                " a rules file may have");
   std::ostringstream text;
   text << in.rdbuf();
   return text.str();

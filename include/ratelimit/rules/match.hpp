@@ -12,6 +12,9 @@
 /// matches, and its nested descriptors are tried in turn. Every matching limit applies. Each
 /// limit keeps one counter per combination of the request's values for the descriptors on its
 /// path that have no value or a wildcard without `share_threshold` (e.g. one per API key).
+/// `RuleSet` decides a flat request as the descriptor list `Rules::descriptors_of` makes of it:
+/// one descriptor per limit (or `unlimited: true`) the walk lands on, whose entries are its
+/// path's keys with the request's values, so that both forms decide alike.
 ///
 /// ## Matching: Envoy's descriptor list (`RuleSet::decide(const RateLimitRequest&)`)
 /// As the reference service: a request is a domain and several descriptors, each an ordered
@@ -77,8 +80,7 @@ struct FlatWalk {
 /// the request lands on, parents before their nested descriptors, in file order.
 template <class Visit>
 void walk_flat(const LoadedRules& rules, const std::vector<RuleNode>& nodes,
-               const LevelIndex& index, const FirstEntries& request, FlatWalk& at,
-               Visit& visit) {
+               const LevelIndex& index, const FirstEntries& request, FlatWalk& at, Visit& visit) {
   for (std::size_t i = 0; i < nodes.size(); ++i) {
     const RuleNode& n = nodes[i];
     const std::string* value = request.find(n.key);

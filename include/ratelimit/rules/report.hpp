@@ -5,8 +5,6 @@
 
 #include <chrono>
 #include <cstddef>
-#include <cstdint>
-#include <span>
 #include <string>
 #include <string_view>
 
@@ -40,24 +38,8 @@ std::string rule_metric_name(const Rules& rules, const Rule& rule, ValueOf& valu
   return out;
 }
 
-/// Tells the listeners of `obs` what a flat request came to (see `RuleSet::attach_listener`).
-inline void report_flat(const ObserverSet& obs, const Rules& rules,
-                        std::span<const DescriptorEntry> request, std::int64_t cost,
-                        const RuleSetDecision& r, std::chrono::nanoseconds latency) noexcept {
-  try {
-    const FirstEntries first(request);  // hashed once when large, as `match` does
-    for (const RuleOutcome& o : r.outcomes) {
-      if (!o.decision.degraded && o.decision.allowed && !r.allowed) continue;  // a dry run
-      auto value_of = [&](std::string_view k) { return first.find(k); };
-      const std::string name = rule_metric_name(rules, *o.rule, value_of);
-      Observers::decision(obs, name, o.client, cost, o.decision, latency);
-    }
-  } catch (...) {  // out of memory building a name: the decision stands
-  }
-}
-
 /// Tells the listeners of `obs` what a descriptor-list request came to (see
-/// `RuleSet::attach_listener`).
+/// `RuleSet::attach_listener`). A flat request is told the same way: as its descriptor list.
 inline void report_response(const ObserverSet& obs, const Rules& rules,
                             const RateLimitRequest& request, const RateLimitResponse& r,
                             std::chrono::nanoseconds latency) noexcept {

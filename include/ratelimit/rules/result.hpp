@@ -2,7 +2,7 @@
 /// @file rules/result.hpp
 /// What deciding a request under rules gives: `RateLimitResponse` for Envoy's descriptor list
 /// (one `DescriptorStatus` per descriptor), and `RuleSetDecision` for the flat request (one
-/// `RuleOutcome` per matching limit). Both give the response's headers.
+/// `RuleOutcome` per matching limit), its thin mirror. Both give the response's headers.
 
 #include <algorithm>
 #include <cstddef>
@@ -11,17 +11,20 @@
 #include <optional>
 #include <span>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "../core/decision.hpp"
 #include "../core/rate.hpp"
 #include "../http/headers.hpp"
+#include "match.hpp"
+#include "request.hpp"
 #include "rule.hpp"
 #include "rules.hpp"
 
 namespace ratelimit {
 
-/// What one matching limit decided for a request.
+/// What one matching limit decided for a flat request (`RuleSet::decide(entries)`).
 /// Thread safety: a plain value.
 struct RuleOutcome {
   const Rule* rule = nullptr;
@@ -29,26 +32,34 @@ struct RuleOutcome {
   std::string key;
   std::string client;
   /// When the request was denied (by this rule or another), the dry run's decision: this rule's
-  /// state as it is, unchanged. When admitted, the committed decision.
+  /// state as it is, unchanged. When admitted, the committed decision. A shadow-mode limit that
+  /// denied (would have denied) admits, with `Decision::shadow_denied`; a quota-mode limit
+  /// that denied while another quota-mode limit admitted keeps its denial (the request went on
+  /// without it).
   Decision decision{};
 };
 
-/// The decision on one request under every limit that matched it.
+/// The decision on one flat request under every limit that matched it: the descriptor-list
+/// decision (`RateLimitResponse`) of `Rules::descriptors_of(request)`, one outcome per limit.
 /// Thread safety: a plain value.
 struct RuleSetDecision {
   static constexpr std::size_t none = static_cast<std::size_t>(-1);
 
-  /// true iff every matching limit admitted (also when none matched).
+  /// true iff no enforced limit denied (also when none matched): shadow-mode limits never deny,
+  /// quota-mode limits deny only all together (see `RateLimitResponse::allowed`). When false,
+  /// no counter changed.
   bool allowed = true;
-  /// One entry per matching limit, in file order.
+  /// One entry per matching limit that was decided, in file order (a limit another matching
+  /// limit `replaces` is not decided, and has none).
   std::vector<RuleOutcome> outcomes;
-  /// The outcome that speaks for the request (a denial with the longest wait, else the fewest
-  /// remaining requests), or `none` when no limit matched.
+  /// The outcome that speaks for the request among those not in shadow mode (a denial with the
+  /// longest wait, else the fewest remaining requests; the choice of
+  /// `RateLimitResponse::decision`), or `none` when there is none.
   std::size_t deciding = none;
 
   /// The deciding outcome's decision with `allowed` for the whole request and, when admitted,
-  /// the longest `delay` of any rule (a leaky bucket's queue). With no matching limit: admitted,
-  /// every other field 0.
+  /// the longest `delay` of any limit not in shadow mode (a leaky bucket's queue). With no
+  /// deciding outcome: `allowed`, every other field 0.
   Decision decision() const {
     Decision d{};
     d.allowed = allowed;
@@ -56,19 +67,22 @@ struct RuleSetDecision {
     d = outcomes[deciding].decision;
     d.allowed = allowed;
     if (allowed)
-      for (const RuleOutcome& o : outcomes) d.delay = std::max(d.delay, o.decision.delay);
+      for (const RuleOutcome& o : outcomes)
+        if (!o.rule->shadow_mode) d.delay = std::max(d.delay, o.decision.delay);
     return d;
   }
 
-  /// Each outcome's policy and decision, for `rate_limit_headers`.
+  /// Each outcome's policy and decision, for `rate_limit_headers`; shadow-mode limits are not
+  /// advertised (as in `RateLimitResponse::policies`).
   std::vector<PolicyDecision> policies() const {
     std::vector<PolicyDecision> out;
     out.reserve(outcomes.size());
-    for (const RuleOutcome& o : outcomes) out.push_back({o.rule->policy(), o.decision});
+    for (const RuleOutcome& o : outcomes)
+      if (!o.rule->shadow_mode) out.push_back({o.rule->policy(), o.decision});
     return out;
   }
 
-  /// The response headers (see http.hpp); empty when no limit matched.
+  /// The response headers (see http.hpp); empty when no limit was advertised.
   HeaderList headers() const {
     const auto p = policies();
     return rate_limit_headers(std::span<const PolicyDecision>(p));
@@ -172,6 +186,33 @@ constexpr Decision blocked_decision() noexcept {
   d.allowed = false;
   d.retry_after = Decision::never;
   return d;
+}
+
+/// The descriptor-list response `r` to `list` (a flat request's, `Rules::descriptors_of`)
+/// told as the flat decision: one outcome per decided limit, a shadow-mode denial as an
+/// admission with `shadow_denied`, the deciding outcome chosen as `RateLimitResponse::decision`
+/// chooses.
+inline RuleSetDecision flat_decision(const RateLimitRequest& list, const RateLimitResponse& r) {
+  RuleSetDecision out;
+  out.allowed = r.allowed;
+  for (std::size_t i = 0; i < r.statuses.size(); ++i) {
+    const DescriptorStatus& st = r.statuses[i];
+    if (!st.evaluated) continue;  // unlimited, or replaced
+    RuleOutcome o{st.rule, st.key,
+                  client_of(r.rules->client_keys(), *st.rule, list.descriptors[i].entries),
+                  st.decision};
+    if (st.shadow && !o.decision.allowed) {
+      o.decision.allowed = true;
+      o.decision.shadow_denied = true;
+    }
+    out.outcomes.push_back(std::move(o));
+  }
+  for (std::size_t k = 0; k < out.outcomes.size(); ++k)
+    if (!out.outcomes[k].rule->shadow_mode &&
+        (out.deciding == RuleSetDecision::none ||
+         more_restrictive(out.outcomes[k].decision, out.outcomes[out.deciding].decision)))
+      out.deciding = k;
+  return out;
 }
 
 }  // namespace detail

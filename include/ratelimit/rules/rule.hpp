@@ -47,7 +47,7 @@ struct Rule {
   /// another's `replaces`.
   std::string given_name;
   /// `rate_limit.replaces[].name`: the limits this one replaces when both apply to a request
-  /// (descriptor-list matching, `RuleSet::decide(const RateLimitRequest&)`, only).
+  /// (both forms of `RuleSet::decide`).
   std::vector<std::string> replaces;
   /// The descriptors from the top level down to this one.
   std::vector<Step> path;
@@ -64,10 +64,10 @@ struct Rule {
   /// Whether the counters are per client (see the file comment).
   bool per_client = false;
   /// `shadow_mode: true`: decided and spent as if enforced, but its denial never denies the
-  /// request (descriptor-list matching; the flat `decide` enforces it like any limit).
+  /// request (both forms of `RuleSet::decide`).
   bool shadow_mode = false;
   /// `quota_mode: true`: its denial denies the request only when every quota-mode limit of the
-  /// request denies (descriptor-list matching; the flat `decide` enforces it like any limit).
+  /// request denies (both forms of `RuleSet::decide`).
   bool quota_mode = false;
   /// `detailed_metric` and `value_to_metric`: kept for the caller's metrics; the library
   /// keeps no metrics and decides the same either way.

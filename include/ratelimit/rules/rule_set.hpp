@@ -2,12 +2,14 @@
 /// @file rules/rule_set.hpp
 /// `RuleSet`: rules bound to a storage and a clock, deciding requests under every limit that
 /// applies (every applying limit must admit; a denial by one consumes nothing from the others).
+/// One engine, the descriptor-list one (`decide(const RateLimitRequest&)`); the flat request
+/// (`decide(entries)`) is decided as the descriptor list `Rules::descriptors_of` makes of it.
 ///
 /// ## Atomicity
-/// `RuleSet::decide` hands every matching limit to the storage's `decide_all` with the
-/// request's real cost: all admit and spend, or nothing changes anywhere. The descriptor-list
-/// call too (shadow- and quota-mode limits that deny are dropped and the rest decided again),
-/// where the reference service counts every descriptor even when another is over its limit. The The
+/// `RuleSet::decide` hands the limits that apply to the storage's `decide_all`, each with its
+/// hits (in the flat form, the request's cost): all admit and spend, or nothing changes
+/// anywhere; shadow- and quota-mode limits that deny are dropped and the rest decided again,
+/// where the reference service counts every descriptor even when another is over its limit. The
 /// storage is the unit of atomicity (in process: the counters' shard locks, taken in a fixed order;
 /// on Redis: one script), so a rule set is atomic with respect to every other decision on its
 /// counters, a limiter's included. On Redis Cluster a request's keys must share a slot: per-client
@@ -90,61 +92,33 @@ class RuleSet {
     bind_overrides();
   }
 
-  /// Decides a request of `cost` units (>= 1) with these descriptor entries: admitted iff every
-  /// matching limit admits it, in which case each spends `cost`; denied otherwise, and then no
-  /// limit spends anything. Throws `std::invalid_argument` if cost < 1; a storage may throw per
-  /// its failure policy.
+  /// Decides a request of `cost` units (>= 1) with these descriptor entries (the flat
+  /// matching): a thin form of `decide(const RateLimitRequest&)` on the descriptor list
+  /// `Rules::descriptors_of(request)` with `hits_addend = cost`, so `shadow_mode`,
+  /// `quota_mode` and `replaces` mean the same in both forms. Admitted iff no enforced limit
+  /// denies, in which case each limit decided spends `cost`; denied otherwise, and then no limit
+  /// spends anything. Throws `std::invalid_argument` if cost < 1; a storage may throw per its
+  /// failure policy.
   RuleSetDecision decide(std::span<const DescriptorEntry> request, std::int64_t cost = 1) {
-    const detail::ObserverSet* obs = observers_.current();
-    if (obs == nullptr) [[likely]]
-      return decide_prepared(prepare(request, cost));
-    const bool sample = detail::sample_latency();
-    const auto start =
-        sample ? std::chrono::steady_clock::now() : std::chrono::steady_clock::time_point{};
-    RuleSetDecision r = decide_prepared(prepare(request, cost));
-    const auto latency =
-        sample ? std::chrono::steady_clock::now() - start : std::chrono::nanoseconds{-1};
-    detail::report_flat(*obs, *rules_, request, cost, r, latency);
-    return r;
+    const RateLimitRequest list = flat_request(request, cost);
+    return detail::flat_decision(list, decide(list));
   }
 
   /// `decide` without blocking: returns at once; `done(RuleSetDecision)` gets the decision
-  /// exactly once, on the storage's I/O thread (Redis) or here before this returns (in
-  /// process, or when Redis is not tried): see core/completion.hpp. The request is copied; the
+  /// exactly once, on the storage's I/O thread (Redis: each round of the descriptor-list
+  /// decision is one `decide_all_async`) or here before this returns (in process, or when
+  /// Redis is not tried): see core/completion.hpp. The request is copied; the
   /// outcomes' `Rule` pointers stay valid while this set or a copy of the decision's set lives.
   /// Throws `std::invalid_argument` if cost < 1 (and then never calls `done`).
   /// Thread safety: safe from many threads.
   template <class F>
   requires std::invocable<F&, RuleSetDecision>
   void decide_async(std::span<const DescriptorEntry> request, std::int64_t cost, F&& done) {
+    auto list = std::make_shared<const RateLimitRequest>(flat_request(request, cost));
     auto complete = detail::make_completion<RuleSetDecision>(std::forward<F>(done));
-    auto p = std::make_shared<Pending>(prepare(request, cost));
-    if (const detail::ObserverSet* obs = observers_.current()) {
-      // The completion may outlive the rule set: it holds the listener set (a reference) and a
-      // copy of the request.
-      complete = [set = obs->shared_from_this(), rules = rules_,
-                  req = std::vector<DescriptorEntry>(request.begin(), request.end()), cost,
-                  inner = std::move(complete)](RuleSetDecision d) {
-        detail::report_flat(*set, *rules, req, cost, d, std::chrono::nanoseconds{-1});
-        inner(std::move(d));
-      };
-    }
-    if constexpr (requires(std::function<void(std::vector<Decision>&&, bool)> f) {
-                    storage_.decide_all_async(std::span<const typename Storage::Part>{},
-                                              std::chrono::nanoseconds{}, f);
-                  }) {
-      if (!p->parts.empty()) {
-        // The parts point into `p` and into the bindings: both ride along until the end.
-        storage_.decide_all_async(std::span<const typename Storage::Part>(p->parts), clock_.now(),
-                                  [p, bindings = bindings_, rules = rules_, complete](
-                                      std::vector<Decision>&& ds, bool all) {
-                                    detail::complete_safely(
-                                        complete, finish(std::move(*p), std::move(ds), all));
-                                  });
-        return;
-      }
-    }
-    detail::complete_safely(complete, decide_prepared(std::move(*p)));
+    decide_async(*list, [list, complete](RateLimitResponse r) mutable {
+      detail::complete_safely(complete, detail::flat_decision(*list, r));
+    });
   }
 
   /// As above, through a future (its `get` blocks: not on the storage's I/O thread).
@@ -214,7 +188,8 @@ class RuleSet {
                   }) {
       run_rounds(storage_, std::move(state), bindings_, override_bindings_, std::move(complete));
     } else {
-      detail::complete_safely(complete, decide(request));
+      // Not `decide`: it would tell the listeners too, and `complete` already does.
+      detail::complete_safely(complete, decide_list(request));
     }
   }
 
@@ -249,6 +224,12 @@ class RuleSet {
 
  private:
   struct ListState;  // below, after Group
+
+  /// The descriptor list a flat request is decided as (see `decide(entries)`).
+  RateLimitRequest flat_request(std::span<const DescriptorEntry> request, std::int64_t cost) const {
+    detail::check_cost(cost);
+    return RateLimitRequest{rules_->domain(), rules_->descriptors_of(request), cost};
+  }
 
   RateLimitResponse decide_list(const RateLimitRequest& request) {
     ListState state = prepare_list(request);
@@ -458,56 +439,6 @@ class RuleSet {
   C& clock() noexcept { return clock_; }
 
  private:
-  /// A request matched and turned into storage parts, waiting for the storage's decisions.
-  struct Pending {
-    RuleSetDecision result;
-    std::vector<RuleMatch> matches;  ///< the parts' keys and tags point into these
-    std::vector<typename Storage::Part> parts;
-    std::vector<std::size_t> where;  ///< the outcome of each part
-    bool blocked = false;
-  };
-
-  Pending prepare(std::span<const DescriptorEntry> request, std::int64_t cost) const {
-    detail::check_cost(cost);
-    Pending p;
-    p.matches = rules_->match(request);
-    // A `requests_per_unit: 0` limit denies every request: nothing is spent anywhere, and the
-    // other limits report their state as it is (a dry run).
-    p.blocked = std::any_of(p.matches.begin(), p.matches.end(),
-                            [](const RuleMatch& m) { return m.rule->blocks(); });
-    p.parts.reserve(p.matches.size());
-    p.result.outcomes.reserve(p.matches.size());
-    for (std::size_t i = 0; i < p.matches.size(); ++i) {
-      const RuleMatch& m = p.matches[i];
-      p.result.outcomes.push_back({m.rule, m.key, m.client, detail::blocked_decision()});
-      if (m.rule->blocks()) continue;
-      p.parts.push_back(binding_of(m).part(m.key, Operation{cost, p.blocked}, m.tag));
-      p.where.push_back(i);
-    }
-    return p;
-  }
-
-  RuleSetDecision decide_prepared(Pending&& p) {
-    if (p.parts.empty()) return finish(std::move(p), {}, true);
-    std::vector<Decision> ds(p.parts.size());
-    const bool all = storage_.decide_all(std::span<const typename Storage::Part>(p.parts),
-                                         clock_.now(), std::span<Decision>(ds));
-    return finish(std::move(p), std::move(ds), all);
-  }
-
-  static RuleSetDecision finish(Pending&& p, std::vector<Decision> ds, bool all) {
-    RuleSetDecision result = std::move(p.result);
-    if (p.matches.empty()) return result;
-    for (std::size_t i = 0; i < ds.size(); ++i) result.outcomes[p.where[i]].decision = ds[i];
-    result.allowed = !p.blocked && all;
-    std::size_t best = 0;
-    for (std::size_t i = 1; i < result.outcomes.size(); ++i)
-      if (detail::more_restrictive(result.outcomes[i].decision, result.outcomes[best].decision))
-        best = i;
-    result.deciding = best;
-    return result;
-  }
-
   /// A rule's binding, whatever its model: it only makes parts.
   struct AnyBinding {
     virtual ~AnyBinding() = default;
@@ -591,7 +522,6 @@ class RuleSet {
     return out;
   }
 
-  const AnyBinding& binding_of(const RuleMatch& m) const { return binding_of(*m.rule); }
   const AnyBinding& binding_of(const Rule& r) const {
     return *(*bindings_)[static_cast<std::size_t>(&r - rules_->rules().data())];
   }

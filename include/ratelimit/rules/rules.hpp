@@ -27,7 +27,8 @@ namespace ratelimit {
 
 /// The limits of one domain, from one rules file or several, independent of where their
 /// counters live.
-/// Thread safety: immutable once loaded; `match` and `lookup` are safe from many threads.
+/// Thread safety: immutable once loaded; `match`, `descriptors_of` and `lookup` are safe from
+/// many threads.
 class Rules {
  public:
   /// Parses rules from YAML text; `source` names it in error messages (e.g. the file name).
@@ -104,6 +105,23 @@ class Rules {
   /// Same, from an initializer list: `rules.match({{"api_key", "K"}, {"path", "/login"}})`.
   std::vector<RuleMatch> match(std::initializer_list<DescriptorEntry> request) const {
     return match(std::span<const DescriptorEntry>(request.begin(), request.size()));
+  }
+
+  /// The flat request as Envoy's descriptor list: one descriptor per descriptor of the file
+  /// that the flat matching lands on and that has a limit or `unlimited: true` (whose
+  /// `replaces` count), in file order, its entries the keys on that descriptor's path with the
+  /// request's values. Each lands, by `lookup`, where the flat matching did: with the same
+  /// rule, counter key and tag as `match` gives. `RuleSet::decide(entries)` decides this list.
+  std::vector<RateLimitDescriptor> descriptors_of(std::span<const DescriptorEntry> request) const {
+    std::vector<RateLimitDescriptor> out;
+    detail::walk_flat(data_, request, [&](const detail::RuleNode& n, const detail::FlatWalk& at) {
+      if (data_.rule_of(n) == nullptr && !n.unlimited) return;
+      RateLimitDescriptor d;
+      d.entries.reserve(at.entries.size());
+      for (const auto& [key, value] : at.entries) d.entries.push_back({*key, *value});
+      out.push_back(std::move(d));
+    });
+    return out;
   }
 
   /// Where one descriptor of a descriptor-list request lands, as in Envoy's rate limit
