@@ -52,7 +52,7 @@
 #include <vector>
 
 #include <ratelimit/http.hpp>
-#include <ratelimit/metrics/prometheus.hpp>
+#include <ratelimit/metrics.hpp>
 #include <ratelimit/ratelimit.hpp>
 #include <ratelimit/rules.hpp>
 

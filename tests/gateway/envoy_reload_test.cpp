@@ -1,4 +1,4 @@
-// Issue 15: swapping a RateLimitService's configuration while serving. Under 8 threads of
+// Swapping a RateLimitService's configuration while serving. Under 8 threads of
 // traffic no request is decided partly under the old rules and partly under the new; counters
 // of limits whose path and unit did not change carry over. Labelled `concurrent` (it also runs
 // under ThreadSanitizer). Time only from ManualClock.
@@ -11,7 +11,7 @@
 #include <vector>
 
 #include <ratelimit/ratelimit.hpp>
-#include <ratelimit/rules/service.hpp>
+#include <ratelimit/rules.hpp>
 
 #include "envoy_table.hpp"
 

@@ -1,7 +1,8 @@
-// Issue 15 on Redis: the reference service's documented configurations (envoy_table.hpp)
-// decided by RuleSet<RedisStorage> exactly as in process, one all-or-nothing script per round,
-// shadow mode and replaces included. Needs RATELIMIT_TEST_REDIS (see support/redis_backend.hpp;
-// without a server the test fails, and always under CI=true). Time only from ManualClock.
+// Envoy-compatible rules on Redis: the reference service's documented configurations
+// (envoy_table.hpp) decided by RuleSet<RedisStorage> exactly as in process, one all-or-nothing
+// script per round, shadow mode and replaces included. Needs RATELIMIT_TEST_REDIS (see
+// support/redis_backend.hpp; without a server the test fails, and always under CI=true). Time only
+// from ManualClock.
 
 #include <catch2/catch.hpp>
 

@@ -1,8 +1,8 @@
-// Issue 15: Envoy-compatible rules. The reference service's documented configurations matched
-// as it documents (envoy_table.hpp, in process), every refusal with its error and line, several
-// files merged by domain, hits addends, limit overrides, quota mode, and the flat `decide`
-// unchanged beside the descriptor-list one. Time only from ManualClock (frozen: no capacity
-// comes back during a test).
+// Envoy-compatible rules. The reference service's documented configurations matched as it
+// documents (envoy_table.hpp, in process), every refusal with its error and line, several files
+// merged by domain, hits addends, limit overrides, quota mode, and the flat matching beside the
+// descriptor-list one (one_engine_test.cpp: both decided by one engine). Time only from ManualClock
+// (frozen: no capacity comes back during a test).
 
 #include <catch2/catch.hpp>
 
@@ -14,8 +14,6 @@
 
 #include <ratelimit/ratelimit.hpp>
 #include <ratelimit/rules.hpp>
-#include <ratelimit/rules/config.hpp>
-#include <ratelimit/rules/service.hpp>
 
 #include "envoy_table.hpp"
 

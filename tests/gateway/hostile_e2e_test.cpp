@@ -1,10 +1,10 @@
-// Issue 12, item 4, end to end: the first version of examples/http_gateway trusted any API key.
-// A client limited by IP sent a made-up X-API-Key per request and was never limited (300 of 300
-// admitted; 50 of 50 logins with 50 made-up keys); a key starting "pro_" got the pro plan; and
-// cpp-httplib cut header values at NUL, so "a\0x" and "a" shared a counter. Here real gateway
-// processes on loopback, with the shipped rules.yaml and keys.txt (RATELIMIT_GATEWAY_DIR) unless
-// a test says otherwise, refuse each of these. Every request comes from 127.0.0.1, so each test
-// starts its own gateway (per-IP counters start empty).
+// The gateway against hostile clients, end to end: the first version of examples/http_gateway
+// trusted any API key. A client limited by IP sent a made-up X-API-Key per request and was never
+// limited (300 of 300 admitted; 50 of 50 logins with 50 made-up keys); a key starting "pro_" got
+// the pro plan; and cpp-httplib cut header values at NUL, so "a\0x" and "a" shared a counter. Here
+// real gateway processes on loopback, with the shipped rules.yaml and keys.txt
+// (RATELIMIT_GATEWAY_DIR) unless a test says otherwise, refuse each of these. Every request comes
+// from 127.0.0.1, so each test starts its own gateway (per-IP counters start empty).
 
 #include <arpa/inet.h>
 #include <fcntl.h>

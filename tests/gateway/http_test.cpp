@@ -1,6 +1,6 @@
 // Response headers from decisions (include/ratelimit/http.hpp). Decisions come from the real
 // limiters driven by a ManualClock, so every expected header follows from the algorithm's
-// definition (issue 2) and the header rules in http.hpp; the arithmetic is in the comments.
+// definition and the header rules in http.hpp; the arithmetic is in the comments.
 
 #include <catch2/catch.hpp>
 
@@ -31,8 +31,9 @@ TEST_CASE(
     "[http][sliding_counter]") {
   ratelimit::ManualClock clock;
   ratelimit::SlidingCounter<ratelimit::ManualClock> limiter(ratelimit::per_minute(100), {}, clock);
-  // Issue 2, example (c): 80 admitted in window 0 ([0, 60 s)), then at t = 75 s (15 s into
-  // window 1) 30 more (each sees E <= 29 + 80 * 45 / 60 = 89) and the request under test.
+  // The sliding counter's worked example (c): 80 admitted in window 0 ([0, 60 s)), then at t = 75 s
+  // (15 s into window 1) 30 more (each sees E <= 29 + 80 * 45 / 60 = 89) and the request under
+  // test.
   for (int i = 0; i < 80; ++i) REQUIRE(limiter.try_acquire("k"));
   clock.set(75s);
   for (int i = 0; i < 30; ++i) REQUIRE(limiter.try_acquire("k"));
@@ -77,8 +78,8 @@ TEST_CASE("A denied token-bucket request waits for one token while the reset is 
   ratelimit::TokenBucket<ratelimit::ManualClock> limiter({5, ratelimit::per_second(1)}, {}, clock);
   for (int i = 0; i < 5; ++i) REQUIRE(limiter.try_acquire("k"));
   const auto d = limiter.try_acquire("k");
-  // Issue 2, example (b): T = 0, retry_after = (1 - 0) / (1/s) = 1 s; reset_after =
-  // (5 - 0) / (1/s) = 5 s. Policy window: a full refill, 5 tokens at 1/s = 5 s.
+  // The token bucket's worked example (b): T = 0, retry_after = (1 - 0) / (1/s) = 1 s; reset_after
+  // = (5 - 0) / (1/s) = 5 s. Policy window: a full refill, 5 tokens at 1/s = 5 s.
   REQUIRE_FALSE(d.allowed);
   const auto h = ratelimit::rate_limit_headers(d, QuotaPolicy{"burst", 5, 5s});
   CHECK(h == expected({{"RateLimit-Policy", "\"burst\";q=5;w=5"},

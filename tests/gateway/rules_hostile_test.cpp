@@ -1,4 +1,4 @@
-// Issue 12, item 3: rules files written to hurt the loader. The first version recursed forever
+// Rules files written to hurt the loader. The first version recursed forever
 // on a self-referencing alias (SIGSEGV), ran past 60 s and 3.8 GB on a 2.3 KB alias bomb, took
 // 47 s for the 131,071 rules of a 1.6 KB one (a quadratic duplicate check), read
 // `requests_per_unit: -0` as 0 and ignored a second YAML document. Each is an error now, naming

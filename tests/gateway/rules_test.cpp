@@ -1,6 +1,6 @@
 // Rules as code (include/ratelimit/rules.hpp): parsing the Envoy YAML, matching descriptors,
 // nested descriptors and plans, all-or-nothing decisions, and error messages with line numbers.
-// Time only from ManualClock; expected counts follow from each rule's algorithm (issue 2).
+// Time only from ManualClock; expected counts follow from each rule's algorithm's definition.
 
 #include <catch2/catch.hpp>
 

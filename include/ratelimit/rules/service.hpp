@@ -29,6 +29,7 @@
 #include "../core/listener.hpp"
 #include "../memory/in_memory_storage.hpp"
 #include "config.hpp"
+#include "rule_set.hpp"
 #include "rules.hpp"
 
 namespace ratelimit {
