@@ -69,9 +69,10 @@ void exchange_all(const std::vector<RegionalStorage>& s, std::chrono::nanosecond
 
 }  // namespace
 
-TEMPLATE_TEST_CASE("A region counts its own admissions at once and another region's after "
-                   "that region's exchange",
-                   "[far][redis]", FixedWindowModel, SlidingCounterModel) {
+TEMPLATE_TEST_CASE(
+    "A region counts its own admissions at once and another region's after "
+    "that region's exchange",
+    "[far][redis]", FixedWindowModel, SlidingCounterModel) {
   rltest::Regions regions(2);
   auto s = storages(regions);
   auto a = s[0].bind<TestType>("api", window_params(10), 10);
@@ -133,9 +134,10 @@ TEMPLATE_TEST_CASE("An attack spread over three regions reaches N + (R - 1) U an
   CHECK(s[0].stats().unseen_denials >= 3);
 }
 
-TEMPLATE_TEST_CASE("Random traffic over three regions with random exchanges never admits more "
-                   "than N + (R - 1) U",
-                   "[far][redis]", FixedWindowModel, SlidingCounterModel) {
+TEMPLATE_TEST_CASE(
+    "Random traffic over three regions with random exchanges never admits more "
+    "than N + (R - 1) U",
+    "[far][redis]", FixedWindowModel, SlidingCounterModel) {
   rltest::Regions regions(3);
   auto s = storages(regions);
   constexpr std::int64_t N = 30, U = 4, bound = N + 2 * U;  // 38 per window (estimate)
@@ -164,9 +166,10 @@ TEMPLATE_TEST_CASE("Random traffic over three regions with random exchanges neve
   CHECK(admitted > 0);
 }
 
-TEST_CASE("A client staying in one region reaches its full limit when U >= N (S + 2d) / W, "
-          "and is held back below it",
-          "[far][redis]") {
+TEST_CASE(
+    "A client staying in one region reaches its full limit when U >= N (S + 2d) / W, "
+    "and is held back below it",
+    "[far][redis]") {
   // N = 100 per W = 1 s, S = 100 ms, d = 40 ms: N (S + 2d) / W = 100 x 180 / 1000 = 18. The
   // client sends one request every 10 ms (N per W) at 5, 15, ..., 995 ms. Rounds claim at
   // 0, 100, 200, ... ms and are acknowledged 2d = 80 ms later. Just before the acknowledgement
@@ -218,9 +221,10 @@ struct PartitionLog : ratelimit::Listener {
 
 }  // namespace
 
-TEST_CASE("A partitioned region goes on with its own count plus U and says so; the exchange "
-          "catches up when it heals",
-          "[far][redis]") {
+TEST_CASE(
+    "A partitioned region goes on with its own count plus U and says so; the exchange "
+    "catches up when it heals",
+    "[far][redis]") {
   rltest::Regions regions(3);
   auto s = storages(regions);
   constexpr std::int64_t N = 20, U = 3;
@@ -273,9 +277,10 @@ TEST_CASE("A partitioned region goes on with its own count plus U and says so; t
   }
 }
 
-TEST_CASE("A limiter decides on a regional storage, and a background exchanger pushes its "
-          "admissions",
-          "[far][redis]") {
+TEST_CASE(
+    "A limiter decides on a regional storage, and a background exchanger pushes its "
+    "admissions",
+    "[far][redis]") {
   rltest::Regions regions(2);
   auto s = storages(regions, 20ms, 0ms);
   ManualClock clock;

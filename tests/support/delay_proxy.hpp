@@ -195,8 +195,8 @@ class DelayProxy {
       for (std::size_t i = 0; i < pairs_.size(); ++i) {
         Pair& p = pairs_[i];
         if (p.dead) continue;
-        const bool ok = read_flow(p.up) && read_flow(p.down) && write_flow(p.up) &&
-                        write_flow(p.down);
+        const bool ok =
+            read_flow(p.up) && read_flow(p.down) && write_flow(p.up) && write_flow(p.down);
         if (!ok) p.close_both();
       }
       std::erase_if(pairs_, [](const Pair& p) { return p.dead; });

@@ -65,8 +65,9 @@ namespace detail {
 /// Throws std::invalid_argument naming the field unless `name` is a valid region name.
 inline void check_region_name(std::string_view field, const std::string& name) {
   const bool ok = !name.empty() && name.size() <= 64 &&
-                  name.find_first_not_of("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz"
-                                         "0123456789_.-") == std::string::npos;
+                  name.find_first_not_of(
+                      "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz"
+                      "0123456789_.-") == std::string::npos;
   if (!ok)
     throw std::invalid_argument(std::string(field) + " = \"" + name +
                                 "\": must be 1 to 64 bytes of [A-Za-z0-9_.-]");

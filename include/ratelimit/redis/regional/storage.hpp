@@ -254,8 +254,8 @@ class RegionalBinding {
   std::string dirty_;
   std::int64_t unseen_limit_;
   bool explicit_unseen_;
-  using Fallback =
-      decltype(std::declval<InMemoryStorage&>().template bind<M>({}, std::declval<const typename M::Params&>()));
+  using Fallback = decltype(std::declval<InMemoryStorage&>().template bind<M>(
+      {}, std::declval<const typename M::Params&>()));
   std::optional<Fallback> fallback_;
 };
 
