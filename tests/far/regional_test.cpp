@@ -19,6 +19,7 @@
 #include <vector>
 
 #include <catch2/catch.hpp>
+#include <ratelimit/metrics.hpp>
 #include <ratelimit/ratelimit.hpp>
 #include <ratelimit/redis/regional/exchanger.hpp>
 #include <ratelimit/redis/regional/storage.hpp>
@@ -232,6 +233,8 @@ TEST_CASE(
   for (auto& r : s) b.push_back(r.bind<FixedWindowModel>("api", window_params(N), U));
   auto log = std::make_shared<PartitionLog>();
   s[2].attach_listener(log);
+  auto metrics = std::make_shared<ratelimit::PrometheusExporter>();
+  s[2].attach_listener(metrics);
   const auto t = 1ms;
   for (int i = 0; i < 3; ++i) REQUIRE(b[0].apply("k", t, spend()).allowed);
   exchange_all(s, t);  // every region sees r0's 3
@@ -252,6 +255,10 @@ TEST_CASE(
     CHECK(log->links[0] == std::make_pair(std::string("region r0"), true));
     CHECK(log->links[1] == std::make_pair(std::string("region r1"), true));
   }
+  // The same through the metrics: the link's gauge is open, and the failures are counted.
+  const std::string text = metrics->render();
+  CHECK_THAT(text, Catch::Contains("breaker_open{node=\"region r0\"} 1"));
+  CHECK_THAT(text, Catch::Contains("errors_total{kind=\"partition\"} 2"));
   // r0 and r1 go on too: r0 cannot push to r2, so its unseen units stay unseen (by r2).
   for (int i = 0; i < 5; ++i) (void)b[0].apply("k", t, spend());
   (void)s[0].exchange(t);
