@@ -5,8 +5,8 @@
 #include <chrono>
 #include <cstdint>
 #include <map>
-#include <string>
 #include <random>
+#include <string>
 #include <vector>
 
 #include <catch2/catch.hpp>

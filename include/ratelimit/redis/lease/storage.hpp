@@ -75,16 +75,19 @@ inline const RedisScript& lease_window_script() {
 
 /// What the copies of a LeasedStorage share. Thread safety: safe from many threads.
 struct LeaseShared {
-  explicit LeaseShared(LeaseOptions o) : options(std::move(o)), client([this] {
-    if (options.lease_divisor < 1 || options.lease_divisor > 1'000'000)
-      invalid("lease_divisor", options.lease_divisor, "must be in [1, 1000000]");
-    if (options.lease_duration < std::chrono::milliseconds{1} ||
-        options.lease_duration > std::chrono::hours{1})
-      invalid("lease_duration (ms)", options.lease_duration.count(), "must be in [1 ms, 1 h]");
-    if (options.max_keys < 1 || options.max_keys > 10'000'000)
-      invalid("max_keys", static_cast<std::int64_t>(options.max_keys), "must be in [1, 10^7]");
-    return std::make_shared<RedisClient>(options.redis);
-  }()) {}
+  explicit LeaseShared(LeaseOptions o)
+      : options(std::move(o)), client([this] {
+          if (options.lease_divisor < 1 || options.lease_divisor > 1'000'000)
+            invalid("lease_divisor", options.lease_divisor, "must be in [1, 1000000]");
+          if (options.lease_duration < std::chrono::milliseconds{1} ||
+              options.lease_duration > std::chrono::hours{1})
+            invalid("lease_duration (ms)", options.lease_duration.count(),
+                    "must be in [1 ms, 1 h]");
+          if (options.max_keys < 1 || options.max_keys > 10'000'000)
+            invalid("max_keys", static_cast<std::int64_t>(options.max_keys),
+                    "must be in [1, 10^7]");
+          return std::make_shared<RedisClient>(options.redis);
+        }()) {}
   LeaseOptions options;
   std::shared_ptr<RedisClient> client;
   std::atomic<std::uint64_t> local{0}, round_trips{0}, units_leased{0}, units_returned{0},
@@ -187,7 +190,8 @@ class LeasedBinding {
     std::int64_t given = 0;
     for (const auto& [key, l] : ended) {
       if (l.left <= 0 || params_.window_of(now.count()) != l.window) continue;
-      if (take(key, l.window, 0, 0, l.left, std::chrono::nanoseconds{params_.window})) given += l.left;
+      if (take(key, l.window, 0, 0, l.left, std::chrono::nanoseconds{params_.window}))
+        given += l.left;
     }
     return given;
   }
@@ -254,8 +258,8 @@ class LeasedBinding {
     c.script = &detail::lease_window_script();
     c.keys.push_back(detail::redis_key(shared_->options.redis.key_prefix, key, tail_) + ":" +
                      std::to_string(k));
-    const std::int64_t ttl_ms = to_end.count() / 1'000'000 + 1 +
-                                shared_->options.redis.ttl_margin.count();
+    const std::int64_t ttl_ms =
+        to_end.count() / 1'000'000 + 1 + shared_->options.redis.ttl_margin.count();
     c.argv = {std::to_string(params_.limit), std::to_string(want), std::to_string(need),
               std::to_string(give_back), std::to_string(ttl_ms)};
     std::vector<detail::RedisCall> calls;
