@@ -12,6 +12,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <condition_variable>
 #include <cstdint>
 #include <memory>
 #include <mutex>
@@ -161,15 +162,26 @@ class RegionalState {
     return round;
   }
 
-  /// Pushes `round`'s units to each other region, then acknowledges or undoes them here.
+  /// Pushes `round`'s units to every other region at once (the round lasts one round trip to
+  /// the farthest, not the sum of them), then acknowledges or undoes them here.
   ExchangeReport finish(ExchangeRound&& round) {
     ExchangeReport report;
     report.hashes = round.claims_.size();
-    std::vector<RedisCall> local_calls;
-    for (std::size_t r = 0; r < remotes_.size(); ++r) {
-      RegionalRemote& remote = *remotes_[r];
+    const std::size_t m = remotes_.size();
+    // Shared with the completions, which may still be returning when the wait ends.
+    struct Pending {
+      std::mutex mutex;
+      std::condition_variable done;
+      std::size_t left;
+      std::vector<std::vector<RedisResult>> results;
+    };
+    auto pending = std::make_shared<Pending>();
+    pending->left = m;
+    pending->results.resize(m);
+    std::vector<std::vector<std::size_t>> claim_of(
+        m);  // push i to r carries claims_[claim_of[r][i]]
+    for (std::size_t r = 0; r < m; ++r) {
       std::vector<RedisCall> pushes;
-      std::vector<std::size_t> claim_of;  // pushes[i] carries round.claims_[claim_of[i]]
       for (std::size_t i = 0; i < round.claims_.size(); ++i) {
         const auto& claim = round.claims_[i];
         if (claim.units[r] <= 0) continue;
@@ -179,13 +191,27 @@ class RegionalState {
         c.argv = {"push", "n:" + options_.region, std::to_string(claim.units[r]),
                   std::to_string(claim.ttl_ms)};
         pushes.push_back(std::move(c));
-        claim_of.push_back(i);
+        claim_of[r].push_back(i);
       }
       // With nothing to push, a PING still tells whether the region is reachable (so that a
       // partition's end is seen, and reported, before traffic resumes).
-      const bool ping = pushes.empty();
-      if (ping) pushes.push_back(RedisCall{nullptr, {"ping"}, {"PING"}});
-      auto results = remote.client->execute(std::move(pushes), remote.client->deadline_from_now());
+      if (pushes.empty()) pushes.push_back(RedisCall{nullptr, {"ping"}, {"PING"}});
+      RedisClient& client = *remotes_[r]->client;
+      client.execute_async(std::move(pushes), client.deadline_from_now(),
+                           [pending, r](std::vector<RedisResult>&& res) {
+                             const std::lock_guard lock(pending->mutex);
+                             pending->results[r] = std::move(res);
+                             if (--pending->left == 0) pending->done.notify_all();
+                           });
+    }
+    {
+      std::unique_lock lock(pending->mutex);
+      pending->done.wait(lock, [&] { return pending->left == 0; });
+    }
+    std::vector<RedisCall> local_calls;
+    for (std::size_t r = 0; r < m; ++r) {
+      RegionalRemote& remote = *remotes_[r];
+      const auto& results = pending->results[r];
       bool failed = false;
       std::string why;
       for (std::size_t i = 0; i < results.size(); ++i) {
@@ -193,8 +219,8 @@ class RegionalState {
           failed = true;
           why = results[i].failure->message;
         }
-        if (ping) continue;
-        const auto& claim = round.claims_[claim_of[i]];
+        if (claim_of[r].empty()) continue;  // the PING
+        const auto& claim = round.claims_[claim_of[r][i]];
         const bool ok = !results[i].failure;
         if (ok) {
           report.units_pushed += static_cast<std::uint64_t>(claim.units[r]);

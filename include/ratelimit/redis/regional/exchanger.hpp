@@ -3,6 +3,7 @@
 /// The background exchange of a regional storage: a thread that runs one exchange round every
 /// `RegionalOptions::exchange_interval`, dated by the clock policy's reading.
 
+#include <algorithm>
 #include <chrono>
 #include <condition_variable>
 #include <mutex>
@@ -36,9 +37,14 @@ class RegionalExchanger {
   RegionalExchanger& operator=(const RegionalExchanger&) = delete;
 
  private:
+  /// Rounds start every S (a fixed rate: a round's own time does not add to the interval,
+  /// which the bound U >= N (S + 2d) / W assumes); a round longer than S starts the next at once.
   void run() {
+    const auto interval = storage_.options().exchange_interval;
+    auto next = std::chrono::steady_clock::now() + interval;
     std::unique_lock lock(mutex_);
-    while (!wake_.wait_for(lock, storage_.options().exchange_interval, [this] { return stop_; })) {
+    while (!wake_.wait_until(lock, next, [this] { return stop_; })) {
+      next = std::max(next + interval, std::chrono::steady_clock::now());
       lock.unlock();
       try {
         (void)storage_.exchange(clock_.now());
