@@ -105,8 +105,8 @@ std::vector<double> latencies_us(int n, F decide) {
   for (int i = 0; i < n; ++i) {
     const auto a = std::chrono::steady_clock::now();
     decide(i);
-    out.push_back(std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - a)
-                      .count());
+    out.push_back(
+        std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - a).count());
   }
   return out;
 }
@@ -146,10 +146,11 @@ int main(int argc, char** argv) {
       }(),
       {N, 1'000'000'000});
   std::printf("# Far from Redis: bench/far_bench\n\n");
-  std::printf("3 regions on loopback, %d ms one way between them (proxies), S = %lld ms, "
-              "N = %lld per 1 s window, U = ceil(N (S + 2d) / W) = %lld.\n\n",
-              delay_ms, static_cast<long long>(S.count()), static_cast<long long>(N),
-              static_cast<long long>(U));
+  std::printf(
+      "3 regions on loopback, %d ms one way between them (proxies), S = %lld ms, "
+      "N = %lld per 1 s window, U = ceil(N (S + 2d) / W) = %lld.\n\n",
+      delay_ms, static_cast<long long>(S.count()), static_cast<long long>(N),
+      static_cast<long long>(U));
 
   // 1. Over-admission under a flood spread over the regions.
   {
@@ -172,8 +173,9 @@ int main(int argc, char** argv) {
       });
     for (auto& t : threads) t.join();
     std::int64_t worst = 0;
-    std::printf("## Over-admission: one flooding thread per region\n\n| window | admitted | "
-                "over N | bound (R - 1) U |\n|---|---|---|---|\n");
+    std::printf(
+        "## Over-admission: one flooding thread per region\n\n| window | admitted | "
+        "over N | bound (R - 1) U |\n|---|---|---|---|\n");
     for (const auto& [k, n] : per_window) {
       worst = std::max(worst, n - N);
       std::printf("| %lld | %lld | %lld | %lld |\n", static_cast<long long>(k % 1000),
@@ -198,14 +200,14 @@ int main(int argc, char** argv) {
       std::this_thread::sleep_until(start + std::chrono::microseconds{i * 1'000'000 / N});
       ++sent;
       admitted +=
-          b.apply("k", std::chrono::nanoseconds{now_ns()}, ratelimit::Operation{1}).allowed ? 1
-                                                                                           : 0;
+          b.apply("k", std::chrono::nanoseconds{now_ns()}, ratelimit::Operation{1}).allowed ? 1 : 0;
     }
-    std::printf("## A client staying in region r0 at N per W\n\n%lld of %lld admitted: %.1f %% "
-                "(goal >= 95 %%; unseen denials %llu).\n\n",
-                static_cast<long long>(admitted), static_cast<long long>(sent),
-                100.0 * static_cast<double>(admitted) / static_cast<double>(sent),
-                static_cast<unsigned long long>(st[0].stats().unseen_denials));
+    std::printf(
+        "## A client staying in region r0 at N per W\n\n%lld of %lld admitted: %.1f %% "
+        "(goal >= 95 %%; unseen denials %llu).\n\n",
+        static_cast<long long>(admitted), static_cast<long long>(sent),
+        100.0 * static_cast<double>(admitted) / static_cast<double>(sent),
+        static_cast<unsigned long long>(st[0].stats().unseen_denials));
     (void)W_s;
   }
 
@@ -223,8 +225,7 @@ int main(int argc, char** argv) {
     ratelimit::LeaseOptions lo;
     lo.redis = redis_at(proxies[0][1]->port(), prefix_of("lease"));
     ratelimit::LeasedStorage leased(lo);
-    auto lease = leased.bind<ratelimit::FixedWindowModel>("api", {1'000'000, 1'000'000'000},
-                                                          100);
+    auto lease = leased.bind<ratelimit::FixedWindowModel>("api", {1'000'000, 1'000'000'000}, 100);
     const auto op = ratelimit::Operation{1};
     const auto keys = [](int i) { return "k" + std::to_string(i % 16); };
     auto regional = latencies_us(
@@ -233,8 +234,9 @@ int main(int argc, char** argv) {
     auto farl = latencies_us(far_n, [&](int i) { (void)far_lim.try_acquire(keys(i)); });
     auto leasel = latencies_us(
         n, [&](int) { (void)lease.apply("hot", std::chrono::nanoseconds{now_ns()}, op); });
-    std::printf("## Latency per decision (one thread, us)\n\n| decision | p50 | p99 | mean |\n"
-                "|---|---|---|---|\n");
+    std::printf(
+        "## Latency per decision (one thread, us)\n\n| decision | p50 | p99 | mean |\n"
+        "|---|---|---|---|\n");
     const auto row = [](const char* what, const std::vector<double>& v) {
       std::printf("| %s | %.1f | %.1f | %.1f |\n", what, pct(v, 0.5), pct(v, 0.99), mean(v));
     };
@@ -242,9 +244,10 @@ int main(int argc, char** argv) {
     row("RegionalStorage (3 regions)", regional);
     row("RedisStorage, the Redis of another region (a far round trip)", farl);
     row("LeasedStorage on that far Redis, one hot key, L = 100", leasel);
-    std::printf("\nAdded by the regional mode over the local round trip: p50 %+.0f us, p99 %+.0f "
-                "us (goal: p99 at most 1000 us above).\n",
-                pct(regional, 0.5) - pct(local, 0.5), pct(regional, 0.99) - pct(local, 0.99));
+    std::printf(
+        "\nAdded by the regional mode over the local round trip: p50 %+.0f us, p99 %+.0f "
+        "us (goal: p99 at most 1000 us above).\n",
+        pct(regional, 0.5) - pct(local, 0.5), pct(regional, 0.99) - pct(local, 0.99));
   }
   return 0;
 }
