@@ -24,9 +24,10 @@ constexpr std::int64_t one_second_ns = 1'000'000'000;
 
 }  // namespace
 
-TEST_CASE("Regions deciding and exchanging from many threads stay within N + (R - 1) U, and "
-          "two exchangers of one region never push a unit twice",
-          "[far][redis][concurrent]") {
+TEST_CASE(
+    "Regions deciding and exchanging from many threads stay within N + (R - 1) U, and "
+    "two exchangers of one region never push a unit twice",
+    "[far][redis][concurrent]") {
   // N = 200, U = 10, R = 3: at most 200 + 2 x 10 = 220 admitted.
   constexpr std::int64_t N = 200, U = 10;
   rltest::Regions regions(3);

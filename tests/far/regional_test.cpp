@@ -117,6 +117,9 @@ TEMPLATE_TEST_CASE("An attack spread over three regions reaches N + (R - 1) U an
     CHECK_FALSE(over.allowed);
     CHECK(over.degraded);
     CHECK(over.retry_after == 100ms);
+    // Nothing was spent: remaining is N less what r0 counts, 20 - 5 (step + 1). (It once read
+    // as if the denied unit had been spent.)
+    CHECK(over.remaining == N - 5 * (step + 1));
     exchange_all(s, t);
   }
   REQUIRE(admitted == 15);

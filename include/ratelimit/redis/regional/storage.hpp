@@ -206,7 +206,10 @@ class RegionalBinding {
       s = {t_ns, static_cast<std::uint32_t>(v[2]), static_cast<std::uint32_t>(v[3])};
     else
       s = {t_ns, static_cast<std::int64_t>(v[2])};
-    Decision d = M::apply(params_, s, std::chrono::nanoseconds{t_ns}, op);
+    // An unseen denial spends nothing: its fields describe the count as it stays (a peek's).
+    Operation as = op;
+    if (v[1] == 2) as.peek = true;
+    Decision d = M::apply(params_, s, std::chrono::nanoseconds{t_ns}, as);
     state_->decisions.fetch_add(1, std::memory_order_relaxed);
     if (v[1] == 2) {
       // The limit would admit; the unseen bound does not: wait for the next exchange.
