@@ -365,6 +365,16 @@ class LeasedStorage {
     return out[0].allowed;
   }
 
+  /// Cold start: connects to Redis (TLS and AUTH included) and loads the lease script, so that
+  /// the first lease is one round trip instead of three (connect, EVALSHA answered NOSCRIPT,
+  /// EVAL). Call it at start-up. Returns true if Redis answered.
+  bool warm_up() const {
+    std::vector<detail::RedisCall> calls;
+    calls.push_back({nullptr, {"warm-up"}, {"SCRIPT", "LOAD", detail::lease_window_script().body}});
+    auto& c = *shared_->client;
+    return !c.execute(std::move(calls), c.deadline_from_now()).front().failure;
+  }
+
   /// Counters since construction (shared by every copy).
   LeaseStats stats() const noexcept {
     LeaseStats s;
@@ -375,6 +385,9 @@ class LeasedStorage {
     s.degraded = shared_->degraded.load(std::memory_order_relaxed);
     return s;
   }
+
+  /// The Redis client's own counters (decisions, failures, script loads, ...).
+  RedisStats redis_stats() const noexcept { return shared_->client->stats(); }
 
   /// Attaches a listener to the Redis client (errors, breaker, round trips).
   void attach_listener(std::shared_ptr<Listener> l, ListenerOptions o = {}) const {

@@ -326,8 +326,18 @@ class RegionalStorage {
     return state_->finish(std::move(round));
   }
 
+  /// Cold start: connects to this region's Redis and every other region's (TLS and AUTH
+  /// included) and loads the scripts each runs (SCRIPT LOAD), so that the first decision is one
+  /// round trip instead of three (connect, EVALSHA answered NOSCRIPT, EVAL). Call it at start-up,
+  /// before traffic. Returns true if every Redis answered (a failure is reported to listeners as
+  /// usual; decisions work without a warm-up). Blocks for a round trip per region.
+  bool warm_up() const { return state_->warm_up(); }
+
   /// Counters since construction (shared by every copy).
   RegionalStats stats() const noexcept { return state_->stats(); }
+
+  /// The counters of this region's Redis client (failures, script loads, ...).
+  RedisStats local_stats() const noexcept { return state_->local().stats(); }
 
   /// Attaches a listener: partitions (on_breaker_change with node "region <name>", open while
   /// that region cannot be reached; on_storage_error with kind "partition" at each failed
