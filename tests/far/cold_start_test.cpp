@@ -36,9 +36,10 @@ ratelimit::LeaseOptions leases_on(const rltest::RedisEndpoint& e) {
 
 }  // namespace
 
-TEST_CASE("A warmed-up leased storage makes its first decision in one round trip, a cold one "
-          "reloads the script first",
-          "[far][lease][redis]") {
+TEST_CASE(
+    "A warmed-up leased storage makes its first decision in one round trip, a cold one "
+    "reloads the script first",
+    "[far][lease][redis]") {
   (void)rltest::redis_endpoint();
   rltest::ThrowawayRedis server;
   const ratelimit::detail::WindowParams p{100, 1'000'000'000};

@@ -6,13 +6,16 @@
 /// lease left unused) or the lease ends after H (its unused units go back with the key's next
 /// lease, or with `flush`).
 ///
-/// Bound: the fixed window never over-admits. Redis counts a unit when it is leased, and grants
-/// at most what the window has left, so the units all instances spend in a window never exceed
-/// N. The price is under-admission: units leased by one instance and not yet given back are
-/// unavailable to the others (at most L - 1 per instance and key, for at most H).
+/// Bound: a window never over-admits. Redis counts a unit when it is leased, and grants at most
+/// what the window has left (the sliding counter: what keeps its estimate within N at the
+/// lease's time, which later in the window only weighs the previous window less), so the units
+/// all instances spend never exceed the limit. A lease ends with its window: units leased in
+/// one window are never spent in the next. The price is under-admission: units leased by one
+/// instance and not yet given back are unavailable to the others (at most L - 1 per instance
+/// and key, for at most H).
 ///
-/// Algorithm: the fixed window (others fail to compile). The token bucket's bound (r H) is not
-/// built here.
+/// Algorithms: the fixed window and the sliding window counter (others fail to compile). The
+/// buckets' bound (r H for a lease held H) is not built here.
 
 #include <algorithm>
 #include <atomic>
@@ -31,6 +34,7 @@
 #include <vector>
 
 #include "../../algorithms/fixed_window.hpp"
+#include "../../algorithms/sliding_counter.hpp"
 #include "../../core/decision.hpp"
 #include "../../core/detail/validate.hpp"
 #include "../../core/listener.hpp"
@@ -104,18 +108,20 @@ struct LeasedPart {
   const void* binding;
 };
 
-/// One limiter's fixed window, leased. Copies share the leases.
+/// One limiter's window (fixed or sliding), leased. Copies share the leases.
 /// Errors: `apply` throws std::invalid_argument for cost < 1. Thread safety: every member is
 /// safe from many threads (a key's lease is kept under one mutex per limiter; the round trip
 /// runs outside it).
 template <class M>
 class LeasedBinding {
-  static_assert(std::is_same_v<M, FixedWindowModel>,
-                "LeasedStorage holds the fixed window only: a window's leased units are counted "
-                "when leased, so it never over-admits (docs/far.md)");
+  static_assert(std::is_same_v<M, FixedWindowModel> || std::is_same_v<M, SlidingCounterModel>,
+                "LeasedStorage holds the fixed window and the sliding window counter only: a "
+                "window's leased units are counted when leased, so it never over-admits "
+                "(docs/far.md)");
 
  public:
   using Model = M;
+  static constexpr bool sliding = std::is_same_v<M, SlidingCounterModel>;
 
   /// Decides `key` at `now`: from this instance's lease when it holds `op.cost` units of the
   /// current window (no round trip), else with one lease round trip. Decision fields: limit =
@@ -146,19 +152,20 @@ class LeasedBinding {
       }
       keep = table_->leases.size() < shared_->options.max_keys;
     }
-    if (op.peek) return peek_decision(key, k, give_back, to_end);
+    if (op.peek) return peek_decision(key, t, give_back, to_end);
     const std::int64_t want = keep ? std::max(lease_, op.cost) : op.cost;
-    const auto r = take(key, k, std::min(want, params_.limit + 1), op.cost, give_back, to_end);
+    const auto r = take(key, t, std::min(want, params_.limit + 1), op.cost, give_back);
     if (!r) return degrade(op, to_end);
-    const auto [granted, before] = *r;
-    Decision d{};
-    if (granted == 0) {
-      d = detail::count_decision(params_.limit, before, op.cost, to_end, true, [](auto) {});
+    if (r->granted == 0) {
+      Decision d = model_view(*r, t, op.cost);
+      // The script errs towards denial where its arithmetic is inexact (docs:
+      // lua/lease_window.lua).
+      if (d.allowed || d.retry_after == std::chrono::nanoseconds{0})
+        d.retry_after = std::chrono::milliseconds{1};
       d.allowed = false;
-      if (d.retry_after == std::chrono::nanoseconds{0}) d.retry_after = to_end;
       return d;
     }
-    const std::int64_t left = granted - op.cost, room = params_.limit - before - granted;
+    const std::int64_t left = r->granted - op.cost, room = r->room;
     if (left > 0 && keep) {
       const std::lock_guard lock(table_->mutex);
       Lease& l = table_->leases[std::string(key)];
@@ -190,8 +197,7 @@ class LeasedBinding {
     std::int64_t given = 0;
     for (const auto& [key, l] : ended) {
       if (l.left <= 0 || params_.window_of(now.count()) != l.window) continue;
-      if (take(key, l.window, 0, 0, l.left, std::chrono::nanoseconds{params_.window}))
-        given += l.left;
+      if (take(key, now.count(), 0, 0, l.left)) given += l.left;
     }
     return given;
   }
@@ -210,7 +216,7 @@ class LeasedBinding {
   LeasedBinding with_params(const typename M::Params& p) const {
     LeasedBinding b = *this;
     b.params_ = p;
-    M::check_params(p);
+    (void)M::Wire::bound_args(p);
     if (!explicit_lease_) b.lease_ = default_lease(p);
     return b;
   }
@@ -237,9 +243,9 @@ class LeasedBinding {
       : shared_(std::move(shared)),
         table_(std::make_shared<Table>()),
         params_(params),
-        tail_(detail::redis_key_tail("lfw", name)),
+        tail_(detail::redis_key_tail(sliding ? "lsc" : "lfw", name)),
         explicit_lease_(lease.has_value()) {
-    M::check_params(params);
+    (void)M::Wire::bound_args(params);  // N in range, W whole us (the script's unit)
     if (lease && (*lease < 1 || *lease > params.limit))
       detail::invalid("lease_units", *lease, "must be in [1, params.limit]");
     lease_ = lease ? *lease : default_lease(params);
@@ -249,35 +255,62 @@ class LeasedBinding {
     return std::max<std::int64_t>(1, p.limit / shared_->options.lease_divisor);
   }
 
-  /// {granted, count before}, or nothing when Redis could not answer.
-  std::optional<std::pair<std::int64_t, std::int64_t>> take(std::string_view key, std::int64_t k,
-                                                            std::int64_t want, std::int64_t need,
-                                                            std::int64_t give_back,
-                                                            std::chrono::nanoseconds to_end) const {
+  /// What a lease call saw and did.
+  struct Taken {
+    std::int64_t granted;  ///< units leased (0: none)
+    std::int64_t count;    ///< window k's count before the grant (after the give back)
+    std::int64_t prev;     ///< window k - 1's count (sliding counter; else 0)
+    std::int64_t room;     ///< units the window can still lease after the grant
+  };
+
+  std::string count_key(std::string_view key, std::int64_t k) const {
+    return detail::redis_key(shared_->options.redis.key_prefix, key, tail_) + ":" +
+           std::to_string(k);
+  }
+
+  /// One lease call at `t` (ns) on t's window: gives back `give_back`, leases up to `want` if at
+  /// least `need` fit. Nothing when Redis could not answer.
+  std::optional<Taken> take(std::string_view key, std::int64_t t, std::int64_t want,
+                            std::int64_t need, std::int64_t give_back) const {
+    const std::int64_t W = params_.window, k = params_.window_of(t);
     detail::RedisCall c;
     c.script = &detail::lease_window_script();
-    c.keys.push_back(detail::redis_key(shared_->options.redis.key_prefix, key, tail_) + ":" +
-                     std::to_string(k));
-    const std::int64_t ttl_ms =
-        to_end.count() / 1'000'000 + 1 + shared_->options.redis.ttl_margin.count();
-    c.argv = {std::to_string(params_.limit), std::to_string(want), std::to_string(need),
-              std::to_string(give_back), std::to_string(ttl_ms)};
+    c.keys.push_back(count_key(key, k));
+    if constexpr (sliding) c.keys.push_back(count_key(key, k - 1));
+    const std::int64_t matters = (k + (sliding ? 2 : 1)) * W - t;
+    const std::int64_t ttl_ms = matters / 1'000'000 + 1 + shared_->options.redis.ttl_margin.count();
+    c.argv = {std::to_string(params_.limit),     std::to_string(want),   std::to_string(need),
+              std::to_string(give_back),         std::to_string(ttl_ms), std::to_string(W / 1000),
+              std::to_string((t - k * W) / 1000)};
     std::vector<detail::RedisCall> calls;
     calls.push_back(std::move(c));
     auto& client = *shared_->client;
     shared_->round_trips.fetch_add(1, std::memory_order_relaxed);
     auto res = client.execute(std::move(calls), client.deadline_from_now());
     if (res.front().failure) return std::nullopt;
-    const auto g = detail::reply_int(*res.front().reply, 0),
-               b = detail::reply_int(*res.front().reply, 1);
-    if (!g || !b || *g < 0 || *b < 0) {
+    const auto v = detail::reply_ints(*res.front().reply);
+    const std::span<const detail::i128> r =
+        v ? std::span<const detail::i128>(*v) : std::span<const detail::i128>{};
+    if (r.size() != 4 || r[0] < 0 || r[1] < 0 || r[2] < 0 || r[3] < 0 || r[1] > (1 << 30) ||
+        r[2] > (1 << 30)) {
       client.report({RedisFailureKind::protocol, "unexpected reply from the lease script"});
       return std::nullopt;
     }
-    shared_->units_leased.fetch_add(static_cast<std::uint64_t>(*g), std::memory_order_relaxed);
+    shared_->units_leased.fetch_add(static_cast<std::uint64_t>(r[0]), std::memory_order_relaxed);
     shared_->units_returned.fetch_add(static_cast<std::uint64_t>(give_back),
                                       std::memory_order_relaxed);
-    return std::pair{static_cast<std::int64_t>(*g), static_cast<std::int64_t>(*b)};
+    return Taken{static_cast<std::int64_t>(r[0]), static_cast<std::int64_t>(r[1]),
+                 static_cast<std::int64_t>(r[2]), static_cast<std::int64_t>(r[3])};
+  }
+
+  /// The model's dry run of `cost` on the counts a lease call saw (a denial's or peek's fields).
+  Decision model_view(const Taken& r, std::int64_t t, std::int64_t cost) const {
+    typename M::State s;
+    if constexpr (sliding)
+      s = {t, static_cast<std::uint32_t>(r.count), static_cast<std::uint32_t>(r.prev)};
+    else
+      s = {t, r.count};
+    return M::apply(params_, s, std::chrono::nanoseconds{t}, Operation{cost, true});
   }
 
   Decision admitted(std::int64_t remaining, std::chrono::nanoseconds to_end) const {
@@ -290,11 +323,11 @@ class LeasedBinding {
   }
 
   /// A peek with no lease to answer it: the window's count, leasing nothing.
-  Decision peek_decision(std::string_view key, std::int64_t k, std::int64_t give_back,
+  Decision peek_decision(std::string_view key, std::int64_t t, std::int64_t give_back,
                          std::chrono::nanoseconds to_end) const {
-    const auto r = take(key, k, 0, 0, give_back, to_end);
+    const auto r = take(key, t, 0, 0, give_back);
     if (!r) return degrade(Operation{1, true}, to_end);
-    return detail::count_decision(params_.limit, r->second, 1, to_end, true, [](auto) {});
+    return model_view(*r, t, 1);
   }
 
   Decision degrade(const Operation& op, std::chrono::nanoseconds to_end) const {
@@ -339,7 +372,8 @@ class LeasedStorage {
   using Binding = LeasedBinding<M>;
   using Part = LeasedPart;
 
-  /// Binds the fixed window under `name` with leases of N / lease_divisor units.
+  /// Binds model `M` (FixedWindowModel or SlidingCounterModel) under `name` with leases of
+  /// N / lease_divisor units.
   template <class M>
   LeasedBinding<M> bind(std::string_view name, const typename M::Params& params) {
     return LeasedBinding<M>(shared_, name, params, std::nullopt);
