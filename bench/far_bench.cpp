@@ -12,8 +12,12 @@
 /// 3. Latency per decision, one thread: a regional decision (one round trip to the region's own
 ///    Redis) against a plain RedisStorage decision on that same Redis (the local round trip)
 ///    and on a Redis behind the delay (the far round trip); a leased decision on the far Redis.
+/// 4. Cold start: a fresh leased storage's first decision on the far Redis with an empty script
+///    cache, without and with warm_up().
 ///
 ///   far_bench --ports P0,P1,P2 [--delay MS] [--quick]     writes markdown to stdout
+#include <hiredis/hiredis.h>
+
 #include <algorithm>
 #include <atomic>
 #include <chrono>
@@ -248,6 +252,46 @@ int main(int argc, char** argv) {
         "\nAdded by the regional mode over the local round trip: p50 %+.0f us, p99 %+.0f "
         "us (goal: p99 at most 1000 us above).\n",
         pct(regional, 0.5) - pct(local, 0.5), pct(regional, 0.99) - pct(local, 0.99));
+  }
+  // 4. Cold start on the far Redis: a fresh storage's first decision, with an empty script cache.
+  {
+    const auto flush_scripts = [] {
+      redisContext* c = redisConnect("127.0.0.1", ports[1]);
+      if (c != nullptr && c->err == 0) freeReplyObject(redisCommand(c, "SCRIPT FLUSH"));
+      if (c != nullptr) redisFree(c);
+    };
+    const auto ms_since = [](std::chrono::steady_clock::time_point a) {
+      return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - a)
+          .count();
+    };
+    const ratelimit::detail::WindowParams p{1'000'000, 1'000'000'000};
+    const auto op = ratelimit::Operation{1};
+    ratelimit::LeaseOptions lo;
+    lo.redis = redis_at(proxies[0][1]->port(), prefix_of("cold"));
+    flush_scripts();
+    auto start = std::chrono::steady_clock::now();
+    double cold = 0;
+    {
+      ratelimit::LeasedStorage s(lo);
+      (void)s.bind<ratelimit::FixedWindowModel>("api", p).apply(
+          "k", std::chrono::nanoseconds{now_ns()}, op);
+      cold = ms_since(start);
+    }
+    flush_scripts();
+    lo.redis.key_prefix = prefix_of("warm");
+    start = std::chrono::steady_clock::now();
+    ratelimit::LeasedStorage s(lo);
+    (void)s.warm_up();
+    const double warm_up = ms_since(start);
+    const auto first = std::chrono::steady_clock::now();
+    (void)s.bind<ratelimit::FixedWindowModel>("api", p).apply(
+        "k", std::chrono::nanoseconds{now_ns()}, op);
+    const double after = ms_since(first);
+    std::printf(
+        "\n## Cold start on a Redis %d ms away (round trip %d ms), empty script cache\n\n"
+        "| | ms |\n|---|---|\n| construction to first decision, no warm-up | %.1f |\n"
+        "| warm_up() at construction | %.1f |\n| first decision after warm_up | %.1f |\n",
+        delay_ms, 2 * delay_ms, cold, warm_up, after);
   }
   return 0;
 }
