@@ -1,0 +1,76 @@
+#pragma once
+/// @file regional_exchange.hpp
+/// GENERATED from regional_exchange.lua by cmake/embed_lua.cmake: edit the .lua file, then run
+///   cmake -DLUA_DIR=lua -DOUTPUT_DIR=include/ratelimit/lua -P cmake/embed_lua.cmake
+/// (a CTest test fails while this file is out of date). Thread safety: constant.
+
+#include <string_view>
+
+namespace ratelimit::lua {
+
+/// The text of regional_exchange.lua.
+inline constexpr std::string_view regional_exchange = R"lua(-- regional_exchange.lua: the steps of one exchange between regions (redis/regional/storage.hpp;
+-- the hash layout is in lua/regional_window.lua). Three modes, by ARGV[1]:
+--
+-- claim    on this region's Redis. KEYS: the dirty set. ARGV: 'claim' | self | at most this
+--          many hashes | m | m region names. For each hash of the set (SRANDMEMBER: a bounded
+--          sample), d_r = n:<self> - c:<r> for each region r, and c:<r> += d_r: the units this
+--          round pushes to r (another exchanger of this region claims only what is left). A
+--          hash that expired, or that every region has acknowledged whole, leaves the set.
+--          Returns { hash, its PTTL (ms), d_1, ..., d_m, ... } for the hashes with a d_r > 0.
+-- add      on this region's Redis. KEYS: a hash. ARGV: 'add' | field | d. HINCRBY field d if
+--          the hash still exists (an acknowledgement: s:<r> += d; an undone claim after a
+--          failed push: c:<r> -= d). Returns 1, or 0 when the hash had expired.
+-- push     on another region's Redis. KEYS: the same hash name. ARGV: 'push' | field n:<self>
+--          | d | TTL ms. HINCRBY field d (counts merge by addition; never a written total) and
+--          keeps the longer of the hash's TTL and the given one. Returns the field's new value.
+
+local mode = ARGV[1]
+
+if mode == 'claim' then
+  local self, m = ARGV[2], tonumber(ARGV[4])
+  local out = {}
+  for _, h in ipairs(redis.call('SRANDMEMBER', KEYS[1], tonumber(ARGV[3]))) do
+    local ttl = redis.call('PTTL', h)
+    if ttl < 0 then
+      redis.call('SREM', KEYS[1], h)
+    else
+      local mine = tonumber(redis.call('HGET', h, 'n:' .. self) or '0')
+      local deltas, any, done = {}, false, true
+      for i = 1, m do
+        local r = ARGV[4 + i]
+        local d = mine - tonumber(redis.call('HGET', h, 'c:' .. r) or '0')
+        if d > 0 then
+          redis.call('HINCRBY', h, 'c:' .. r, d)
+          any = true
+        else
+          d = 0
+        end
+        deltas[i] = d
+        if tonumber(redis.call('HGET', h, 's:' .. r) or '0') < mine then done = false end
+      end
+      if any then
+        out[#out + 1] = h
+        out[#out + 1] = ttl
+        for i = 1, m do out[#out + 1] = deltas[i] end
+      elseif done then
+        redis.call('SREM', KEYS[1], h)
+      end
+    end
+  end
+  return out
+elseif mode == 'add' then
+  if redis.call('EXISTS', KEYS[1]) == 0 then return 0 end
+  redis.call('HINCRBY', KEYS[1], ARGV[2], ARGV[3])
+  return 1
+elseif mode == 'push' then
+  local v = redis.call('HINCRBY', KEYS[1], ARGV[2], ARGV[3])
+  if redis.call('PTTL', KEYS[1]) < tonumber(ARGV[4]) then
+    redis.call('PEXPIRE', KEYS[1], ARGV[4])
+  end
+  return v
+end
+return redis.error_reply('regional_exchange.lua: unknown mode ' .. tostring(mode))
+)lua";
+
+}  // namespace ratelimit::lua

@@ -1,0 +1,331 @@
+#pragma once
+/// @file redis/regional/exchange.hpp
+/// What the copies of a regional storage share (clients, counters, listeners) and the exchange
+/// between regions: a round claims, in this region's Redis, the units admitted since the last
+/// push to each other region (lua/regional_exchange.lua), pushes them there as increments of
+/// this region's field, then records each acknowledgement (or undoes the claim of a failed
+/// push, so that the next round pushes those units again).
+///
+/// Counts merge by addition: a region's field in another region's hash only ever grows by what
+/// this region claimed and had not pushed there before. A push whose reply was lost after Redis
+/// applied it is pushed again, and counted twice there: the error only ever denies more.
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <set>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "../../core/listener.hpp"
+#include "../../lua/regional_exchange.hpp"
+#include "../../lua/regional_window.hpp"
+#include "../detail/client.hpp"
+#include "../detail/decimal.hpp"
+#include "../detail/script.hpp"
+#include "options.hpp"
+
+namespace ratelimit {
+
+namespace detail {
+class RegionalState;
+}
+
+/// The units one exchange round claimed (RegionalStorage::begin_exchange), not yet pushed.
+/// Thread safety: a plain value; finish it once.
+class ExchangeRound {
+ public:
+  /// Hashes (client key, limiter, window) with units to push.
+  std::size_t hashes() const noexcept { return claims_.size(); }
+
+ private:
+  friend class detail::RegionalState;
+  struct Claim {
+    std::string hash;
+    std::int64_t ttl_ms;
+    std::vector<std::int64_t> units;  ///< per other region (RegionalOptions::remotes order)
+  };
+  std::vector<Claim> claims_;
+  std::chrono::nanoseconds at_{0};
+};
+
+/// What one exchange round did. Thread safety: a plain value.
+struct ExchangeReport {
+  std::size_t hashes = 0;           ///< hashes with units to push
+  std::uint64_t units_pushed = 0;   ///< units other regions acknowledged, summed over them
+  std::vector<std::string> failed;  ///< other regions this round could not reach
+};
+
+namespace detail {
+
+inline const RedisScript& regional_window_script() {
+  static const RedisScript s = make_script("regional_window", std::string(lua::regional_window));
+  return s;
+}
+inline const RedisScript& regional_exchange_script() {
+  static const RedisScript s =
+      make_script("regional_exchange", std::string(lua::regional_exchange));
+  return s;
+}
+
+/// One other region: its client and whether the last round reached it.
+struct RegionalRemote {
+  std::string name;
+  std::shared_ptr<RedisClient> client;
+  std::atomic<bool> cut{false};
+};
+
+/// Shared by every copy of a RegionalStorage. Thread safety: every member is safe from many
+/// threads (rounds may run at once: each claims only what the others have not).
+class RegionalState {
+ public:
+  explicit RegionalState(RegionalOptions o)
+      : options_((check_regional_options(o), std::move(o))),
+        local_(std::make_shared<RedisClient>(options_.local)) {
+    for (const RemoteRegion& r : options_.remotes) {
+      RedisOptions ro = r.redis;
+      ro.key_prefix = options_.local.key_prefix;
+      auto remote = std::make_unique<RegionalRemote>();
+      remote->name = r.name;
+      remote->client = std::make_shared<RedisClient>(std::move(ro));
+      remotes_.push_back(std::move(remote));
+    }
+  }
+
+  const RegionalOptions& options() const noexcept { return options_; }
+  RedisClient& local() const noexcept { return *local_; }
+  std::size_t remote_count() const noexcept { return remotes_.size(); }
+  const std::string& remote_name(std::size_t i) const noexcept { return remotes_[i]->name; }
+
+  /// Listeners: partitions (on_breaker_change, node "region <name>"; on_storage_error, kind
+  /// "partition") and every client's own events.
+  Observers observers;
+  std::atomic<std::uint64_t> decisions{0}, unseen_denials{0}, degraded{0};
+
+  void attach(std::shared_ptr<Listener> l, ListenerOptions o) {
+    local_->observers.attach(l, o);
+    for (auto& r : remotes_) r->client->observers.attach(l, o);
+    observers.attach(std::move(l), o);
+  }
+  bool detach(const Listener& l) {
+    bool found = local_->observers.detach(&l);
+    for (auto& r : remotes_) found = r->client->observers.detach(&l) || found;
+    return observers.detach(&l) || found;
+  }
+
+  /// Connects to every region's Redis and loads the scripts each will run (see
+  /// RegionalStorage::warm_up). True if every Redis answered.
+  bool warm_up() {
+    std::vector<RedisCall> local;
+    local.push_back(load_call(regional_window_script()));
+    local.push_back(load_call(regional_exchange_script()));
+    bool ok = true;
+    for (const RedisResult& r : local_->execute(std::move(local), local_->deadline_from_now()))
+      ok = ok && !r.failure;
+    for (auto& remote : remotes_) {
+      std::vector<RedisCall> calls;
+      calls.push_back(load_call(regional_exchange_script()));
+      auto& c = *remote->client;
+      for (const RedisResult& r : c.execute(std::move(calls), c.deadline_from_now()))
+        ok = ok && !r.failure;
+    }
+    return ok;
+  }
+
+  /// A limiter's dirty set: the exchange claims from every set bound so far.
+  void add_dirty_set(const std::string& set) {
+    const std::lock_guard lock(mutex_);
+    dirty_sets_.insert(set);
+  }
+
+  RegionalStats stats() const noexcept {
+    RegionalStats s;
+    s.decisions = decisions.load(std::memory_order_relaxed);
+    s.unseen_denials = unseen_denials.load(std::memory_order_relaxed);
+    s.degraded = degraded.load(std::memory_order_relaxed);
+    s.exchanges = exchanges_.load(std::memory_order_relaxed);
+    s.units_pushed = units_pushed_.load(std::memory_order_relaxed);
+    s.push_failures = push_failures_.load(std::memory_order_relaxed);
+    for (const auto& r : remotes_) s.partitioned += r->cut.load(std::memory_order_relaxed) ? 1 : 0;
+    return s;
+  }
+
+  /// Claims, in this region's Redis, what every dirty set holds unpushed.
+  ExchangeRound claim(std::chrono::nanoseconds now) {
+    ExchangeRound round;
+    round.at_ = now;
+    if (remotes_.empty()) return round;
+    std::vector<RedisCall> calls;
+    {
+      const std::lock_guard lock(mutex_);
+      for (const std::string& set : dirty_sets_) {
+        RedisCall c;
+        c.script = &regional_exchange_script();
+        c.keys.push_back(set);
+        c.argv = {"claim", options_.region, std::to_string(options_.exchange_batch),
+                  std::to_string(remotes_.size())};
+        for (const auto& r : remotes_) c.argv.push_back(r->name);
+        calls.push_back(std::move(c));
+      }
+    }
+    if (calls.empty()) return round;
+    auto results = local_->execute(std::move(calls), local_->deadline_from_now());
+    for (RedisResult& res : results) {
+      if (res.failure) continue;  // this region's Redis is down: nothing admitted meanwhile
+      read_claims(*res.reply, round);
+    }
+    return round;
+  }
+
+  /// Pushes `round`'s units to every other region at once (the round lasts one round trip to
+  /// the farthest, not the sum of them), then acknowledges or undoes them here.
+  ExchangeReport finish(ExchangeRound&& round) {
+    ExchangeReport report;
+    report.hashes = round.claims_.size();
+    const std::size_t m = remotes_.size();
+    // Shared with the completions, which may still be returning when the wait ends.
+    struct Pending {
+      std::mutex mutex;
+      std::condition_variable done;
+      std::size_t left;
+      std::vector<std::vector<RedisResult>> results;
+    };
+    auto pending = std::make_shared<Pending>();
+    pending->left = m;
+    pending->results.resize(m);
+    std::vector<std::vector<std::size_t>> claim_of(
+        m);  // push i to r carries claims_[claim_of[r][i]]
+    for (std::size_t r = 0; r < m; ++r) {
+      std::vector<RedisCall> pushes;
+      for (std::size_t i = 0; i < round.claims_.size(); ++i) {
+        const auto& claim = round.claims_[i];
+        if (claim.units[r] <= 0) continue;
+        RedisCall c;
+        c.script = &regional_exchange_script();
+        c.keys.push_back(claim.hash);
+        c.argv = {"push", "n:" + options_.region, std::to_string(claim.units[r]),
+                  std::to_string(claim.ttl_ms)};
+        pushes.push_back(std::move(c));
+        claim_of[r].push_back(i);
+      }
+      // With nothing to push, a PING still tells whether the region is reachable (so that a
+      // partition's end is seen, and reported, before traffic resumes).
+      if (pushes.empty()) pushes.push_back(RedisCall{nullptr, {"ping"}, {"PING"}});
+      RedisClient& client = *remotes_[r]->client;
+      client.execute_async(std::move(pushes), client.deadline_from_now(),
+                           [pending, r](std::vector<RedisResult>&& res) {
+                             const std::lock_guard lock(pending->mutex);
+                             pending->results[r] = std::move(res);
+                             if (--pending->left == 0) pending->done.notify_all();
+                           });
+    }
+    {
+      std::unique_lock lock(pending->mutex);
+      pending->done.wait(lock, [&] { return pending->left == 0; });
+    }
+    std::vector<RedisCall> local_calls;
+    for (std::size_t r = 0; r < m; ++r) {
+      RegionalRemote& remote = *remotes_[r];
+      const auto& results = pending->results[r];
+      bool failed = false;
+      std::string why;
+      for (std::size_t i = 0; i < results.size(); ++i) {
+        if (results[i].failure) {
+          failed = true;
+          why = results[i].failure->message;
+        }
+        if (claim_of[r].empty()) continue;  // the PING
+        const auto& claim = round.claims_[claim_of[r][i]];
+        const bool ok = !results[i].failure;
+        if (ok) {
+          report.units_pushed += static_cast<std::uint64_t>(claim.units[r]);
+        } else {
+          push_failures_.fetch_add(1, std::memory_order_relaxed);
+        }
+        local_calls.push_back(add_call(claim.hash, (ok ? "s:" : "c:") + remote.name,
+                                       ok ? claim.units[r] : -claim.units[r]));
+      }
+      if (failed) report.failed.push_back(remote.name);
+      set_cut(remote, failed, why, round.at_);
+    }
+    if (!local_calls.empty()) {
+      // If this region's Redis fails here, the acknowledgements are lost: those units stay
+      // unseen (denying early, never late) and a claim never undone is never pushed again, a
+      // loss that only ever over-counts this region's units as unseen until the window ends.
+      (void)local_->execute(std::move(local_calls), local_->deadline_from_now());
+    }
+    units_pushed_.fetch_add(report.units_pushed, std::memory_order_relaxed);
+    exchanges_.fetch_add(1, std::memory_order_relaxed);
+    return report;
+  }
+
+ private:
+  /// SCRIPT LOAD of `script`: later EVALSHAs of it find it loaded.
+  static RedisCall load_call(const RedisScript& script) {
+    return RedisCall{nullptr, {"warm-up"}, {"SCRIPT", "LOAD", script.body}};
+  }
+
+  static RedisCall add_call(const std::string& hash, std::string field, std::int64_t d) {
+    RedisCall c;
+    c.script = &regional_exchange_script();
+    c.keys.push_back(hash);
+    c.argv = {"add", std::move(field), std::to_string(d)};
+    return c;
+  }
+
+  /// Reads claim's reply { hash, ttl, d_1..d_m, ... } into `round`.
+  void read_claims(const redisReply& reply, ExchangeRound& round) {
+    const std::size_t m = remotes_.size(), stride = 2 + m;
+    if (reply.type != REDIS_REPLY_ARRAY || reply.elements % stride != 0) {
+      local_->report({RedisFailureKind::protocol, "unexpected reply from the exchange's claim"});
+      return;
+    }
+    for (std::size_t at = 0; at < reply.elements; at += stride) {
+      const redisReply* h = reply.element[at];
+      if (h == nullptr || h->type != REDIS_REPLY_STRING) continue;
+      ExchangeRound::Claim claim;
+      claim.hash.assign(h->str, h->len);
+      const auto ttl = reply_int(reply, at + 1);
+      claim.ttl_ms = ttl ? static_cast<std::int64_t>(*ttl) : 1;
+      for (std::size_t r = 0; r < m; ++r) {
+        const auto d = reply_int(reply, at + 2 + r);
+        claim.units.push_back(d ? static_cast<std::int64_t>(*d) : 0);
+      }
+      round.claims_.push_back(std::move(claim));
+    }
+  }
+
+  /// Records whether `remote` was reached; tells the listeners when that changes (and of each
+  /// failure while it is cut).
+  void set_cut(RegionalRemote& remote, bool cut, const std::string& why,
+               std::chrono::nanoseconds at) {
+    const bool was = remote.cut.exchange(cut);
+    const ObserverSet* obs = observers.current();
+    if (obs == nullptr) return;
+    const std::string node = "region " + remote.name;
+    if (cut) {
+      const std::string msg = "region " + options_.region + " cannot reach " + node + " (at " +
+                              std::to_string(at.count()) + " ns): " + why +
+                              "; deciding on its own count plus its unseen bound";
+      Observers::each(*obs, [&](Listener& l, bool) {
+        l.on_storage_error(StorageErrorEvent{"partition", msg});
+      });
+    }
+    if (was != cut)
+      Observers::each(*obs, [&](Listener& l, bool) { l.on_breaker_change({node, cut}); });
+  }
+
+  RegionalOptions options_;
+  std::shared_ptr<RedisClient> local_;
+  std::vector<std::unique_ptr<RegionalRemote>> remotes_;
+  std::mutex mutex_;
+  std::set<std::string> dirty_sets_;
+  std::atomic<std::uint64_t> exchanges_{0}, units_pushed_{0}, push_failures_{0};
+};
+
+}  // namespace detail
+}  // namespace ratelimit

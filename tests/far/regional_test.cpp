@@ -1,0 +1,334 @@
+// Regional counters with background exchange (redis/regional/storage.hpp, docs/far.md), on one
+// redis-server per region and a proxy per link between regions (regions.hpp). Time is the
+// ManualClock's; exchanges are explicit steps at chosen times, so every bound is checked
+// exactly: over-admission at most (R - 1) U per window, a one-region client reaching its full
+// limit when U >= N (S + 2d) / W, and a partition.
+
+#include <chrono>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <random>
+#include <stdexcept>
+#include <string>
+#include <thread>
+#include <type_traits>
+#include <utility>
+#include <vector>
+
+#include <catch2/catch.hpp>
+#include <ratelimit/metrics.hpp>
+#include <ratelimit/ratelimit.hpp>
+#include <ratelimit/redis/regional/exchanger.hpp>
+#include <ratelimit/redis/regional/storage.hpp>
+
+#include "far/regions.hpp"
+
+namespace {
+
+using namespace std::chrono_literals;
+using ratelimit::FixedWindowModel;
+using ratelimit::ManualClock;
+using ratelimit::RegionalStorage;
+using ratelimit::SlidingCounterModel;
+
+constexpr std::chrono::nanoseconds W = 1s;
+
+ratelimit::detail::WindowParams window_params(std::int64_t n) { return {n, W.count()}; }
+
+/// One storage per region, each with the same options but its own region.
+std::vector<RegionalStorage> storages(const rltest::Regions& regions,
+                                      std::chrono::milliseconds interval = 100ms,
+                                      std::chrono::milliseconds delay = 40ms) {
+  std::vector<RegionalStorage> out;
+  for (std::size_t i = 0; i < regions.size(); ++i)
+    out.emplace_back(regions.options(i, interval, delay));
+  return out;
+}
+
+ratelimit::Operation spend(std::int64_t cost = 1) { return ratelimit::Operation{cost}; }
+ratelimit::Operation peek() { return ratelimit::Operation{1, true}; }
+
+/// Polls `done()` every 5 ms (real time: a background thread's work) until it holds; false
+/// after `limit`. No assertion is about the time it took.
+template <class F>
+bool eventually(F done, std::chrono::milliseconds limit) {
+  const auto until = std::chrono::steady_clock::now() + limit;
+  while (!done()) {
+    if (std::chrono::steady_clock::now() > until) return false;
+    std::this_thread::sleep_for(5ms);
+  }
+  return true;
+}
+
+/// Every region exchanges once at `now`.
+void exchange_all(const std::vector<RegionalStorage>& s, std::chrono::nanoseconds now) {
+  for (const auto& r : s) (void)r.exchange(now);
+}
+
+}  // namespace
+
+TEMPLATE_TEST_CASE(
+    "A region counts its own admissions at once and another region's after "
+    "that region's exchange",
+    "[far][redis]", FixedWindowModel, SlidingCounterModel) {
+  rltest::Regions regions(2);
+  auto s = storages(regions);
+  auto a = s[0].bind<TestType>("api", window_params(10), 10);
+  auto b = s[1].bind<TestType>("api", window_params(10), 10);
+  const auto t = 5ms;
+  for (int i = 0; i < 4; ++i) REQUIRE(a.apply("k", t, spend()).allowed);
+  // Region r0 sees its 4; r1 has seen nothing yet: 10 - 4 = 6 left there, 10 here.
+  CHECK(a.apply("k", t, peek()).remaining == 6);
+  CHECK(b.apply("k", t, peek()).remaining == 10);
+  const auto report = s[0].exchange(t);
+  CHECK(report.hashes == 1);
+  CHECK(report.units_pushed == 4);
+  CHECK(report.failed.empty());
+  CHECK(b.apply("k", t, peek()).remaining == 6);
+  // A second round pushes nothing new: the counts merge by addition, never twice.
+  CHECK(s[0].exchange(t).units_pushed == 0);
+  CHECK(b.apply("k", t, peek()).remaining == 6);
+  REQUIRE(b.apply("k", t, spend(2)).allowed);
+  (void)s[1].exchange(t);
+  // 4 (r0) + 2 (r1) = 6 counted in both regions: 4 left.
+  CHECK(a.apply("k", t, peek()).remaining == 4);
+  CHECK(b.apply("k", t, peek()).remaining == 4);
+}
+
+TEMPLATE_TEST_CASE("An attack spread over three regions reaches N + (R - 1) U and never more",
+                   "[far][redis]", FixedWindowModel, SlidingCounterModel) {
+  // N = 20, U = 5, R = 3: the bound is 20 + 2 x 5 = 30 per window. It is reached when every
+  // region has seen N - U = 15 and then each admits U = 5 that the others have not seen.
+  rltest::Regions regions(3);
+  auto s = storages(regions);
+  constexpr std::int64_t N = 20, U = 5;
+  std::vector<ratelimit::RegionalBinding<TestType>> b;
+  for (auto& r : s) b.push_back(r.template bind<TestType>("api", window_params(N), U));
+  const auto t = 10ms;  // one window throughout: the sliding counter's previous window is empty
+  std::int64_t admitted = 0;
+  // r0 admits 15 in three steps of U, exchanging after each (it may not hold more than U unseen).
+  for (int step = 0; step < 3; ++step) {
+    for (int i = 0; i < 5; ++i) admitted += b[0].apply("k", t, spend()).allowed ? 1 : 0;
+    // A sixth is over r0's unseen bound: denied (degraded, retry after S) until the exchange.
+    const auto over = b[0].apply("k", t, spend());
+    CHECK_FALSE(over.allowed);
+    CHECK(over.degraded);
+    CHECK(over.retry_after == 100ms);
+    // Nothing was spent: remaining is N less what r0 counts, 20 - 5 (step + 1). (It once read
+    // as if the denied unit had been spent.)
+    CHECK(over.remaining == N - 5 * (step + 1));
+    exchange_all(s, t);
+  }
+  REQUIRE(admitted == 15);
+  // Every region now sees 15 of 20: each admits U = 5 more, unseen by the others.
+  for (std::size_t r = 0; r < 3; ++r)
+    for (int i = 0; i < 10; ++i) admitted += b[r].apply("k", t, spend()).allowed ? 1 : 0;
+  CHECK(admitted == N + 2 * U);
+  // Once the exchange catches up, every region sees 30 and denies by the limit.
+  exchange_all(s, t);
+  for (std::size_t r = 0; r < 3; ++r) {
+    const auto d = b[r].apply("k", t, spend());
+    CHECK_FALSE(d.allowed);
+    CHECK_FALSE(d.degraded);
+    CHECK(d.remaining == 0);
+  }
+  CHECK(s[0].stats().unseen_denials >= 3);
+}
+
+TEMPLATE_TEST_CASE(
+    "Random traffic over three regions with random exchanges never admits more "
+    "than N + (R - 1) U",
+    "[far][redis]", FixedWindowModel, SlidingCounterModel) {
+  rltest::Regions regions(3);
+  auto s = storages(regions);
+  constexpr std::int64_t N = 30, U = 4, bound = N + 2 * U;  // 38 per window (estimate)
+  std::vector<ratelimit::RegionalBinding<TestType>> b;
+  for (auto& r : s) b.push_back(r.template bind<TestType>("api", window_params(N), U));
+  std::mt19937 rng(7);
+  std::map<std::int64_t, std::int64_t> per_window;  // window index -> units admitted there
+  std::int64_t t_ms = 0, admitted = 0;
+  for (int i = 0; i < 1500; ++i) {
+    t_ms += static_cast<std::int64_t>(rng() % 5);  // about 600 requests per 1 s window
+    const auto now = std::chrono::nanoseconds{t_ms * 1'000'000};
+    if (rng() % 25 == 0) (void)s[rng() % 3].exchange(now);
+    const auto d = b[rng() % 3].apply("k", now, spend());
+    if (!d.allowed) continue;
+    ++admitted;
+    const std::int64_t k = t_ms / 1000, e = t_ms - k * 1000;
+    ++per_window[k];
+    const std::int64_t c = per_window[k], p = per_window.count(k - 1) ? per_window[k - 1] : 0;
+    if constexpr (std::is_same_v<TestType, FixedWindowModel>) {
+      REQUIRE(c <= bound);
+    } else {
+      // The estimate on every region's true counts: c + p (W - e) / W <= bound, in ms units.
+      REQUIRE(c * 1000 + p * (1000 - e) <= bound * 1000);
+    }
+  }
+  CHECK(admitted > 0);
+}
+
+TEST_CASE(
+    "A client staying in one region reaches its full limit when U >= N (S + 2d) / W, "
+    "and is held back below it",
+    "[far][redis]") {
+  // N = 100 per W = 1 s, S = 100 ms, d = 40 ms: N (S + 2d) / W = 100 x 180 / 1000 = 18. The
+  // client sends one request every 10 ms (N per W) at 5, 15, ..., 995 ms. Rounds claim at
+  // 0, 100, 200, ... ms and are acknowledged 2d = 80 ms later. Just before the acknowledgement
+  // at 180 ms, r0 has admitted 5..175 = 18 units and the others have acknowledged none (the
+  // round at 0 claimed nothing): the 18th, at 175 ms, needs U >= 18.
+  const auto run = [](std::int64_t unseen) {
+    rltest::Regions regions(2);
+    auto s = storages(regions, 100ms, 40ms);
+    auto a = s[0].bind<FixedWindowModel>("api", window_params(100), unseen);
+    std::int64_t admitted = 0;
+    std::optional<ratelimit::ExchangeRound> pending;
+    for (std::int64_t t = 0; t < 1000; ++t) {  // ms
+      const auto now = std::chrono::nanoseconds{t * 1'000'000};
+      if (t % 100 == 0) pending = s[0].begin_exchange(now);
+      if (t % 100 == 80 && pending) {
+        (void)s[0].finish_exchange(std::move(*pending));
+        pending.reset();
+      }
+      if (t % 10 == 5) admitted += a.apply("k", now, spend()).allowed ? 1 : 0;
+    }
+    return admitted;
+  };
+  CHECK(run(18) == 100);
+  CHECK(run(17) < 100);
+  // The default bound is that formula: ceil(100 x 180 / 1000) = 18.
+  rltest::Regions regions(2);
+  RegionalStorage st(regions.options(0, 100ms, 40ms));
+  CHECK(st.bind<FixedWindowModel>("api", window_params(100)).unseen_limit() == 18);
+}
+
+namespace {
+
+/// Records partition events (the listener's breaker and storage error hooks).
+struct PartitionLog : ratelimit::Listener {
+  std::mutex mutex;
+  std::vector<std::pair<std::string, bool>> links;  // (node, open)
+  int partition_errors = 0;
+  void on_breaker_change(const ratelimit::BreakerEvent& e) override {
+    // Only the links between regions (the clients' own breakers, on "host:port", also report).
+    if (e.node.rfind("region ", 0) != 0) return;
+    const std::lock_guard lock(mutex);
+    links.emplace_back(std::string(e.node), e.open);
+  }
+  void on_storage_error(const ratelimit::StorageErrorEvent& e) override {
+    const std::lock_guard lock(mutex);
+    if (e.kind == "partition") ++partition_errors;
+  }
+};
+
+}  // namespace
+
+TEST_CASE(
+    "A partitioned region goes on with its own count plus U and says so; the exchange "
+    "catches up when it heals",
+    "[far][redis]") {
+  rltest::Regions regions(3);
+  auto s = storages(regions);
+  constexpr std::int64_t N = 20, U = 3;
+  std::vector<ratelimit::RegionalBinding<FixedWindowModel>> b;
+  for (auto& r : s) b.push_back(r.bind<FixedWindowModel>("api", window_params(N), U));
+  auto log = std::make_shared<PartitionLog>();
+  s[2].attach_listener(log);
+  auto metrics = std::make_shared<ratelimit::PrometheusExporter>();
+  s[2].attach_listener(metrics);
+  const auto t = 1ms;
+  for (int i = 0; i < 3; ++i) REQUIRE(b[0].apply("k", t, spend()).allowed);
+  exchange_all(s, t);  // every region sees r0's 3
+  regions.partition(2, true);
+  // r2, cut off: its own count (0) plus what it saw (3), and at most U = 3 unseen.
+  for (int i = 0; i < 3; ++i) REQUIRE(b[2].apply("k", t, spend()).allowed);
+  const auto held = b[2].apply("k", t, spend());
+  CHECK_FALSE(held.allowed);
+  CHECK(held.degraded);
+  const auto report = s[2].exchange(t);
+  CHECK(report.failed.size() == 2);  // r0 and r1
+  CHECK(s[2].stats().partitioned == 2);
+  CHECK_FALSE(b[2].apply("k", t, spend()).allowed);  // still held: nobody acknowledged
+  {
+    const std::lock_guard lock(log->mutex);
+    CHECK(log->partition_errors == 2);
+    REQUIRE(log->links.size() == 2);
+    CHECK(log->links[0] == std::make_pair(std::string("region r0"), true));
+    CHECK(log->links[1] == std::make_pair(std::string("region r1"), true));
+  }
+  // The same through the metrics: the link's gauge is open, and the failures are counted.
+  const std::string text = metrics->render();
+  CHECK_THAT(text, Catch::Contains("breaker_open{node=\"region r0\"} 1"));
+  CHECK_THAT(text, Catch::Contains("errors_total{kind=\"partition\"} 2"));
+  // r0 and r1 go on too: r0 cannot push to r2, so its unseen units stay unseen (by r2).
+  for (int i = 0; i < 5; ++i) (void)b[0].apply("k", t, spend());
+  (void)s[0].exchange(t);
+  CHECK(s[0].stats().partitioned == 1);
+  // r0 admitted 3 more (U) after the 3 everyone saw; r1 acknowledged them but r2 did not.
+  CHECK_FALSE(b[0].apply("k", t, spend()).allowed);
+  regions.partition(2, false);
+  // Each region exchanges until a round reaches every other region: the round right after a
+  // failure may still find that link's circuit breaker open for its back-off (1 ms of real
+  // time), as a production exchanger would at its next interval.
+  for (auto& r : s) REQUIRE(eventually([&] { return r.exchange(t).failed.empty(); }, 10s));
+  CHECK(s[2].stats().partitioned == 0);
+  {
+    const std::lock_guard lock(log->mutex);
+    REQUIRE(log->links.size() == 4);
+    CHECK(log->links[2].second == false);
+    CHECK(log->links[3].second == false);
+  }
+  // Healed: every region counts 3 + 3 (r0) + 3 (r2) = 9 of 20, 11 left.
+  for (std::size_t r = 0; r < 3; ++r) {
+    INFO("region " << r);
+    CHECK(b[r].apply("k", t, peek()).remaining == 11);
+  }
+}
+
+TEST_CASE(
+    "A limiter decides on a regional storage, and a background exchanger pushes its "
+    "admissions",
+    "[far][redis]") {
+  rltest::Regions regions(2);
+  auto s = storages(regions, 20ms, 0ms);
+  ManualClock clock;
+  // Default U = ceil(10 x (20 + 0) / 1000) = 1: every admission must be acknowledged before
+  // the next, which the exchanger does in the background (real time, polled below).
+  ratelimit::FixedWindow<ManualClock, RegionalStorage> a(ratelimit::Rate{10, W}, s[0], clock,
+                                                         "api");
+  ratelimit::FixedWindow<ManualClock, RegionalStorage> b(ratelimit::Rate{10, W}, s[1], clock,
+                                                         "api");
+  ratelimit::RegionalExchanger<ManualClock> exchanger(s[0], clock);
+  REQUIRE(a.try_acquire("k").allowed);
+  REQUIRE(eventually([&] { return b.peek("k").remaining == 9; }, 10s));
+  REQUIRE(eventually([&] { return a.try_acquire("k").allowed; }, 10s));
+}
+
+TEST_CASE("A regional storage refuses bad options and bounds, naming the field", "[far][redis]") {
+  rltest::Regions regions(2);
+  auto o = regions.options(0, 100ms, 40ms);
+  auto bad = o;
+  bad.region = "no spaces";
+  CHECK_THROWS_WITH(RegionalStorage(bad), Catch::Contains("region = \"no spaces\""));
+  bad = o;
+  bad.remotes[0].name = o.region;
+  CHECK_THROWS_WITH(RegionalStorage(bad), Catch::Contains("remotes[0].name"));
+  bad = o;
+  bad.local.time_source = ratelimit::TimeSource::redis;
+  CHECK_THROWS_WITH(RegionalStorage(bad), Catch::Contains("TimeSource::client"));
+  bad = o;
+  bad.exchange_interval = 0ms;
+  CHECK_THROWS_WITH(RegionalStorage(bad), Catch::Contains("exchange_interval"));
+  RegionalStorage st(o);
+  CHECK_THROWS_WITH(st.bind<FixedWindowModel>("api", window_params(10), 11),
+                    Catch::Contains("unseen_limit"));
+  CHECK_THROWS_WITH(st.bind<FixedWindowModel>("api", window_params(10), 0),
+                    Catch::Contains("unseen_limit"));
+  auto b = st.bind<FixedWindowModel>("api", window_params(10));
+  const ratelimit::RegionalPart parts[2] = {b.part("x", spend()), b.part("y", spend())};
+  ratelimit::Decision out[2];
+  CHECK_THROWS_WITH(st.decide_all(parts, 0ns, out), Catch::Contains("one key at a time"));
+  CHECK_THROWS_AS(b.reset("x"), std::logic_error);
+}
