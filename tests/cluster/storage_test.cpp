@@ -1,4 +1,4 @@
-// Issue 6: the cluster storage's routing. Slots as the specification computes them, validation,
+// The cluster storage's routing. Slots as the specification computes them, validation,
 // keys spread over every primary with exact decisions, the batch split by node, and a slot with
 // live keys moved under traffic (ASK while it migrates, MOVED after) with decisions still exact.
 #include <array>
