@@ -26,7 +26,6 @@
 #include <vector>
 
 #include <catch2/catch.hpp>
-#include <ratelimit/core/all_of.hpp>
 #include <ratelimit/lua/required_commands.hpp>
 #include <ratelimit/ratelimit.hpp>
 #include <ratelimit/redis.hpp>

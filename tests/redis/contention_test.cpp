@@ -17,7 +17,6 @@
 #include <vector>
 
 #include <catch2/catch.hpp>
-#include <ratelimit/algorithms/concurrency.hpp>
 #include <ratelimit/ratelimit.hpp>
 #include <ratelimit/redis.hpp>
 

@@ -10,7 +10,6 @@
 #include <vector>
 
 #include <catch2/catch.hpp>
-#include <ratelimit/algorithms/concurrency.hpp>
 #include <ratelimit/ratelimit.hpp>
 #include <ratelimit/redis.hpp>
 
@@ -563,9 +562,11 @@ TEST_CASE("A decision's Redis wait is cut to what is left of one command timeout
           "[redis][timeout]") {
   // Regression: a decision that had to open a connection could wait connect_timeout and then
   // command_timeout again, while a degraded decision must take no longer than the command
-  // timeout. time_left gives every wait (pool, connect, replies) only what remains of it.
+  // timeout. time_left gave every wait (pool, connect, replies) only what remains of it; the
+  // library's waits are now the I/O thread's (deadline_test.cpp), and time_left cuts the waits
+  // of the blocking connection the tests keep (blocking_connection.hpp).
   using namespace std::chrono;
-  using ratelimit::detail::time_left;
+  using rltest::time_left;
   const steady_clock::time_point t0{};
   const milliseconds cap{100};                   // command_timeout
   const auto deadline = t0 + cap;                // set when the decision starts
