@@ -98,8 +98,9 @@ class BlockingConnection {
  public:
   /// Connects within settings.connect_timeout (and before `deadline`), then AUTH and SELECT
   /// before `deadline`. Throws ratelimit::detail::RedisError(connect) on any failure.
-  static BlockingConnection open(const ratelimit::detail::RedisNode& node, const ratelimit::detail::RedisConnectionSettings& settings,
-                              std::chrono::steady_clock::time_point deadline) {
+  static BlockingConnection open(const ratelimit::detail::RedisNode& node,
+                                 const ratelimit::detail::RedisConnectionSettings& settings,
+                                 std::chrono::steady_clock::time_point deadline) {
     SigpipeGuard guard;
     BlockingConnection c;
     const auto connect_by =
@@ -107,17 +108,22 @@ class BlockingConnection {
                                std::chrono::milliseconds(settings.connect_timeout));
     c.ctx_.reset(node.is_unix() ? redisConnectUnixNonBlock(node.host.c_str())
                                 : redisConnectNonBlock(node.host.c_str(), node.port));
-    if (!c.ctx_) throw ratelimit::detail::RedisError(ratelimit::RedisFailureKind::connect, node.address() + ": out of memory");
-    if (c.ctx_->err != 0)
+    if (!c.ctx_)
       throw ratelimit::detail::RedisError(ratelimit::RedisFailureKind::connect,
-                       node.address() + ": cannot connect: " + std::string(c.ctx_->errstr));
+                                          node.address() + ": out of memory");
+    if (c.ctx_->err != 0)
+      throw ratelimit::detail::RedisError(
+          ratelimit::RedisFailureKind::connect,
+          node.address() + ": cannot connect: " + std::string(c.ctx_->errstr));
     if (!wait_ready(c.ctx_->fd, POLLOUT, connect_by))
-      throw ratelimit::detail::RedisError(ratelimit::RedisFailureKind::connect, node.address() + ": cannot connect: timed out");
+      throw ratelimit::detail::RedisError(ratelimit::RedisFailureKind::connect,
+                                          node.address() + ": cannot connect: timed out");
     int error = 0;
     socklen_t size = sizeof error;
     if (::getsockopt(c.ctx_->fd, SOL_SOCKET, SO_ERROR, &error, &size) != 0 || error != 0)
-      throw ratelimit::detail::RedisError(ratelimit::RedisFailureKind::connect,
-                       node.address() + ": cannot connect: " + std::string(std::strerror(error)));
+      throw ratelimit::detail::RedisError(
+          ratelimit::RedisFailureKind::connect,
+          node.address() + ": cannot connect: " + std::string(std::strerror(error)));
     std::vector<ratelimit::detail::RedisCommand> setup;
     if (!settings.password.empty()) {
       if (settings.username.empty())
@@ -130,8 +136,9 @@ class BlockingConnection {
       try {
         for (const auto& reply : c.pipeline(setup, deadline))
           if (reply->type == REDIS_REPLY_ERROR)
-            throw ratelimit::detail::RedisError(ratelimit::RedisFailureKind::connect,
-                             node.address() + ": " + std::string(reply->str, reply->len));
+            throw ratelimit::detail::RedisError(
+                ratelimit::RedisFailureKind::connect,
+                node.address() + ": " + std::string(reply->str, reply->len));
       } catch (const ratelimit::detail::RedisError& e) {
         throw ratelimit::detail::RedisError(ratelimit::RedisFailureKind::connect, e.what());
       }
@@ -141,22 +148,25 @@ class BlockingConnection {
   }
 
   /// As above, before connect_timeout + command_timeout from now.
-  static BlockingConnection open(const ratelimit::detail::RedisNode& node, const ratelimit::detail::RedisConnectionSettings& settings) {
+  static BlockingConnection open(const ratelimit::detail::RedisNode& node,
+                                 const ratelimit::detail::RedisConnectionSettings& settings) {
     return open(
         node, settings,
         std::chrono::steady_clock::now() + settings.connect_timeout + settings.command_timeout);
   }
 
   /// As below, before the settings' command_timeout from now.
-  std::vector<ratelimit::detail::RedisReplyPtr> pipeline(const std::vector<ratelimit::detail::RedisCommand>& commands) {
+  std::vector<ratelimit::detail::RedisReplyPtr> pipeline(
+      const std::vector<ratelimit::detail::RedisCommand>& commands) {
     return pipeline(commands, std::chrono::steady_clock::now() + command_timeout_);
   }
 
   /// Sends every command in one pipeline and reads one reply per command, in order, all of it
-  /// before `deadline`. Throws ratelimit::detail::RedisError(timeout or io) when the connection fails; it is then
-  /// unusable.
-  std::vector<ratelimit::detail::RedisReplyPtr> pipeline(const std::vector<ratelimit::detail::RedisCommand>& commands,
-                                      std::chrono::steady_clock::time_point deadline) {
+  /// before `deadline`. Throws ratelimit::detail::RedisError(timeout or io) when the connection
+  /// fails; it is then unusable.
+  std::vector<ratelimit::detail::RedisReplyPtr> pipeline(
+      const std::vector<ratelimit::detail::RedisCommand>& commands,
+      std::chrono::steady_clock::time_point deadline) {
     SigpipeGuard guard;
     std::vector<const char*> argv;
     std::vector<std::size_t> lens;
@@ -198,12 +208,14 @@ class BlockingConnection {
   BlockingConnection() = default;
 
   [[noreturn]] void fail(std::size_t replies_read) {
-    throw ratelimit::detail::RedisError(ratelimit::RedisFailureKind::io, "connection failed: " + std::string(ctx_->errstr),
-                     replies_read);
+    throw ratelimit::detail::RedisError(ratelimit::RedisFailureKind::io,
+                                        "connection failed: " + std::string(ctx_->errstr),
+                                        replies_read);
   }
 
   [[noreturn]] static void timed_out(std::size_t replies_read) {
-    throw ratelimit::detail::RedisError(ratelimit::RedisFailureKind::timeout, "timed out", replies_read);
+    throw ratelimit::detail::RedisError(ratelimit::RedisFailureKind::timeout, "timed out",
+                                        replies_read);
   }
 
   std::unique_ptr<redisContext, ContextDeleter> ctx_;
