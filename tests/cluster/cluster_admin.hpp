@@ -14,7 +14,7 @@
 #include <string_view>
 #include <vector>
 
-#include <ratelimit/redis/detail/connection.hpp>
+#include "redis/blocking_connection.hpp"
 
 #include "support/cluster_backend.hpp"
 
@@ -45,14 +45,14 @@ class Admin {
   const RedisNode& node() const { return node_; }
 
  private:
-  static ratelimit::detail::RedisConnection open(const RedisNode& node) {
+  static rltest::BlockingConnection open(const RedisNode& node) {
     ratelimit::detail::RedisConnectionSettings s;
     s.connect_timeout = std::chrono::seconds{2};
     s.command_timeout = std::chrono::seconds{10};
-    return ratelimit::detail::RedisConnection::open(node, s);
+    return rltest::BlockingConnection::open(node, s);
   }
   RedisNode node_;
-  ratelimit::detail::RedisConnection conn_;
+  rltest::BlockingConnection conn_;
 };
 
 /// One line of CLUSTER NODES.

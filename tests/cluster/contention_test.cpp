@@ -1,4 +1,4 @@
-// Issue 6, Tests, contention: several processes (each its own RedisClusterStorage, so its own
+// Contention: several processes (each its own RedisClusterStorage, so its own
 // slot map and pools, as separate service instances would have), two threads each, on one key
 // with time frozen, admit exactly the limit, for every algorithm.
 #include <sys/wait.h>

@@ -1,4 +1,4 @@
-// Issue 6, Tests, failover: a primary is killed mid-run. Decisions for its keys are degraded
+// Failover: a primary is killed mid-run. Decisions for its keys are degraded
 // per the failure policy until its replica takes over (cluster-node-timeout, set low by
 // scripts/redis_cluster.sh), then exact again on the same storage, with the state the replica
 // had; keys on the other primaries are never affected. Waiting for the promotion polls the

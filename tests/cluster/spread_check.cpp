@@ -1,4 +1,4 @@
-// Issue 6, Tests: the storage suite runs on the cluster "with keys spread over all three
+// The storage suite runs on the cluster "with keys spread over all three
 // primaries". Self-contained, so it holds whatever order the cases run in: it decides every
 // client key the suite uses, with every algorithm, through the suite's own backend
 // (ClusterBackend: a fresh key prefix), and finds that storage's keys on every primary. Which

@@ -1,4 +1,4 @@
-// Issue 11 on Redis Cluster: one deadline per decision across nodes, redirections and slot-map
+// Deadlines on Redis Cluster: one deadline per decision across nodes, redirections and slot-map
 // refreshes. With two of the three primaries stopped (SIGSTOP, shorter than the cluster's node
 // timeout, so no failover), and with a first seed that accepts connections and never answers,
 // 8 threads deciding keys spread over every slot get every decision back by its deadline plus

@@ -1,4 +1,4 @@
-// Issue 6: the cluster storage's routing. Slots as the specification computes them, validation,
+// The cluster storage's routing. Slots as the specification computes them, validation,
 // keys spread over every primary with exact decisions, the batch split by node, and a slot with
 // live keys moved under traffic (ASK while it migrates, MOVED after) with decisions still exact.
 #include <array>
@@ -13,8 +13,10 @@
 #include <vector>
 
 #include <catch2/catch.hpp>
+#include <ratelimit/lua/required_commands.hpp>
 #include <ratelimit/ratelimit.hpp>
 #include <ratelimit/redis.hpp>
+#include <ratelimit/redis/detail/commands.hpp>
 
 #include "cluster_admin.hpp"
 #include "support/expect.hpp"
@@ -305,4 +307,77 @@ TEST_CASE(
   setslot_everywhere(slot, dst_info->id, dst, src);
   CHECK(both_admitted(decide(), 2));
   CHECK(storage.node_of<ratelimit::SlidingLogModel>("split", key) == dst.address());
+}
+
+TEST_CASE("An ACL user granted the documented commands decides on every primary",
+          "[cluster][acl]") {
+  // docs/redis.md "Permissions (ACL)": the client's own commands and the scripts', plus
+  // +cluster|slots and +asking for Redis Cluster, on the key prefix only. ACL users are per node,
+  // so the user is made on every live node (replicas too: one may be promoted). Decisions on keys
+  // spread over every primary must all be Redis's own (none degraded) and exact.
+  auto options = rltest::test_cluster_options("acl");
+  const std::string user = rltest::cluster_unique_prefix("acl-user");
+  const std::string password = "pw-" + user;
+  std::vector<std::string> grants;
+  for (const auto c : ratelimit::detail::redis_client_commands)
+    grants.push_back("+" + std::string(c));
+  for (const auto c : ratelimit::lua::required_commands) grants.push_back("+" + std::string(c));
+  for (const auto c : ratelimit::detail::redis_cluster_commands)
+    grants.push_back("+" + std::string(c));
+  // Live nodes only: a failover test before this one may have killed a primary for good.
+  std::vector<rltest::ClusterNodeInfo> nodes;
+  for (const auto& n : rltest::cluster_nodes(rltest::seed_node()))
+    if (!n.failed) nodes.push_back(n);
+  for (const auto& n : nodes) {
+    std::vector<std::string> args{"ACL",
+                                  "SETUSER",
+                                  user,
+                                  "reset",
+                                  "on",
+                                  ">" + password,
+                                  "~" + options.redis.key_prefix + "*",
+                                  "resetchannels",
+                                  "-@all"};
+    args.insert(args.end(), grants.begin(), grants.end());
+    rltest::Admin(n.address).run(args);
+  }
+  options.redis.username = user;
+  options.redis.password = password;
+  {
+    RedisClusterStorage storage(options);
+    ManualClock clock;
+    clock.set(10s);
+    using ratelimit::ConcurrencyLimiter;
+    using ratelimit::TokenBucket;
+    // A bucket of 2 refilled at 1 per hour (nothing refills here), one slot per key, and a
+    // window of 3 per second beside a bucket of 5 decided all or nothing.
+    TokenBucket<ManualClock, RedisClusterStorage> tb({2, ratelimit::per_hour(1)}, storage, clock,
+                                                     "tb");
+    ConcurrencyLimiter<ManualClock, RedisClusterStorage> cc({1, 1s}, storage, clock, "cc");
+    FixedWindow<ManualClock, RedisClusterStorage> fw(ratelimit::Rate{3, 1s}, storage, clock, "fw");
+    TokenBucket<ManualClock, RedisClusterStorage> tb5({5, ratelimit::per_hour(1)}, storage, clock,
+                                                      "tb5");
+    std::set<std::string> primaries;
+    for (int k = 0; k < 30; ++k) {
+      const std::string key = "user-" + std::to_string(k);
+      INFO(key);
+      primaries.insert(storage.node_of<ratelimit::TokenBucketModel>("tb", key));
+      CHECK(tb.try_acquire(key).remaining == 1);  // 2 - 1
+      CHECK(tb.try_acquire(key).remaining == 0);  // 2 - 2
+      CHECK_FALSE(tb.try_acquire(key).allowed);   // empty for the next hour
+      {
+        const auto slot = cc.try_acquire(key);
+        CHECK(slot);
+        CHECK_FALSE(cc.try_acquire(key));  // the one slot is held
+      }                                    // released here
+      CHECK(cc.try_acquire(key));
+      const auto both = ratelimit::try_acquire_all(key, 1, fw, tb5);
+      CHECK(both.allowed);
+      CHECK(both.decisions[0].remaining == 2);  // 3 - 1
+      CHECK(both.decisions[1].remaining == 4);  // 5 - 1
+    }
+    CHECK(primaries.size() == rltest::live_primaries().size());
+    CHECK(storage.stats().degraded_decisions == 0);
+  }
+  for (const auto& n : nodes) rltest::Admin(n.address).run({"ACL", "DELUSER", user});
 }

@@ -1,4 +1,4 @@
-// Issue 11: non-blocking decisions. Thousands in flight from several threads each complete
+// Non-blocking decisions. Thousands in flight from several threads each complete
 // exactly once and spend exactly what blocking decisions would; backpressure (max_in_flight) is
 // reached while Redis is stopped and released when it answers again; futures, batches and rule
 // sets go through the same machinery. Runs under ThreadSanitizer too (label `concurrent`).
@@ -214,8 +214,9 @@ descriptors:
 
 TEST_CASE("A one-key flood costs Redis one script per admission and per retry window",
           "[redis][hot_keys][concurrent]") {
-  // Issue 14: 4 threads flood one key (limit 100 per second) at 50,000 requests per simulated
-  // second for 5 s; the clock steps 1 ms between rounds of 50 requests (12 + 12 + 13 + 13).
+  // The over-limit cache under a flood: 4 threads flood one key (limit 100 per second) at 50,000
+  // requests per simulated second for 5 s; the clock steps 1 ms between rounds of 50 requests (12 +
+  // 12 + 13 + 13).
   const bool async = GENERATE(false, true);
   INFO((async ? "non-blocking" : "blocking") << " decisions");
   ratelimit::RedisOptions o = rltest::test_redis_options("flood");

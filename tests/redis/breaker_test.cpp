@@ -1,4 +1,4 @@
-// Issue 11: the circuit breaker's back-off grows per failed probe, not per failure in flight.
+// The circuit breaker's back-off grows per failed probe, not per failure in flight.
 // Times are given to the breaker explicitly (steady ns), so nothing sleeps.
 #include <chrono>
 #include <cstdint>

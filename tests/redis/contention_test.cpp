@@ -1,4 +1,4 @@
-// Issue 3, Tests, exactness under contention: several processes (each with its own
+// Exactness under contention: several processes (each with its own
 // RedisStorage, i.e. its own connection pool, as separate service instances would have), each
 // with two threads, hammer one key with time frozen; together they must admit exactly the
 // limit, for every algorithm. Then two limiter instances in separate processes walk the same
@@ -17,7 +17,6 @@
 #include <vector>
 
 #include <catch2/catch.hpp>
-#include <ratelimit/algorithms/concurrency.hpp>
 #include <ratelimit/ratelimit.hpp>
 #include <ratelimit/redis.hpp>
 
@@ -179,7 +178,7 @@ TEST_CASE("Two limiter instances in separate processes never exceed the shared l
 
 TEST_CASE("Two instances with over-limit caches never deny what Redis alone would admit",
           "[redis][concurrent][hot_keys]") {
-  // Issue 14. Two processes, each with the cache on, share one key; they step the same time line
+  // Two processes, each with the cache on, share one key; they step the same time line
   // together (a process-shared barrier per step, both stamping the step's time), so Redis never
   // decides a request at a later time than its own. Whenever a process's decision comes from
   // its cache, it asks Redis alone (a storage without a cache, same keys) the same request as a
@@ -252,7 +251,7 @@ TEST_CASE("Two instances with over-limit caches never deny what Redis alone woul
 
 TEST_CASE("Four processes of two threads never hold more than N slots of one key on Redis",
           "[redis][concurrent][concurrency_limit]") {
-  // Issue 18. Each process has its own RedisStorage (its own connections, as a separate
+  // Each process has its own RedisStorage (its own connections, as a separate
   // instance would) and two threads that acquire a slot, hold it across one more Redis call,
   // and release it; time is frozen, so only releases free slots. A counter in memory shared by
   // the processes counts the slots held from after their acquire to just before their release,

@@ -1,4 +1,4 @@
-// Issue 11: one deadline bounds a whole decision, not each socket call. Against a server that
+// One deadline bounds a whole decision, not each socket call. Against a server that
 // trickles its replies one byte per 30 ms, one that accepts and never answers, a stopped
 // (SIGSTOP) Redis sent 4 MiB keys, a 20,000-entry batch, and a Redis killed and restarted,
 // 8 threads deciding for a while each get every decision back by its deadline plus a stated
@@ -309,7 +309,7 @@ TEST_CASE("One 200 ms stall with 8 threads in flight degrades for the stall plus
   staller.join();
   REQUIRE(t.degraded > 0);
   // Degraded from the stall's start to the last degraded decision: at most the stall (200 ms)
-  // plus one base back-off (50 ms) plus the margin. Before issue 11 the breaker doubled per
+  // plus one base back-off (50 ms) plus the margin. When the breaker doubled per
   // failure in flight and this lasted 2.1 s.
   const auto span = std::chrono::nanoseconds(last_degraded.load() - stall_at.load());
   std::string failures;

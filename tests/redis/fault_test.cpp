@@ -1,4 +1,4 @@
-// Issue 3, Tests, Faults: a redis-server of the test's own is killed, restarted and paused while
+// Faults: a redis-server of the test's own is killed, restarted and paused while
 // limiters use it. Each failure policy must do what it says (degraded = true), nothing may crash
 // or hang (ctest's timeout guards that), a dead server must not cost a timeout per request (the
 // circuit breaker short-circuits), and decisions must be exact again once Redis is back.
@@ -190,7 +190,7 @@ TEST_CASE("local_fallback takes an explicit per-instance limit when bind is give
 
 TEST_CASE("While Redis is down local_fallback keeps each priority's reserve",
           "[redis][failure][token_bucket][priority]") {
-  // Issue 18. The per-instance bucket follows the limit each priority sees (with_params).
+  // The per-instance bucket follows the limit each priority sees (with_params).
   rltest::ThrowawayRedis server;
   server.kill();
   auto options = options_for(server, FailurePolicy::local_fallback);

@@ -1,4 +1,4 @@
-// Issue 14: the over-limit cache and the local pre-limit in front of Redis (one thread; the
+// The over-limit cache and the local pre-limit in front of Redis (one thread; the
 // flood and the two-instance tests are in async_test.cpp and contention_test.cpp).
 // Time comes from ManualClock (whole ms) unless a test is about Redis's own clock.
 #include <chrono>

@@ -1,4 +1,4 @@
-// Issue 16 on Redis: a storage's listeners hear its round trips, its over-limit cache hits, its
+// Monitoring on Redis: a storage's listeners hear its round trips, its over-limit cache hits, its
 // errors and its breaker opening and closing; the exporter renders them.
 
 #include <chrono>

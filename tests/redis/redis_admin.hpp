@@ -22,7 +22,7 @@
 #include <thread>
 #include <vector>
 
-#include <ratelimit/redis/detail/connection.hpp>
+#include "redis/blocking_connection.hpp"
 
 #include "support/redis_backend.hpp"
 
@@ -62,13 +62,13 @@ class RedisAdmin {
   }
 
  private:
-  static ratelimit::detail::RedisConnection open(const RedisEndpoint& e) {
+  static rltest::BlockingConnection open(const RedisEndpoint& e) {
     ratelimit::detail::RedisConnectionSettings s;
     s.connect_timeout = std::chrono::seconds{2};
     s.command_timeout = std::chrono::seconds{5};
-    return ratelimit::detail::RedisConnection::open({e.host, e.port}, s);
+    return rltest::BlockingConnection::open({e.host, e.port}, s);
   }
-  ratelimit::detail::RedisConnection conn_;
+  rltest::BlockingConnection conn_;
 };
 
 /// A redis-server of this test's own (no persistence), on a free loopback port, stopped when

@@ -1,4 +1,4 @@
-// Issue 13, Tests, Sentinel: Redis without Cluster is made highly available by Sentinel, so a
+// Sentinel: Redis without Cluster is made highly available by Sentinel, so a
 // storage must find the primary through the sentinels and follow a failover without a restart.
 // A primary, a replica and three sentinels run on loopback (servers.hpp, SentinelSetup); the
 // storage decides exactly through them; then the primary is killed (SIGKILL) while three threads

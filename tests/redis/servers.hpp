@@ -1,10 +1,10 @@
 #pragma once
 /// @file servers.hpp
-/// Real servers for the connection tests (issue 13), started by the test itself: a redis-server
-/// serving TLS with the certificates scripts/tls_certs.sh made, and a Sentinel setup (a
-/// primary, a replica and three sentinels on loopback) whose primary a test can kill. Plus the
-/// small tools those tests share: a temp dir, a free port, polling with a limit, and a
-/// thread-safe record of `on_failure` reports.
+/// Real servers for the connection tests (TLS, ACL, Unix socket, Sentinel), started by the test
+/// itself: a redis-server serving TLS with the certificates scripts/tls_certs.sh made, and a
+/// Sentinel setup (a primary, a replica and three sentinels on loopback) whose primary a test can
+/// kill. Plus the small tools those tests share: a temp dir, a free port, polling with a limit, and
+/// a thread-safe record of `on_failure` reports.
 ///
 /// The certificates are named by RATELIMIT_TEST_TLS_CERTS=DIR (scripts/test.sh makes them once
 /// per run). Without it a TLS test FAILS, like a Redis test without its server (see

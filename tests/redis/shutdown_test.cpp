@@ -1,4 +1,4 @@
-// Issue 11: shutdown. Dropping the last handle of a Redis storage while decisions are in flight
+// Shutdown. Dropping the last handle of a Redis storage while decisions are in flight
 // completes each of them exactly once (degraded at its deadline if Redis never answers), never
 // crashes, and leaks nothing (this runs under AddressSanitizer's leak check). Also when the
 // last handle is dropped by a completion itself, on the storage's I/O thread.

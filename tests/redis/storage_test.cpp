@@ -1,4 +1,4 @@
-// Issue 3: what the Redis storage adds beyond the core's rules (which run on it through
+// What the Redis storage adds beyond the core's rules (which run on it through
 // redis_rules_test): key encoding, TTLs, hostile keys, wrong-type keys, NOSCRIPT reload,
 // Redis time, the batch call, the exact range, and bind/option validation.
 // Time comes from ManualClock (whole ms) unless a test is about Redis's own clock.
@@ -10,7 +10,6 @@
 #include <vector>
 
 #include <catch2/catch.hpp>
-#include <ratelimit/algorithms/concurrency.hpp>
 #include <ratelimit/ratelimit.hpp>
 #include <ratelimit/redis.hpp>
 
@@ -563,9 +562,11 @@ TEST_CASE("A decision's Redis wait is cut to what is left of one command timeout
           "[redis][timeout]") {
   // Regression: a decision that had to open a connection could wait connect_timeout and then
   // command_timeout again, while a degraded decision must take no longer than the command
-  // timeout. time_left gives every wait (pool, connect, replies) only what remains of it.
+  // timeout. time_left gave every wait (pool, connect, replies) only what remains of it; the
+  // library's waits are now the I/O thread's (deadline_test.cpp), and time_left cuts the waits
+  // of the blocking connection the tests keep (blocking_connection.hpp).
   using namespace std::chrono;
-  using ratelimit::detail::time_left;
+  using rltest::time_left;
   const steady_clock::time_point t0{};
   const milliseconds cap{100};                   // command_timeout
   const auto deadline = t0 + cap;                // set when the decision starts
@@ -582,7 +583,7 @@ TEST_CASE("A decision's Redis wait is cut to what is left of one command timeout
 
 TEST_CASE("State written by the previous key format is never read: the new format starts fresh",
           "[redis][keys][format]") {
-  // Format 1 (before issue 10) kept a bucket as a hash {at, last} under
+  // Format 1 (before the compact key format) kept a bucket as a hash {at, last} under
   // <prefix>{k<hex(key)>}:token_bucket:<hex(name)>. During a rolling upgrade the two formats
   // count separately (docs/redis.md, "Upgrades"): format 2 never reads, writes or deletes the
   // old key, which expires by its own TTL.
@@ -634,7 +635,7 @@ TEST_CASE("Every algorithm keeps one Redis key per client key, so no half of a s
 
 TEST_CASE("A concurrency limit on Redis is exact at microsecond times of today's epoch",
           "[redis][concurrency_limit]") {
-  // Issue 18. Lease ends are compared in whole us; a time since 1970 in us has 16 digits, more
+  // Lease ends are compared in whole us; a time since 1970 in us has 16 digits, more
   // than Lua's own number formatting keeps (14): the script must not lose the last ones.
   using namespace std::chrono_literals;
   ratelimit::ManualClock clock;

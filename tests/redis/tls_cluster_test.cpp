@@ -1,4 +1,4 @@
-// Issue 13: TLS on Redis Cluster. Three primaries of the test's own serve TLS (the cluster bus
+// TLS on Redis Cluster. Three primaries of the test's own serve TLS (the cluster bus
 // too: tls-cluster yes), so CLUSTER SLOTS names their TLS ports; a RedisClusterStorage with TLS
 // options learns the map over TLS, verifies every node's certificate, and decides exactly on
 // each node. A storage trusting another CA is refused by every node.

@@ -1,4 +1,4 @@
-// Issue 13, Tests, TLS: the managed Redis services production uses require TLS, and a TLS client
+// TLS: the managed Redis services production uses require TLS, and a TLS client
 // is only worth having if it refuses the wrong server. Against a redis-server of the test's own
 // serving TLS with the certificates scripts/tls_certs.sh made (RATELIMIT_TEST_TLS_CERTS):
 // decisions over TLS are exact (CA file and CA directory); a server certificate from another CA

@@ -1,4 +1,4 @@
-// Issue 13, Tests, Unix domain socket: a Redis on the same host is often reached through its
+// Unix domain socket: a Redis on the same host is often reached through its
 // socket (no TCP stack, file permissions as access control). A redis-server of the test's own
 // listens on a socket in a temp dir (mode 700: only this user); a storage with `unix_socket`
 // set decides exactly through it, and host and port are ignored: they name a port nobody

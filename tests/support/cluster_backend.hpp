@@ -20,7 +20,7 @@
 #include <string_view>
 
 #include <ratelimit/redis.hpp>
-#include <ratelimit/redis/detail/connection.hpp>
+#include "redis/blocking_connection.hpp"
 
 namespace rltest {
 
@@ -57,7 +57,7 @@ inline const std::string& cluster_seed() {
       ratelimit::detail::RedisConnectionSettings s;
       s.connect_timeout = std::chrono::seconds{1};
       s.command_timeout = std::chrono::seconds{1};
-      auto c = ratelimit::detail::RedisConnection::open(node, s);
+      auto c = rltest::BlockingConnection::open(node, s);
       auto r = c.pipeline({{"CLUSTER", "INFO"}});
       if (r.front()->type != REDIS_REPLY_STRING)
         no_cluster(std::string(v) + " is not a cluster node");

@@ -20,7 +20,7 @@
 #include <string_view>
 
 #include <ratelimit/redis.hpp>
-#include <ratelimit/redis/detail/connection.hpp>
+#include "redis/blocking_connection.hpp"
 
 namespace rltest {
 
@@ -66,7 +66,7 @@ inline bool redis_answers(const RedisEndpoint& e) {
     ratelimit::detail::RedisConnectionSettings s;
     s.connect_timeout = std::chrono::seconds{1};
     s.command_timeout = std::chrono::seconds{1};
-    auto c = ratelimit::detail::RedisConnection::open({e.host, e.port}, s);
+    auto c = rltest::BlockingConnection::open({e.host, e.port}, s);
     auto replies = c.pipeline({{"PING"}});
     return replies.front()->type == REDIS_REPLY_STATUS;
   } catch (const ratelimit::detail::RedisError&) {

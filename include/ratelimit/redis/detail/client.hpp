@@ -18,10 +18,10 @@
 #include <utility>
 #include <vector>
 
-#include "../../core/detail/validate.hpp"
 #include "../../core/listener.hpp"
 #include "../options.hpp"
 #include "breaker.hpp"
+#include "call.hpp"
 #include "connection.hpp"
 #include "io_loop.hpp"
 #include "keys.hpp"
@@ -29,75 +29,6 @@
 #include "waiter.hpp"
 
 namespace ratelimit::detail {
-
-/// One command for one client key: a script call (script != nullptr: EVALSHA script keys argv)
-/// or a plain command (argv, e.g. DEL; keys only route it).
-struct RedisCall {
-  const RedisScript* script = nullptr;
-  std::vector<std::string> keys;
-  std::vector<std::string> argv;
-};
-
-/// A call's outcome: a reply that is not an error, or the failure.
-struct RedisResult {
-  RedisReplyPtr reply;
-  std::optional<RedisFailure> failure;
-};
-
-/// One node: its connections (on the client's I/O thread) and its breaker (failure policy and
-/// back-off are per node, so in a cluster a dead primary does not degrade the other slots).
-struct RedisNodeClient {
-  /// `probe_budget`: the longest one call can take (its timeout plus the timer's slack).
-  RedisNodeClient(IoNode* io_node, std::chrono::milliseconds backoff,
-                  std::chrono::milliseconds max_backoff, std::chrono::nanoseconds probe_budget)
-      : io(io_node), breaker(backoff, max_backoff, probe_budget) {}
-  const RedisNode& address() const noexcept { return io->address(); }
-  IoNode* io;
-  CircuitBreaker breaker;
-};
-
-inline void check_redis_options(const RedisOptions& o) {
-  using std::chrono::milliseconds;
-  if (o.host.empty() && o.unix_socket.empty() && o.sentinel.sentinels.empty())
-    throw std::invalid_argument("host = \"\": must not be empty");
-  if (o.unix_socket.size() >= 108)
-    invalid("unix_socket (length)", static_cast<std::int64_t>(o.unix_socket.size()),
-            "must be under 108 bytes (sockaddr_un)");
-  if (o.tls.enabled && o.tls.cert_file.empty() != o.tls.key_file.empty())
-    throw std::invalid_argument("tls.cert_file = \"" + o.tls.cert_file + "\", tls.key_file = \"" +
-                                o.tls.key_file + "\": give both or neither");
-  if (!o.sentinel.sentinels.empty() && o.sentinel.master_name.empty())
-    throw std::invalid_argument("sentinel.master_name = \"\": required with sentinels");
-  if (o.port < 1 || o.port > 65535) invalid("port", o.port, "must be in [1, 65535]");
-  if (o.db < 0) invalid("db", o.db, "must be >= 0");
-  if (o.key_prefix.find_first_of("{}") != std::string::npos)
-    throw std::invalid_argument("key_prefix = \"" + o.key_prefix +
-                                "\": must not contain '{' or '}' (the key's hash tag follows)");
-  if (o.connect_timeout < milliseconds{1})
-    invalid("connect_timeout (ms)", o.connect_timeout.count(), "must be >= 1");
-  if (o.command_timeout < milliseconds{1})
-    invalid("command_timeout (ms)", o.command_timeout.count(), "must be >= 1");
-  if (o.pool_size < 1 || o.pool_size > 64)
-    invalid("pool_size", static_cast<std::int64_t>(o.pool_size), "must be in [1, 64]");
-  if (o.max_in_flight < 1 || o.max_in_flight > 10'000'000)
-    invalid("max_in_flight", static_cast<std::int64_t>(o.max_in_flight),
-            "must be in [1, 10000000]");
-  if (o.max_in_flight_bytes < (std::size_t{1} << 20))
-    invalid("max_in_flight_bytes", static_cast<std::int64_t>(o.max_in_flight_bytes),
-            "must be >= 1 MiB (1048576)");
-  if (o.over_limit_cache.capacity < 1 || o.over_limit_cache.capacity > 100'000'000)
-    invalid("over_limit_cache.capacity", static_cast<std::int64_t>(o.over_limit_cache.capacity),
-            "must be in [1, 100000000]");
-  if (o.fallback_divisor < 1 || o.fallback_divisor > 1'000'000)
-    invalid("fallback_divisor", o.fallback_divisor, "must be in [1, 1000000]");
-  if (o.ttl_margin < milliseconds{0} || o.ttl_margin > std::chrono::hours{24 * 366})
-    invalid("ttl_margin (ms)", o.ttl_margin.count(), "must be in [0, 366 days]");
-  if (o.breaker_backoff < milliseconds{1} || o.breaker_backoff > std::chrono::hours{1})
-    invalid("breaker_backoff (ms)", o.breaker_backoff.count(), "must be in [1 ms, 1 h]");
-  if (o.breaker_max_backoff < o.breaker_backoff || o.breaker_max_backoff > std::chrono::hours{1})
-    invalid("breaker_max_backoff (ms)", o.breaker_max_backoff.count(),
-            "must be in [breaker_backoff, 1 h]");
-}
 
 /// Thread safety: every member is safe from many threads.
 ///
@@ -116,31 +47,6 @@ inline void check_redis_options(const RedisOptions& o) {
 ///
 /// Lifetime: must be owned by a std::shared_ptr (a call in flight holds one, so the client and
 /// its I/O thread outlive every call they have accepted).
-/// The name of a failure kind, for monitoring (`StorageErrorEvent::kind`).
-constexpr std::string_view failure_kind_name(RedisFailureKind k) noexcept {
-  switch (k) {
-    case RedisFailureKind::connect:
-      return "connect";
-    case RedisFailureKind::timeout:
-      return "timeout";
-    case RedisFailureKind::io:
-      return "io";
-    case RedisFailureKind::reply:
-      return "reply";
-    case RedisFailureKind::protocol:
-      return "protocol";
-    case RedisFailureKind::pool_exhausted:
-      return "pool_exhausted";
-    case RedisFailureKind::circuit_open:
-      return "circuit_open";
-    case RedisFailureKind::overloaded:
-      return "overloaded";
-    case RedisFailureKind::warning:
-      return "warning";
-  }
-  return "unknown";
-}
-
 class RedisClient : public std::enable_shared_from_this<RedisClient> {
  public:
   /// The storage's listeners (RedisStorage::attach_listener): errors, breaker changes, round
@@ -561,166 +467,16 @@ class RedisClient : public std::enable_shared_from_this<RedisClient> {
   /// and calls `then` on the I/O thread; or, when nothing is sent (breaker open, no time
   /// left), fails them and calls `then` here.
   void send(RedisNodeClient& node, const OpPtr& op, std::vector<std::size_t> indexes, bool asking,
-            Settled then) {
-    const auto fail_all = [&](const RedisFailure& f) {
-      for (const std::size_t i : indexes) {
-        op->results[i].reply.reset();
-        op->results[i].failure = f;
-      }
-    };
-    const CircuitBreaker::Pass pass = node.breaker.allow();
-    if (pass == CircuitBreaker::Pass::refused) {
-      short_circuits_.fetch_add(indexes.size(), std::memory_order_relaxed);
-      fail_all(refused_by_breaker(node));
-      return then(op, std::move(indexes));
-    }
-    const auto spent = [&] {  // the deadline passed before the calls reached the node
-      const RedisFailure f{RedisFailureKind::timeout,
-                           node.address().address() + ": timed out before sending"};
-      report(f);
-      fail_all(f);
-      return then(op, std::move(indexes));
-    };
-    const auto sent_at = std::chrono::steady_clock::now();
-    if (sent_at >= op->deadline) return spent();
-    IoRequest req;
-    // Where each call's bytes end, for a reload that resends some of them (see `received`);
-    // a single call is only ever resent as EVAL, so it needs none (one allocation less).
-    std::vector<std::size_t> ends;
-    if (indexes.size() > 1) ends.reserve(indexes.size());
-    std::size_t bytes = 0;
-    for (const std::size_t i : indexes) bytes += call_bytes(op->calls[i], asking);
-    if (asking) bytes += indexes.size() * (resp_header_bytes(1) + resp_argument_bytes(6));
-    req.wire.reserve(bytes);
-    for (std::size_t k = 0; k < indexes.size(); ++k) {
-      // A large batch looks at its deadline as it is formatted: once it is spent (20,000 calls
-      // took 100 ms under ASan), the rest would be formatted only to expire on the I/O thread.
-      if (k % 1024 == 1023 && std::chrono::steady_clock::now() >= op->deadline) return spent();
-      if (asking) append_command(req.wire, {"ASKING"});
-      append_call(req.wire, op->calls[indexes[k]], asking);
-      if (indexes.size() > 1) ends.push_back(req.wire.size());
-    }
-    req.replies = indexes.size() * (asking ? 2 : 1);
-    req.deadline = op->deadline;
-    req.done = [this, &node, op, indexes = std::move(indexes), ends = std::move(ends), asking, pass,
-                then = std::move(then), sent_at](IoOutcome&& o) mutable {
-      if (const ObserverSet* obs = observers.current()) {
-        const std::string address = node.address().address();
-        const RoundTripEvent ev{address, std::chrono::steady_clock::now() - sent_at, !o.error};
-        Observers::each(*obs, [&](Listener& l, bool) { l.on_round_trip(ev); });
-      }
-      received(node, op, std::move(indexes), ends, asking, pass, std::move(o), std::move(then));
-    };
-    // The calling thread makes the round trip itself when it may, and only once: a reload
-    // after NOSCRIPT goes through the I/O thread.
-    if (op->here) {
-      op->here = false;
-      if (loop_->round_trip_here(node.io, req)) return;
-    }
-    loop_->submit(node.io, std::move(req));
-  }
+            Settled then);
 
   /// `send`'s replies: failures, a NOSCRIPT reload, then the breaker's verdict.
   void received(RedisNodeClient& node, const OpPtr& op, std::vector<std::size_t> indexes,
                 const std::vector<std::size_t>& ends, bool asking, CircuitBreaker::Pass pass,
-                IoOutcome&& o, Settled then) {
-    if (o.error) {
-      if (o.error->node_fault()) breaker_failure(node, pass);
-      const RedisFailure f{o.error->kind(), o.error->what()};
-      report(f);
-      for (const std::size_t i : indexes) op->results[i].failure = f;
-      return then(op, std::move(indexes));
-    }
-    std::vector<RedisReplyPtr> replies;
-    if (asking) {  // the ASKING reply says nothing unless it is an error
-      for (std::size_t k = 0; k < indexes.size(); ++k)
-        replies.push_back(o.replies[2 * k]->type == REDIS_REPLY_ERROR
-                              ? std::move(o.replies[2 * k])
-                              : std::move(o.replies[2 * k + 1]));
-    } else {
-      replies = std::move(o.replies);
-    }
-    // NOSCRIPT: the script cache was flushed (SCRIPT FLUSH, restart, failover). The call did not
-    // run, so sending the script in full with EVAL (which also caches it) is safe.
-    std::vector<std::size_t> reload;
-    for (std::size_t j = 0; j < replies.size(); ++j)
-      if (starts_with(*replies[j], "NOSCRIPT")) reload.push_back(j);
-    if (reload.empty() || std::chrono::steady_clock::now() >= op->deadline)
-      return settle(node, op, std::move(indexes), std::move(replies), pass, std::move(then));
-    // One EVAL per distinct script caches it; the calls after it in the same pipeline send
-    // their EVALSHA again, the very bytes already formatted (a 20,000-call batch must neither
-    // send the script 20,000 times nor format 20,000 commands again on the I/O thread).
-    IoRequest req;
-    // Which reloaded calls go as EVAL (the first of each script), then the bytes reserved for
-    // them all before they are copied: a 20,000-call reload grew its 6 MB by doubling, copying
-    // and faulting in about twice that: 32 ms of the I/O thread's time, against 14 ms reserved
-    // (g++ -O2).
-    std::vector<const RedisScript*> sent;
-    std::vector<char> as_eval(reload.size());
-    std::size_t bytes = 0;
-    for (std::size_t k = 0; k < reload.size(); ++k) {
-      const RedisCall& call = op->calls[indexes[reload[k]]];
-      as_eval[k] = std::find(sent.begin(), sent.end(), call.script) == sent.end();
-      if (as_eval[k]) sent.push_back(call.script);
-      // Not the first call, so there are several and `ends` holds them (and reload[k] > 0).
-      bytes += as_eval[k] ? call_bytes(call, true) : ends[reload[k]] - ends[reload[k] - 1];
-    }
-    req.wire.reserve(bytes);
-    for (std::size_t k = 0; k < reload.size(); ++k) {
-      const std::size_t j = reload[k];
-      if (as_eval[k])
-        append_call(req.wire, op->calls[indexes[j]], true);
-      else
-        req.wire.append(o.sent, ends[j - 1], ends[j] - ends[j - 1]);
-    }
-    script_loads_.fetch_add(sent.size(), std::memory_order_relaxed);
-    req.replies = reload.size();
-    req.deadline = op->deadline;
-    // Shared, not moved in: a request's completion must be copyable (std::function).
-    auto kept = std::make_shared<std::vector<RedisReplyPtr>>(std::move(replies));
-    req.done = [this, &node, op, indexes = std::move(indexes), kept, reload = std::move(reload),
-                pass, then = std::move(then)](IoOutcome&& again) mutable {
-      std::vector<RedisReplyPtr>& replies = *kept;
-      if (again.error) {
-        for (const std::size_t j : reload) {
-          replies[j].reset();
-          op->results[indexes[j]].failure = RedisFailure{again.error->kind(), again.error->what()};
-        }
-        if (again.error->node_fault()) breaker_failure(node, pass);
-        report({again.error->kind(), again.error->what()});
-      } else {
-        for (std::size_t r = 0; r < reload.size(); ++r)
-          replies[reload[r]] = std::move(again.replies[r]);
-      }
-      settle(node, op, std::move(indexes), std::move(replies), pass, std::move(then));
-    };
-    loop_->submit(node.io, std::move(req));
-  }
+                IoOutcome&& o, Settled then);
 
   /// Files each reply as its call's result and tells the breaker how the node did.
   void settle(RedisNodeClient& node, const OpPtr& op, std::vector<std::size_t> indexes,
-              std::vector<RedisReplyPtr> replies, CircuitBreaker::Pass pass, Settled then) {
-    bool node_ok = true, answered = false;
-    for (std::size_t j = 0; j < replies.size(); ++j) {
-      if (!replies[j]) continue;  // failed in the reload
-      answered = true;
-      RedisResult& res = op->results[indexes[j]];
-      const redisReply& r = *replies[j];
-      if (r.type == REDIS_REPLY_ERROR && !keep_error(r)) {
-        if (node_unavailable(r)) node_ok = false;
-        res.failure = RedisFailure{RedisFailureKind::reply,
-                                   node.address().address() + ": " + std::string(r.str, r.len)};
-        report(*res.failure);
-      } else {
-        res.reply = std::move(replies[j]);
-      }
-    }
-    if (answered && node_ok)
-      breaker_success(node);
-    else if (!node_ok)
-      breaker_failure(node, pass);
-    then(op, std::move(indexes));
-  }
+              std::vector<RedisReplyPtr> replies, CircuitBreaker::Pass pass, Settled then);
 
   /// Records a node's failure on its breaker, telling the listeners if that opened it.
   void breaker_failure(RedisNodeClient& node, CircuitBreaker::Pass pass) {
@@ -772,3 +528,6 @@ class RedisClient : public std::enable_shared_from_this<RedisClient> {
 };
 
 }  // namespace ratelimit::detail
+
+// The per-node step's definitions (they need the class complete).
+#include "client_send.hpp"  // IWYU pragma: export
