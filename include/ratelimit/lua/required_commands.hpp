@@ -11,11 +11,21 @@ namespace ratelimit::lua {
 
 /// Every Redis command the scripts call, as an ACL names it (lower case), sorted, each
 /// once: what a restricted user needs to run them, beside the client's own commands.
-inline constexpr std::array<std::string_view, 12> required_commands = {
+inline constexpr std::array<std::string_view, 22> required_commands = {
+    "decrby",
     "del",
+    "exists",
     "get",
+    "hget",
+    "hgetall",
+    "hincrby",
+    "incrby",
     "pexpire",
+    "pttl",
+    "sadd",
     "set",
+    "srandmember",
+    "srem",
     "time",
     "zadd",
     "zcount",
