@@ -1,7 +1,7 @@
-// Issue 12, concurrently: the table's incremental work (sweeps of a shard, visits to idle shards
-// with try_lock, resizes moved 64 slots at a time, reclaim in chunks) runs under the same shard
-// locks as the decisions. Threads deciding while all of it goes on must see every decision
-// exact; ThreadSanitizer runs this (label `concurrent`).
+// Hostile traffic in process, concurrently: the table's incremental work (sweeps of a shard, visits
+// to idle shards with try_lock, resizes moved 64 slots at a time, reclaim in chunks) runs under the
+// same shard locks as the decisions. Threads deciding while all of it goes on must see every
+// decision exact; ThreadSanitizer runs this (label `concurrent`).
 #include <atomic>
 #include <chrono>
 #include <string>
