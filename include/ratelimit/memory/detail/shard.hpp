@@ -55,6 +55,11 @@ struct TableConstants {
   /// table never forgets, and decides exactly as if no key were ever dropped even when the
   /// clock steps back.
   static constexpr std::size_t keep = 8;
+  /// The time bound on a dead key (Table::pace): every pace_step of the decisions' clock, one
+  /// keyed decision sweeps one shard whole, in turn, so every shard is swept once per
+  /// pace_period = shard_count x pace_step whatever the traffic on it.
+  static constexpr std::chrono::nanoseconds pace_period = std::chrono::minutes{10};
+  static constexpr std::chrono::nanoseconds pace_step = pace_period / shard_count;  // 9.375 s
   /// The drop filter: its bits, in 64-bit words, and the drops it holds before it is cleared.
   static constexpr std::size_t filter_words = 4096 / 64;
   static constexpr std::size_t filter_keys = 512;
@@ -332,8 +337,10 @@ struct alignas(64) Shard : TableConstants {
     }
   }
 
-  /// See Table::reclaim: chunks of `chunk` slots, the lock released between them.
-  std::size_t reclaim(std::chrono::nanoseconds now) {
+  /// See Table::reclaim: chunks of `chunk` slots, the lock released between them. Drops keys
+  /// only while the shard holds more than `floor` (0 for reclaim; `keep` for the table's pace,
+  /// which must not make a small shard forget).
+  std::size_t reclaim(std::chrono::nanoseconds now, std::size_t floor = 0) {
     std::size_t dropped = 0;
     std::size_t at = 0;
     // The array `at` indexes, by its number (`arrays`): a new array may reuse an earlier one's
@@ -346,11 +353,11 @@ struct alignas(64) Shard : TableConstants {
       if (!has_params) return dropped;
       const std::size_t before = live();
       if (old.capacity != 0) {
-        migrate(params, now, chunk, 0);
+        migrate(params, now, chunk, floor);
       } else if (!overflow.empty() && swept == none) {
         // The overflow map first, whole (it only holds keys that found no slot).
         for (auto it = overflow.begin(); it != overflow.end();) {
-          if (fresh(params, it->second, now)) {
+          if (live() > floor && fresh(params, it->second, now)) {
             record_drop(params, it->first.first, it->second);
             it = overflow.erase(it);
           } else {
@@ -366,7 +373,7 @@ struct alignas(64) Shard : TableConstants {
         }
         for (std::size_t n = chunk; n > 0 && at < cur.capacity; --n) {
           Slot& s = cur.slots[at];
-          if (load_tag(s) != 0 && fresh(params, s.state(), now)) {
+          if (load_tag(s) != 0 && live() > floor && fresh(params, s.state(), now)) {
             record_drop(params, key_tag(s), s.state());
             cur.erase_at(at);
           } else {

@@ -12,6 +12,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <functional>
+#include <limits>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -128,6 +129,23 @@ struct TableStats {
 ///   lock (K < 7/10 C), whatever the insert rate (inserts take the lock); a shard under 1/5
 ///   full after a pass shrinks. A shard holding at most `keep` keys is not swept.
 ///   `reclaim(now)` sweeps everything at once, in chunks of `chunk` slots per lock hold.
+/// - Reclamation is also paced by time, since the sweeps above follow decisions: a shard that
+///   light traffic seldom reaches would keep its dead keys for ever (after 1,100,000 one-shot
+///   keys, 72 hours of one decision a minute on four keys left 1,094,385 of them). The table keeps
+///   a schedule of steps, one every `pace_step` (9.375 s) of the decisions' clock; every keyed
+///   decision first checks it (`pace`: one relaxed load, beside `id_`, and a compare), and the one
+///   that finds a step due sweeps the next shard whole, as `reclaim` does but keeping `keep` keys,
+///   and every further step due, at most all 64 shards. The bound: a key whose state is fresh
+///   from t (its model's `fresh_at`) is no longer held once a keyed decision on its table
+///   stamped at or after t + `pace_period` (10 minutes) has returned, unless its shard holds
+///   at most `keep` keys. Why: after any step at time c the next is due in (c, c + pace_step],
+///   so the 64 steps pending at t, one per shard, are all due by t + pace_period and each runs
+///   at a decision stamped at or after t; one decision runs every step due. It assumes a clock
+///   that steps back by less than a period (SteadyClock never does): a decision stamped more
+///   than a period before the schedule restarts it from its time, sweeping nothing. With
+///   several threads, a decision that finds another thread taking a step does not wait; that
+///   step or a later decision's ends the pass. With no decision at all nothing runs (there is
+///   no thread): call `reclaim`.
 ///
 /// Decisions on a key already held in its shard's current array, for models whose state is
 /// trivially copyable (all but the sliding log), take no lock: a compare-and-swap sets the
@@ -209,6 +227,7 @@ class Table : public TableConstants {
   /// state's path and the model's decision into.
   [[gnu::noinline]] Decision apply_keyed(const Params& p, Hash128 h, std::chrono::nanoseconds now,
                                          const Operation& op) {
+    pace(now);
     Shard& shard = shard_of(h.first);
     bool upkeep = false;
     if constexpr (lock_free) {
@@ -307,6 +326,21 @@ class Table : public TableConstants {
     std::size_t dropped = single_.reclaim(now);
     for (Shard& shard : shards_) dropped += shard.reclaim(now);
     return dropped;
+  }
+
+  /// The time bound on dead keys (see the class comment): once `now` reaches the next step's
+  /// time (every pace_step), sweeps the shards whose turn has come, whole, with `reclaim`'s
+  /// chunks; otherwise does nothing but one relaxed load, of a word in the line the key memo's
+  /// check reads anyway, and a compare. Every keyed decision calls it first;
+  /// `InMemoryStorage::decide_all` calls it after releasing its locks. The caller must hold no
+  /// shard lock of this table.
+  void pace(std::chrono::nanoseconds now) {
+    // Due when `now` is outside [due - pace_period, due): at or past the step's time, or before
+    // it by more than a period (the schedule was set by a time far ahead, and starts again).
+    const auto from = static_cast<std::uint64_t>(pace_from_.load(std::memory_order_relaxed));
+    if (static_cast<std::uint64_t>(now.count()) - from >=
+        static_cast<std::uint64_t>(pace_period.count())) [[unlikely]]
+      pace_due(now);
   }
 
  private:
@@ -447,6 +481,33 @@ class Table : public TableConstants {
     }
   }
 
+  /// `pace` once a step is due: one thread at a time (try_lock: a decision never waits for
+  /// another's step), each shard's lock held for at most `chunk` slots at a time.
+  [[gnu::noinline]] void pace_due(std::chrono::nanoseconds now) {
+    const std::unique_lock lock(pace_mutex_, std::try_to_lock);
+    if (!lock.owns_lock()) return;
+    // The limiters clamp their times to [0, 2^62]; a direct caller's extreme time is held within
+    // a quarter of the range so that the schedule's sums cannot overflow.
+    constexpr std::int64_t limit = std::numeric_limits<std::int64_t>::max() / 4;
+    const std::int64_t t = std::clamp<std::int64_t>(now.count(), -limit, limit);
+    const std::int64_t from = pace_from_.load(std::memory_order_relaxed);
+    if (from == unpaced || t < from) {
+      // The first keyed decision, or one stamped more than a period before the schedule (a
+      // clock stepped back after a time far ahead): the schedule starts from `now`, sweeping
+      // nothing (a caller alternating such times must not make every decision sweep the table).
+      pace_from_.store(t + pace_step.count() - pace_period.count(), std::memory_order_relaxed);
+      return;
+    }
+    std::int64_t due = from + pace_period.count();
+    for (std::size_t n = 0; n < shard_count && due <= t; ++n, due += pace_step.count()) {
+      shards_[pace_next_].reclaim(now, keep);
+      pace_next_ = (pace_next_ + 1) % shard_count;
+    }
+    // More than a period since the last step: every shard was just swept; start again from now.
+    if (due <= t) due = t + pace_step.count();
+    pace_from_.store(due - pace_period.count(), std::memory_order_relaxed);
+  }
+
   /// Sweeps a bit of shard number `turn` after `self` (never `self`) if it had no decision since
   /// our last visit, so that a table whose traffic has moved elsewhere still gives its memory
   /// back. try_lock only: the caller may hold its own shard's lock (and, in decide_all, others).
@@ -466,8 +527,15 @@ class Table : public TableConstants {
 
   [[no_unique_address]] Hash hash_;
   const std::uint64_t id_ = table_ids.fetch_add(1, std::memory_order_relaxed) + 1;
+  /// The pace's schedule: the next step's time minus pace_period (ns; `unpaced` before the
+  /// first keyed decision). Beside `id_`, which every keyed decision reads: no line of its own.
+  /// Written only under pace_mutex_, once per step.
+  static constexpr std::int64_t unpaced = std::numeric_limits<std::int64_t>::min();
+  std::atomic<std::int64_t> pace_from_{unpaced};
   SingleState<M> single_;  ///< the empty key's
   std::array<Shard, shard_count> shards_;
+  std::mutex pace_mutex_;      ///< held by the thread taking a pace step
+  std::size_t pace_next_ = 0;  ///< the shard the next pace step sweeps (under pace_mutex_)
 };
 
 }  // namespace ratelimit::detail
