@@ -66,8 +66,12 @@ namespace ratelimit {
 /// included) stamped at or after t + 10 minutes (`detail::Table::pace_period`) has returned,
 /// unless its shard holds at most 8 keys. For that, every 9.375 s of the decisions' clock one
 /// decision sweeps one of the 64 shards whole, in turn (in lock holds of at most 1024 slots);
-/// the others only read one word and compare. This holds for a clock that never steps back by
-/// more than 10 minutes (SteadyClock never does); see detail/table.hpp for the argument. With no
+/// the others only read one word and compare. The decision that takes a step pays for it
+/// (measured: 0.2 to 0.3 ms for a shard of 17,000 live keys; after a long quiet, one decision
+/// may sweep every shard, at most the whole table once). A decision that finds another thread
+/// taking a step goes on without waiting (that step, or a later decision's, ends the pass).
+/// This holds for a clock that never steps back by more than 10 minutes (SteadyClock never
+/// does); see detail/table.hpp for the argument. With no
 /// decision at all nothing runs (there is no thread): a service that may go quiet calls
 /// `reclaim(SteadyClock{}.now())` from a timer, say every 10 minutes, and a key fresh at t is
 /// gone after the first call with `now` >= t (docs/inprocess.md).
