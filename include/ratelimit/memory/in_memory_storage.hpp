@@ -71,8 +71,9 @@ namespace ratelimit {
 /// may sweep every shard, at most the whole table once). A decision that finds another thread
 /// taking a step goes on without waiting (that step, or a later decision's, ends the pass).
 /// This holds for a clock that never steps back by more than 10 minutes (SteadyClock never
-/// does); see detail/table.hpp for the argument. With no
-/// decision at all nothing runs (there is no thread): a service that may go quiet calls
+/// does); see detail/table.hpp for the argument. (Explicit times alternating more than 10
+/// minutes apart make each later-stamped decision sweep the whole table: clamp untrusted ones.)
+/// With no decision at all nothing runs (there is no thread): a service that may go quiet calls
 /// `reclaim(SteadyClock{}.now())` from a timer, say every 10 minutes, and a key fresh at t is
 /// gone after the first call with `now` >= t (docs/inprocess.md).
 /// `reclaim(now)` drops every fresh key at once (for a service gone idle). Dropping never changes a

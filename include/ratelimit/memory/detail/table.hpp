@@ -494,7 +494,8 @@ class Table : public TableConstants {
     if (from == unpaced || t < from) {
       // The first keyed decision, or one stamped more than a period before the schedule (a
       // clock stepped back after a time far ahead): the schedule starts from `now`, sweeping
-      // nothing (a caller alternating such times must not make every decision sweep the table).
+      // nothing. (A caller alternating explicit times more than a period apart thus makes each
+      // later-stamped decision sweep every shard: the limiters' own clocks never do that.)
       pace_from_.store(t + pace_step.count() - pace_period.count(), std::memory_order_relaxed);
       return;
     }
