@@ -1,4 +1,4 @@
-// Calendar periods (issue 17): where a day, week or month of an IANA time zone begins and ends,
+// Calendar periods: where a day, week or month of an IANA time zone begins and ends,
 // as instants. Every expected instant is derived from the zone's rules, stated beside it, and
 // every date is in the past (the installed tzdata may predate this year's rules). The instants
 // are written in UTC with the date library's calendar types.

@@ -1,4 +1,4 @@
-// The calendar quota beside a rate from many threads (issue 17): with the clock frozen, K
+// The calendar quota beside a rate from many threads: with the clock frozen, K
 // threads deciding one key with `try_acquire_all` admit exactly the smaller of the two limits,
 // and the other limiter spends exactly what was admitted, never a unit for a denied request.
 // Label `concurrent`: the test command also runs it under ThreadSanitizer.

@@ -1,4 +1,4 @@
-// The calendar quota in rules files (issue 17; the `calendar_quota` extension): a monthly quota
+// The calendar quota in rules files (the `calendar_quota` extension): a monthly quota
 // and a per-second rate on one request, all or nothing, on every storage of `Backends`; and the
 // extension's errors, which name the line, the field and the value.
 

@@ -1,4 +1,4 @@
-// The calendar quota (issue 17) on every storage of `Backends`: its periods and retry_after,
+// The calendar quota (docs/quota.md) on every storage of `Backends`: its periods and retry_after,
 // and beside a rate in one all-or-nothing decision (`try_acquire_all`), each denying in turn
 // while the other spends nothing. Times are Unix times in whole seconds (every storage decides
 // them exactly), dates in the past; each expected value is derived beside it.

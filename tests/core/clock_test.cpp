@@ -1,6 +1,6 @@
-// Issue 2, Public API: "ManualClock (the fake clock: starts at 0, advance(d), set(t), now();
-// copies share one time, thread-safe; its sleep_for(d) advances the time by d instead of
-// sleeping, so blocking calls are instant in tests)". Every other test relies on this.
+// The ManualClock, the fake clock every test relies on: it starts at 0, has advance(d), set(t)
+// and now(); copies share one time, thread-safe; its sleep_for(d) advances the time by d instead
+// of sleeping, so blocking calls are instant in tests. Every other test relies on this.
 #include <chrono>
 #include <cstdint>
 #include <stdexcept>
@@ -78,7 +78,8 @@ TEST_CASE("ManualClock advances from many threads add up", "[clock][in_memory]")
 
 TEST_CASE("try_acquire with an explicit time decides at that time without reading the clock",
           "[clock][in_memory]") {
-  // Issue 19: a caller that read the clock once passes the reading. The limiter's own clock
+  // An explicit time: a caller that read the clock once passes the reading (one clock read for
+  // several decisions). The limiter's own clock
   // stays at 0 throughout, so every decision below is at the time passed.
   ManualClock clock;
   ratelimit::TokenBucket<ManualClock> bucket({2, ratelimit::per_second(1)}, {}, clock);

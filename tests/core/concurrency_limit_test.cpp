@@ -1,4 +1,4 @@
-// Issue 18: the concurrency limit (algorithms/concurrency.hpp), on every storage of the suite.
+// The concurrency limit (algorithms/concurrency.hpp), on every storage of the suite.
 // Unless a test says otherwise: N = 2 slots per key, a lease of 1 s. Times are whole ms.
 #include <chrono>
 #include <optional>

@@ -1,5 +1,6 @@
-// Issue 18, Tests: "Concurrency: never more than N in flight under 8 threads; releases racing
-// acquisitions keep the count exact (TSan)", on every storage of the suite. Time is frozen
+// The concurrency limit under threads: never more than N in flight under 8 threads, and
+// releases racing acquisitions keep the count exact (run under TSan), on every storage of the
+// suite. Time is frozen
 // (ManualClock), so no lease ends: every slot is freed by its release only. Assertions run on
 // the main thread (Catch2 v2 is not thread-safe); the threads only count.
 #include <atomic>

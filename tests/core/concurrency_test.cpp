@@ -1,5 +1,5 @@
-// Issue 2, Concurrency: "With the clock frozen, K threads hammering one key admit exactly the
-// limit, never one more", for each algorithm and every storage backend. Built as its own
+// Exactness under contention: with the clock frozen, K threads hammering one key admit exactly
+// the limit, never one more, for each algorithm and every storage backend. Built as its own
 // executable with the CTest label `concurrent`, so that it also runs under ThreadSanitizer.
 //
 // With time frozen nothing refills, leaks or slides, so every algorithm admits exactly `limit`

@@ -1,4 +1,4 @@
-// Issue 2, Tests: the randomized differential replay of differential_test.cpp at nanosecond
+// The randomized differential replay of differential_test.cpp at nanosecond
 // resolution, in-memory storage only, with rates whose exact durations fall between
 // nanoseconds (3 per second, 5 per 13 ms, a prime window...), so that every "rounded up to
 // 1 ns" and every exact comparison is exercised at random instants, not only at whole ms.

@@ -1,5 +1,5 @@
-// Issue 2, Tests: for each algorithm, a randomized replay of thousands of events (times, keys,
-// costs, peeks, resets) against the deliberately naive reference models of
+// The differential replay: for each algorithm, a randomized replay of thousands of events (times,
+// keys, costs, peeks, resets) against the deliberately naive reference models of
 // tests/support/reference.hpp (harness: tests/support/replay.hpp); every Decision must be
 // identical, field by field. Run against every storage backend.
 //

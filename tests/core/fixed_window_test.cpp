@@ -1,7 +1,7 @@
-// Issue 2, Semantics, rule 3 (FixedWindow): what only the fixed window shows, windows aligned to
-// the epoch, worked example (d) and acquire, run against every storage backend. The rules every
-// algorithm shares (fresh key, denial, peek, cost limits, reset, stepped-back clock) are in
-// tests/conformance, with this window's expected values in its row of table.hpp.
+// The fixed window's own semantics (README, "The algorithms"): what only the fixed window shows,
+// windows aligned to the epoch, worked example (d) and acquire, run against every storage backend.
+// The rules every algorithm shares (fresh key, denial, peek, cost limits, reset, stepped-back
+// clock) are in tests/conformance, with this window's expected values in its row of table.hpp.
 // Unless a test says otherwise: N = 3 requests per window W = 1 s; window k covers
 // [k s, (k + 1) s). Times are whole milliseconds.
 #include <chrono>

@@ -1,4 +1,4 @@
-// Issue 12, hardening against hostile traffic, in process: hash flooding (the keyed hash and the
+// Hardening against hostile traffic, in process: hash flooding (the keyed hash and the
 // table's bounded worst case), memory after a spike (reclamation by decisions and by the explicit
 // call), and clocks that step back (pinning only keys that had state; acquire's budget).
 #include <algorithm>
@@ -86,9 +86,9 @@ std::vector<std::string> random_keys(std::size_t count, std::size_t length, std:
 
 using ratelimit::detail::Hash128;
 
-/// The table stores a key's 128-bit hash instead of the key (issue 19): the weak policies
-/// below make the first word (what picks the shard, the home and the tag) weak, and the second
-/// word tell the test's keys apart, so that colliding first words still cost probes and the
+/// The table stores a key's 128-bit hash instead of the key (so no key bytes are kept): the weak
+/// policies below make the first word (what picks the shard, the home and the tag) weak, and the
+/// second word tell the test's keys apart, so that colliding first words still cost probes and the
 /// overflow map, while distinct keys keep distinct states.
 
 /// The second word for the weak policies: SipHash-2-4 under a fixed key. Not injective on all
@@ -239,8 +239,8 @@ TEST_CASE("Two tables hash the same key differently", "[in_memory][hash]") {
 
 TEST_CASE("The first version's colliding keys collide under its hash and spread under SipHash",
           "[in_memory][hash][regression]") {
-  // Regression for issue 12, item 1: 1,000 keys built from the flaw gave one hash value under
-  // two different seeds.
+  // Regression: under the first version's hash, 1,000 keys built from its flaw gave one hash
+  // value under two different seeds (hash flooding whatever the seed).
   // The table's hash: its first word picks the shard and the home.
   const auto keys = first_version_colliding_keys(1000);
   std::set<std::uint64_t> old_a, old_b, sip;
@@ -336,7 +336,7 @@ struct PairHash {
 
 TEST_CASE("A key is its 128-bit hash: equal first words are told apart by the second",
           "[in_memory][hash]") {
-  // Issue 19: slots hold the hash's two words instead of the key. Keys "64/1" .. "64/200"
+  // Slots hold the hash's two words instead of the key. Keys "64/1" .. "64/200"
   // share the first word (one shard, one home, one tag) and differ in the second: each keeps
   // its own bucket. 200 keys on one home: 64 sit in the array (max_probe), 136 in the overflow
   // map, which is keyed by both words.
@@ -518,7 +518,7 @@ TEST_CASE("After 2 M one-shot keys, reclaim gives the memory back at once",
 
 TEST_CASE("After a sweep and a step back, a never-seen key is decided at its own time",
           "[in_memory][clock][regression]") {
-  // Issue 12, item 5: the first version pinned every new key to the shard's latest sweep, so
+  // Regression: the first version pinned every new key to the shard's latest sweep, so
   // after a 100 s step back its second request was denied 101 times. The test hash puts the
   // dropped keys 0..99 and the new key in one shard (all multiples of 64 + 0) whose drop filter
   // bits (bits 8..19 and 20..31 of the hash) the new key does not share.
@@ -660,7 +660,7 @@ struct SteppingBackClock {
 
 TEST_CASE("acquire never waits past max_wait while the clock steps back",
           "[in_memory][clock][acquire][regression]") {
-  // Issue 12: a 2 s budget waited 11.5 s when the clock stepped back during the wait. Here
+  // Regression: a 2 s budget waited 11.5 s when the clock stepped back during the wait. Here
   // every sleep steps the clock back 10 s. The key spent its one token at 100 s, so it is
   // decided at its own 100 s each time: denied, retry_after 1 s. acquire sleeps 1 s (budget
   // left 1 s), sleeps 1 s again (left 0), then the next denial (retry 1 s > 0) ends it: slept
@@ -676,7 +676,7 @@ TEST_CASE("acquire never waits past max_wait while the clock steps back",
 
 TEST_CASE("acquire with max_wait = nanoseconds::max() survives a step back and admits",
           "[in_memory][clock][acquire][regression]") {
-  // Issue 12: with max_wait = max and a step back, `max_wait - waited` overflowed (UBSan) and
+  // Regression: with max_wait = max and a step back, `max_wait - waited` overflowed (UBSan) and
   // acquire returned denied. The first sleep steps the clock back 100 s, from 100 s to 0 s
   // (asked: 1 s); later sleeps advance. The key is decided at its own 100 s (retry 1 s) until
   // the clock reaches its token at 101 s: sleeps at 0, 1, ..., 100 s, i.e. 101 more of 1 s.
@@ -723,7 +723,7 @@ TEST_CASE("try_acquire at an explicit time outside the clock range is decided at
 
 TEST_CASE("The empty key is one state through try_acquire, peek, decide_all and reset",
           "[in_memory][keys][regression]") {
-  // Issue 19: a table keeps the empty key's hash (computed once, not per decision) and
+  // A table keeps the empty key's hash (computed once, not per decision) and
   // try_acquire locates the slot before reading the clock; every path must still reach the one
   // state that lock_of and apply_locked (decide_all) reach. Capacity 2, refilled 2 per minute;
   // the clock stays at 0, so nothing refills.

@@ -1,4 +1,5 @@
-// Issue 2, Semantics, rule 2 (LeakyBucket, a shaping queue in the fluid model): what only the
+// The leaky bucket's own semantics (a shaping queue in the fluid model; README, "The
+// algorithms"): what only the
 // leaky bucket shows, the delay behind queued work and acquire waiting it out, run against every
 // storage backend. The rules every algorithm shares (fresh key, a burst unit by unit, denial,
 // peek, cost limits, reset, stepped-back clock) are in tests/conformance, with this queue's

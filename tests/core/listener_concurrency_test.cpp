@@ -1,4 +1,4 @@
-// Issue 16: listeners attached and detached by 8 threads while they decide (run under TSan):
+// Listeners attached and detached by 8 threads while they decide (run under TSan):
 // no decision is lost for a listener attached throughout, each short-lived listener hears at
 // least the decision its thread made while it was attached, and none is freed while in use.
 

@@ -1,5 +1,5 @@
-// Issue 19, from the attacker's side: the lock-free path (Table::enter_fast) against what it
-// must stay atomic with. Keys whose hashes collide (one tag for every key, or distinct tags all
+// The lock-free path from the attacker's side: Table::enter_fast (Table::enter_fast) against what
+// it must stay atomic with. Keys whose hashes collide (one tag for every key, or distinct tags all
 // probing from one home), multi-key decisions while both of their keys are decided lock-free
 // near the limit, more threads than cores on one key, and limiters whose clocks differ sharing
 // one table while sweeps judge at yet another time. Each checks exact admissions at a frozen

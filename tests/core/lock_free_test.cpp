@@ -1,5 +1,5 @@
-// Issue 19: decisions on keys already held go without their shard's lock (a lock bit in the
-// slot, see Table::enter_fast). They must stay exact, one decision at a time per key, while
+// The lock-free path: decisions on keys already held go without their shard's lock (a lock bit in
+// the slot, see Table::enter_fast). They must stay exact, one decision at a time per key, while
 // everything that takes the shard's lock goes on around them: inserts that resize the shards
 // (slots moved to a new array, the old one kept as a spare), sweeps and reclaim dropping fresh
 // keys (slots shifted back), reset, and multi-key decisions (decide_all's dry runs and commits

@@ -1,6 +1,7 @@
-// Issue 2, Concurrency and memory: "InMemoryStorage bounds its memory by the active keys: a key
-// whose state is back to fresh is dropped (this never changes a decision), without a background
-// thread". In-memory storage only (size() is its own).
+// Bounded memory: InMemoryStorage bounds its memory by the active keys (a key whose state is
+// back to fresh is dropped, which never changes a decision) without a background thread, so
+// that a service fed ever new keys does not grow without end. In-memory storage only (size()
+// is its own).
 //
 // Traffic comes in generations: generation g's keys are all new and busy during [10 g s,
 // 10 g s + 1 s); 10 s later every one of them is fresh again under each algorithm (buckets of
@@ -137,8 +138,9 @@ TEST_CASE("A sliding log key's live entries never exceed N and its storage stays
 
 TEST_CASE("A sliding log key never holds more than N entries, expired ones included",
           "[sliding_log][in_memory][memory]") {
-  // Issue 2, rule 4: "A key never holds more than N entries". Regression: the log used to drop
-  // expired entries lazily (once they were half of a vector), holding up to 2N - 2.
+  // A sliding log key never holds more than N entries, or its memory is not bounded by N.
+  // Regression: the log used to drop expired entries lazily (once they were half of a vector),
+  // holding up to 2N - 2.
   using M = ratelimit::SlidingLogModel;
   const M::Params p{3, 1000};
   M::State s;
@@ -201,7 +203,7 @@ TEST_CASE("A limiter without a key keeps its one state exactly, beside the table
 
 }  // namespace single_state_test
 
-// --- slot arrays that give memory back (issue 19) ----------------------------------------------
+// --- slot arrays that give memory back ---------------------------------------------------------
 
 namespace zeroed_block_test {
 
@@ -219,7 +221,7 @@ std::string residency(const void* at, std::size_t pages) {
 
 TEST_CASE("A slot array's pages stay untouched until written and go back as its prefix is released",
           "[in_memory][memory]") {
-  // Regression for issue 19: arrays freed by resizes stayed resident (calloc'd from the heap
+  // Regression: arrays freed by resizes stayed resident (calloc'd from the heap
   // once glibc had raised its mmap threshold), 177 bytes per key at 1,000,000 keys.
   using ratelimit::detail::ZeroedBlock;
   using zeroed_block_test::residency;

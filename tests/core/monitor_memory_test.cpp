@@ -1,6 +1,6 @@
-// Issue 16, in process only: the Prometheus exposition stays under a fixed size whatever the
-// number of distinct keys and names; label values are escaped as the format requires; bad
-// exporter options are refused naming the field.
+// Monitoring under many keys, in process only: the Prometheus exposition stays under a fixed size
+// whatever the number of distinct keys and names; label values are escaped as the format requires;
+// bad exporter options are refused naming the field.
 
 #include <catch2/catch.hpp>
 

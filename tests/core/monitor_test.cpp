@@ -1,4 +1,4 @@
-// Issue 16, written once over `Backends` (in process and on Redis): listeners hear exactly the
+// Monitoring, written once over `Backends` (in process and on Redis): listeners hear exactly the
 // decisions a replayed trace implies, per limiter or rule and outcome; the Prometheus exporter
 // counts the same; shadow mode admits everything and reports exactly the enforced run's
 // denials; a throwing listener changes nothing.

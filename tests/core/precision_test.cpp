@@ -1,4 +1,5 @@
-// Issue 2: "Every duration is rounded up to the clock's tick (1 ns)", in-memory storage only:
+// Every duration is rounded up to the clock's tick (1 ns), never down (which would admit early),
+// in-memory storage only:
 // rates whose exact durations fall between nanoseconds, and window edges 1 ns apart, which a
 // millisecond-resolution backend cannot express.
 #include <chrono>

@@ -1,4 +1,4 @@
-// Issue 18: load shedding by priority (core/priority.hpp), on every storage of the suite.
+// Load shedding by priority (core/priority.hpp), on every storage of the suite.
 // Reserves used unless a test says otherwise: normal 0.1, sheddable 0.4 of a limit of 10 units,
 // so R(normal) = ceil(10 x 100000 / 10^6) = 1 and R(sheddable) = ceil(10 x 400000 / 10^6) = 4:
 // a normal request is admitted only if 1 unit is left after it, a sheddable one only if 4 are.

@@ -1,4 +1,4 @@
-// Issue 2, "Range, errors and bad input", in-memory storage only: every out-of-range field throws
+// Range, errors and bad input, in-memory storage only: every out-of-range field throws
 // std::invalid_argument naming the field and the value; cost < 1 and max_wait < 0 throw;
 // parse_rate accepts the documented forms and nothing else; and the extremes of the ranges are
 // computed exactly, without overflow (UBSan reports any signed overflow), near 2^62 ns too.

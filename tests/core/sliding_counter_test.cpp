@@ -1,10 +1,11 @@
-// Issue 2, Semantics, rule 5 (SlidingCounter): what only the sliding counter shows, the previous
-// window weighed by its overlap and the exact earliest instant, worked example (c) and acquire,
-// run against every storage backend. The rules every algorithm shares (fresh key, denial, peek,
-// cost limits, reset, stepped-back clock) are in tests/conformance, with this counter's
-// expected values in its row of table.hpp.
-// Unless a test says otherwise: N = 10 per window W = 1 s; window k covers [k s, (k + 1) s); at
-// t, e = t - kW and the estimate is E = c + p (W - e) / W. Times are whole milliseconds.
+// The sliding counter's own semantics (README, "The algorithms"): what only the sliding counter
+// shows, the previous window weighed by its overlap and the exact earliest instant, worked example
+// (c) and acquire, run against every storage backend. The rules every algorithm shares (fresh key,
+// denial, peek, cost limits, reset, stepped-back clock) are in tests/conformance, with this
+// counter's expected values in its row of table.hpp.
+//
+// Unless a test says otherwise: N = 10 per window W = 1 s; window k covers [k s, (k + 1) s); at t,
+// e = t - kW and the estimate is E = c + p (W - e) / W. Times are whole milliseconds.
 #include <chrono>
 #include <stdexcept>
 

@@ -1,7 +1,9 @@
-// Issue 2, Semantics, rule 4 (SlidingLog): what only the sliding log shows, entries leaving the
-// window one by one and acquire waiting for them, run against every storage backend. The rules
-// every algorithm shares (fresh key, denial, peek, cost limits, reset, stepped-back clock) are
-// in tests/conformance, with this log's expected values in its row of table.hpp.
+// The sliding log's own semantics (README, "The algorithms"): what only the sliding log shows,
+// entries leaving the window one by one and acquire waiting for them, run against every storage
+// backend. The rules every algorithm shares (fresh key, denial, peek, cost limits, reset,
+// stepped-back clock) are in tests/conformance, with this log's expected values in its row of
+// table.hpp.
+//
 // Unless a test says otherwise: N = 3 requests in any window (t - W, t] with W = 1 s. Times are
 // whole milliseconds.
 #include <chrono>

@@ -1,4 +1,4 @@
-// Issue 19: the in-memory table never frees a slot array while it lives (a lock-free decision
+// Spare arrays: the in-memory table never frees a slot array while it lives (a lock-free decision
 // may still read one); an emptied array is kept as a spare, its pages given back, and a later
 // array takes the smallest spare of its size to twice it. Repeated floods of distinct keys,
 // each followed by a reclaim that drops them all and shrinks every shard, must then reuse the

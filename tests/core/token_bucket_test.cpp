@@ -1,9 +1,11 @@
-// Issue 2, Semantics, rule 1 (TokenBucket): what only the token bucket shows, its refill between
-// requests, worked examples (a), (b) and acquire, run against every storage backend. The rules
-// every algorithm shares (fresh key, denial, peek, cost limits, reset, stepped-back clock) are
-// in tests/conformance, with this bucket's expected values in its row of table.hpp.
-// Unless a test says otherwise: capacity B = 10, refill r = 2 tokens/s, so one token takes
-// 500 ms and a whole refill 5 s. Times are whole milliseconds.
+// The token bucket's own semantics (README, "The algorithms"): what only the token bucket shows,
+// its refill between requests, worked examples (a), (b) and acquire, run against every storage
+// backend. The rules every algorithm shares (fresh key, denial, peek, cost limits, reset,
+// stepped-back clock) are in tests/conformance, with this bucket's expected values in its row of
+// table.hpp.
+//
+// Unless a test says otherwise: capacity B = 10, refill r = 2 tokens/s, so one token takes 500 ms
+// and a whole refill 5 s. Times are whole milliseconds.
 #include <chrono>
 
 #include <catch2/catch.hpp>

@@ -1,5 +1,5 @@
 // On Redis Cluster a multi-key decision runs as one script on one node, so its keys must share a
-// slot. What a decision spanning slots does (issue 9; docs/cluster.md): the cluster refuses it
+// slot. What a decision spanning slots does (docs/cluster.md): the cluster refuses it
 // (CROSSSLOT) and the failure policy decides every part, degraded; nothing is spent.
 
 #include <catch2/catch.hpp>

@@ -1,4 +1,4 @@
-// Atomicity belongs to the storage (issue 9): a limiter and a rule set deciding the same counter
+// Atomicity belongs to the storage: a limiter and a rule set deciding the same counter
 // from many threads admit exactly the limit, in process and on Redis. Before, rule sets took a
 // process-wide lock table that limiters did not, and the docs said not to mix the two.
 // Label `concurrent`: the test command also runs it under ThreadSanitizer.

@@ -1,4 +1,4 @@
-// The registry's promise (issue 9): an algorithm is added by its own files plus one registry
+// The registry's promise: an algorithm is added by its own files plus one registry
 // line, with no dispatch site edited. The test-only AnchoredWindowModel (support/anchored_
 // window.hpp, support/lua/anchored_window.lua) is such an algorithm: here it runs as a limiter
 // on every storage of `Backends`, as the algorithm of a rules file, and in a rule set, through

@@ -1,6 +1,6 @@
 #pragma once
 /// @file counting_listener.hpp
-/// A listener for the monitoring tests (issue 16): counts decision events per name and outcome,
+/// A listener for the monitoring tests: counts decision events per name and outcome,
 /// and limited events per key, under a mutex (so it may be called from many threads).
 
 #include <cstdint>

@@ -1,9 +1,9 @@
 #pragma once
 /// @file reference.hpp
-/// Deliberately naive reference models of the five algorithms, written straight from issue 2's
-/// definitions and sharing no code with the library. One object is one key's state; `decide`
-/// answers a try_acquire (peek = false) or a peek (peek = true) at `now`. Reset = assign a new
-/// object.
+/// Deliberately naive reference models of the five algorithms, written straight from the
+/// README's definitions and sharing no code with the library. One object is one key's state;
+/// `decide` answers a try_acquire (peek = false) or a peek (peek = true) at `now`. Reset = assign a
+/// new object.
 ///
 /// Conventions taken from the issue:
 /// - a Decision describes the state after the decision; a denied request or a peek changes

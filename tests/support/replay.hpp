@@ -1,6 +1,6 @@
 #pragma once
 /// @file replay.hpp
-/// The randomized differential replay (issue 2, Tests): thousands of random events (time steps,
+/// The randomized differential replay: thousands of random events (time steps,
 /// keys, costs, peeks, resets) through a limiter and, side by side, through the naive reference
 /// model of each key (reference.hpp); every Decision must be identical, field by field.
 ///

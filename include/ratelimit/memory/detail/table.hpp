@@ -12,6 +12,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <functional>
+#include <limits>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -26,9 +27,10 @@
 #include "../../core/decision.hpp"
 #include "../../core/storage.hpp"
 #include "hash.hpp"
+#include "shard.hpp"
 #include "shard_lock.hpp"
 #include "single_state.hpp"
-#include "zeroed_block.hpp"
+#include "slot_array.hpp"
 
 namespace ratelimit::detail {
 
@@ -127,6 +129,23 @@ struct TableStats {
 ///   lock (K < 7/10 C), whatever the insert rate (inserts take the lock); a shard under 1/5
 ///   full after a pass shrinks. A shard holding at most `keep` keys is not swept.
 ///   `reclaim(now)` sweeps everything at once, in chunks of `chunk` slots per lock hold.
+/// - Reclamation is also paced by time, since the sweeps above follow decisions: a shard that
+///   light traffic seldom reaches would keep its dead keys for ever (after 1,100,000 one-shot
+///   keys, 72 hours of one decision a minute on four keys left 1,094,385 of them). The table keeps
+///   a schedule of steps, one every `pace_step` (9.375 s) of the decisions' clock; every keyed
+///   decision first checks it (`pace`: one relaxed load, beside `id_`, and a compare), and the one
+///   that finds a step due sweeps the next shard whole, as `reclaim` does but keeping `keep` keys,
+///   and every further step due, at most all 64 shards. The bound: a key whose state is fresh
+///   from t (its model's `fresh_at`) is no longer held once a keyed decision on its table
+///   stamped at or after t + `pace_period` (10 minutes) has returned, unless its shard holds
+///   at most `keep` keys. Why: after any step at time c the next is due in (c, c + pace_step],
+///   so the 64 steps pending at t, one per shard, are all due by t + pace_period and each runs
+///   at a decision stamped at or after t; one decision runs every step due. It assumes a clock
+///   that steps back by less than a period (SteadyClock never does): a decision stamped more
+///   than a period before the schedule restarts it from its time, sweeping nothing. With
+///   several threads, a decision that finds another thread taking a step does not wait; that
+///   step or a later decision's ends the pass. With no decision at all nothing runs (there is
+///   no thread): call `reclaim`.
 ///
 /// Decisions on a key already held in its shard's current array, for models whose state is
 /// trivially copyable (all but the sliding log), take no lock: a compare-and-swap sets the
@@ -144,40 +163,11 @@ struct TableStats {
 /// the clock's reading; those are decided no earlier than the latest such time of the drops
 /// they may be.
 template <Model M, class Hash = SipKeyHash128>
-class Table {
+class Table : public TableConstants {
   using State = typename M::State;
   using Params = typename M::Params;
 
  public:
-  static constexpr std::size_t shard_count = 64;
-  /// The smallest array a shard allocates (slots).
-  static constexpr std::size_t min_capacity = 8;
-  /// The most slots a key sits from its home (and a lookup reads in one array).
-  static constexpr std::size_t max_probe = 64;
-  /// Slots of its own shard every decision sweeps, on average: every `sweep_every`-th decision
-  /// of a shard sweeps sweep_every x sweep_step slots at once, their cache lines fetched
-  /// together (fetching them one by one, two per decision, cost two memory latencies per
-  /// decision).
-  static constexpr std::size_t sweep_step = 2;
-  static constexpr std::size_t sweep_every = 8;
-  /// Slots of the old array every operation moves during a resize (their lines fetched
-  /// together). The total work of a resize does not depend on it; the time both arrays are
-  /// held does: at 16, with inserts landing on most pages of the new array while the old one
-  /// was still mostly held, 1,000,000 keys peaked at 105 resident bytes per key (40-byte
-  /// slots), at 64 at 77.
-  static constexpr std::size_t migrate_step = 64;
-  /// Bytes of an old array's migrated prefix given back to the kernel at once (one madvise).
-  static constexpr std::size_t release_batch = 64 * 1024;
-  /// Every this many decisions a shard also sweeps `foreign_step` slots of an idle shard.
-  static constexpr std::size_t foreign_every = 64;  // a multiple of sweep_every
-  static constexpr std::size_t foreign_step = 64;
-  /// Slots per lock hold in `reclaim`.
-  static constexpr std::size_t chunk = 1024;
-  /// A shard holding at most this many keys is not swept (`reclaim` ignores it): so a small
-  /// table never forgets, and decides exactly as if no key were ever dropped even when the
-  /// clock steps back.
-  static constexpr std::size_t keep = 8;
-
   Table() = default;
   Table(const Table&) = delete;
   Table& operator=(const Table&) = delete;
@@ -212,9 +202,11 @@ class Table {
     if (capacity != 0) {
       // Every line the slot touches (3 of 8 40-byte slots straddle two lines), for writing:
       // a decision without the shard's lock takes the slot's lock bit.
-      const auto first = reinterpret_cast<std::uintptr_t>(&slots[home(tag_of(h.value), capacity)]);
+      const auto first =
+          reinterpret_cast<std::uintptr_t>(&slots[home_slot(tag_of(h.value), capacity)]);
       const std::uintptr_t last = first + sizeof(Slot) - 1;
-      for (std::uintptr_t at = first & ~std::uintptr_t{line - 1}; at <= last; at += line)
+      for (std::uintptr_t at = first & ~std::uintptr_t{cache_line - 1}; at <= last;
+           at += cache_line)
         __builtin_prefetch(reinterpret_cast<const void*>(at), 1);
     }
     return h;
@@ -235,6 +227,7 @@ class Table {
   /// state's path and the model's decision into.
   [[gnu::noinline]] Decision apply_keyed(const Params& p, Hash128 h, std::chrono::nanoseconds now,
                                          const Operation& op) {
+    pace(now);
     Shard& shard = shard_of(h.first);
     bool upkeep = false;
     if constexpr (lock_free) {
@@ -306,7 +299,7 @@ class Table {
     if (s == nullptr) return 0;
     const auto first = reinterpret_cast<std::uintptr_t>(&s->tag);
     const auto last = reinterpret_cast<std::uintptr_t>(&s->state_bytes[sizeof(State) - 1]);
-    return last / line - first / line + 1;
+    return last / cache_line - first / cache_line + 1;
   }
 
   /// Keys, slots and bytes held (each shard read under its lock, one after the other).
@@ -335,9 +328,24 @@ class Table {
     return dropped;
   }
 
+  /// The time bound on dead keys (see the class comment): once `now` reaches the next step's
+  /// time (every pace_step), sweeps the shards whose turn has come, whole, with `reclaim`'s
+  /// chunks; otherwise does nothing but one relaxed load, of a word in the line the key memo's
+  /// check reads anyway, and a compare. Every keyed decision calls it first;
+  /// `InMemoryStorage::decide_all` calls it after releasing its locks. The caller must hold no
+  /// shard lock of this table.
+  void pace(std::chrono::nanoseconds now) {
+    // Due when `now` is outside [due - pace_period, due): at or past the step's time, or before
+    // it by more than a period (the schedule was set by a time far ahead, and starts again).
+    const auto from = static_cast<std::uint64_t>(pace_from_.load(std::memory_order_relaxed));
+    if (static_cast<std::uint64_t>(now.count()) - from >=
+        static_cast<std::uint64_t>(pace_period.count())) [[unlikely]]
+      pace_due(now);
+  }
+
  private:
-  struct Shard;
-  struct Slot;
+  using Shard = detail::Shard<M>;
+  using Slot = typename Shard::Slot;
 
   Shard& shard_of(std::uint64_t h) noexcept { return shards_[h % shard_count]; }
   const Shard& shard_of(std::uint64_t h) const noexcept { return shards_[h % shard_count]; }
@@ -379,7 +387,7 @@ class Table {
       const auto t = now < pin ? pin : now;
       State state{};
       d = M::apply(p, state, t, op);
-      if (!fresh(p, state, t)) shard.insert(tag, check, std::move(state));
+      if (!Shard::fresh(p, state, t)) shard.insert(tag, check, std::move(state));
     }
     if (shard.old.capacity != 0) shard.migrate(p, now, migrate_step);
     if (++shard.decisions % sweep_every == 0 || upkeep) {
@@ -425,14 +433,14 @@ class Table {
     Slot* const slots = shard.published.load(std::memory_order_acquire);
     const std::size_t capacity = slots ? capacity_of(slots) : 0;
     if (capacity == 0) return nullptr;
-    std::size_t i = home(tag, capacity);
+    std::size_t i = home_slot(tag, capacity);
     // Most keys sit at their home: the CAS goes there first, so that a slot another core holds
     // moves once (exclusive, for the CAS), not twice (shared for a read, then exclusive).
     std::uint64_t t = tag;
-    if (!tag_ref(slots[i]).compare_exchange_strong(t, tag | lock_bit, std::memory_order_seq_cst,
-                                                   std::memory_order_relaxed)) {
+    if (!tag_ref(slots[i]).compare_exchange_strong(
+            t, tag | slot_lock_bit, std::memory_order_seq_cst, std::memory_order_relaxed)) {
       // Held by another decision, or elsewhere: find it (at most max_probe slots), take its bit.
-      for (std::size_t n = std::min(max_probe, capacity); (t & ~lock_bit) != tag;
+      for (std::size_t n = std::min(max_probe, capacity); (t & ~slot_lock_bit) != tag;
            t = load_tag(slots[i])) {
         if (t == 0 || --n == 0) return nullptr;
         if (++i == capacity) i = 0;
@@ -444,7 +452,7 @@ class Table {
       // Back off without having read the state. A lock holder that waits to change this tag
       // (`store_tag`) goes on once the bit is clear; the tag is restored only if nobody changed
       // it meanwhile all the same.
-      std::uint64_t held = tag | lock_bit;
+      std::uint64_t held = tag | slot_lock_bit;
       tag_ref(*s).compare_exchange_strong(held, tag, std::memory_order_release,
                                           std::memory_order_relaxed);
       return nullptr;
@@ -465,12 +473,40 @@ class Table {
   static bool take_bit(Slot& s, std::uint64_t tag) noexcept {
     for (int spins = 0;; ++spins) {
       std::uint64_t expected = tag;
-      if (tag_ref(s).compare_exchange_weak(expected, tag | lock_bit, std::memory_order_seq_cst,
+      if (tag_ref(s).compare_exchange_weak(expected, tag | slot_lock_bit, std::memory_order_seq_cst,
                                            std::memory_order_relaxed))
         return true;
-      if ((expected & ~lock_bit) != tag || spins == decision_spins) return false;
+      if ((expected & ~slot_lock_bit) != tag || spins == decision_spins) return false;
       cpu_relax();
     }
+  }
+
+  /// `pace` once a step is due: one thread at a time (try_lock: a decision never waits for
+  /// another's step), each shard's lock held for at most `chunk` slots at a time.
+  [[gnu::noinline]] void pace_due(std::chrono::nanoseconds now) {
+    const std::unique_lock lock(pace_mutex_, std::try_to_lock);
+    if (!lock.owns_lock()) return;
+    // The limiters clamp their times to [0, 2^62]; a direct caller's extreme time is held within
+    // a quarter of the range so that the schedule's sums cannot overflow.
+    constexpr std::int64_t limit = std::numeric_limits<std::int64_t>::max() / 4;
+    const std::int64_t t = std::clamp<std::int64_t>(now.count(), -limit, limit);
+    const std::int64_t from = pace_from_.load(std::memory_order_relaxed);
+    if (from == unpaced || t < from) {
+      // The first keyed decision, or one stamped more than a period before the schedule (a
+      // clock stepped back after a time far ahead): the schedule starts from `now`, sweeping
+      // nothing. (A caller alternating explicit times more than a period apart thus makes each
+      // later-stamped decision sweep every shard: the limiters' own clocks never do that.)
+      pace_from_.store(t + pace_step.count() - pace_period.count(), std::memory_order_relaxed);
+      return;
+    }
+    std::int64_t due = from + pace_period.count();
+    for (std::size_t n = 0; n < shard_count && due <= t; ++n, due += pace_step.count()) {
+      shards_[pace_next_].reclaim(now, keep);
+      pace_next_ = (pace_next_ + 1) % shard_count;
+    }
+    // More than a period since the last step: every shard was just swept; start again from now.
+    if (due <= t) due = t + pace_step.count();
+    pace_from_.store(due - pace_period.count(), std::memory_order_relaxed);
   }
 
   /// Sweeps a bit of shard number `turn` after `self` (never `self`) if it had no decision since
@@ -486,535 +522,21 @@ class Table {
     other.mutex.unlock();
   }
 
-  // Slot layout: tag, state, check (see the class comment). The state is constructed only
-  // while the slot is occupied, so a zeroed array is a valid empty one (and fresh pages need
-  // no writing).
-  static constexpr std::size_t line = 64;
-  /// A decision without the shard's lock holds this bit of its slot's tag (see enter_fast).
-  static constexpr std::uint64_t lock_bit = 2;
-  static constexpr std::uint64_t moved = 4;  ///< tag of an old-array slot already migrated
   /// Whether decisions on held keys go without the shard's lock: for states that are plain
   /// words (a sliding log's entries live on the heap, and its decisions may allocate).
   static constexpr bool lock_free = std::is_trivially_copyable_v<State>;
 
-  /// A key's tag: its first hash word with bit 0 set (0 marks an empty slot) and the lock bit
-  /// clear. Bits 0 and 1 carry nothing: every key of a shard has the same low 6 bits.
-  static constexpr std::uint64_t tag_of(Hash128 h) noexcept { return (h.first | 1) & ~lock_bit; }
-
-  struct Slot {
-    /// A key's tag, possibly with lock_bit; 0: empty; `moved`: migrated. Always accessed as an
-    /// atomic (tag_ref): lock-free decisions read and take it without the shard's lock.
-    std::uint64_t tag;
-    alignas(State) unsigned char state_bytes[sizeof(State)];
-    std::uint64_t check;  ///< second hash word
-
-    /// The state, for a holder of the shard's lock: waits until no lock-free decision holds the
-    /// slot (see enter_fast). An empty slot has no state to wait for.
-    State& state() noexcept {
-      for (int spins = 0; tag_ref(*this).load(std::memory_order_seq_cst) & lock_bit; ++spins)
-        back_off(spins);
-      return held_state();
-    }
-    /// The state, for the holder of the slot's lock bit.
-    State& held_state() noexcept { return *std::launder(reinterpret_cast<State*>(state_bytes)); }
-  };
-  static_assert(std::is_trivially_destructible_v<Slot>);
-
-  static std::atomic_ref<std::uint64_t> tag_ref(Slot& s) noexcept {
-    return std::atomic_ref<std::uint64_t>(s.tag);
-  }
-  /// The tag as last stored, lock bit included (relaxed: what it guards is read only after a
-  /// CAS or under the shard's lock).
-  static std::uint64_t load_tag(const Slot& s) noexcept {
-    return tag_ref(const_cast<Slot&>(s)).load(std::memory_order_relaxed);
-  }
-  /// The key's tag without the lock bit (for the holder of the shard's lock).
-  static std::uint64_t key_tag(const Slot& s) noexcept { return load_tag(s) & ~lock_bit; }
-  /// Publishes a tag (release: the slot's check and state are written first), for the holder
-  /// of the shard's lock, once no lock-free decision holds the slot's bit. A decision may take
-  /// the bit after the lock holder last waited for it (`Slot::state`); overwriting the bit then
-  /// would let that decision, had it not yet read the shard's lock, find the lock released
-  /// and decide on a slot emptied or reused meanwhile (its own key's tag written back into an
-  /// empty slot, or a state changed beside another decision's). Waiting keeps its bit until it
-  /// has seen the lock held and backed off.
-  static void store_tag(Slot& s, std::uint64_t tag) noexcept {
-    for (int spins = 0;; ++spins) {
-      std::uint64_t expected = key_tag(s);
-      if (tag_ref(s).compare_exchange_weak(expected, tag, std::memory_order_release,
-                                           std::memory_order_relaxed))
-        return;
-      back_off(spins);
-    }
-  }
-  /// Publishes the tag of an empty slot (0 or `moved`: no lock-free decision takes their bit).
-  static void store_empty_slot_tag(Slot& s, std::uint64_t tag) noexcept {
-    tag_ref(s).store(tag, std::memory_order_release);
-  }
-
-  /// The slot a tag starts probing from in an array of `capacity` slots: the tag scaled to
-  /// [0, capacity) by a multiply, so the capacity need not be a power of two.
-  static std::size_t home(std::uint64_t tag, std::size_t capacity) noexcept {
-    return static_cast<std::size_t>((static_cast<HashWide>(tag) * capacity) >> 64);
-  }
-
-  /// Every array starts with one line holding its capacity, so that a lock-free decision
-  /// holding only the array's address (`Shard::published`) reads a capacity that matches it.
-  static constexpr std::size_t header_bytes = line;
-  static std::atomic_ref<std::uint64_t> capacity_ref(const Slot* slots) noexcept {
-    auto* header = reinterpret_cast<const std::uint64_t*>(
-        reinterpret_cast<const unsigned char*>(slots) - header_bytes);
-    return std::atomic_ref<std::uint64_t>(*const_cast<std::uint64_t*>(header));
-  }
-  static std::size_t capacity_of(const Slot* slots) noexcept {
-    return static_cast<std::size_t>(capacity_ref(slots).load(std::memory_order_relaxed));
-  }
-
-  /// Fills the empty slot `s` with a key's hash and state.
-  static void fill(Slot& s, std::uint64_t tag, std::uint64_t check, State&& state) {
-    ::new (static_cast<void*>(s.state_bytes)) State(std::move(state));
-    s.check = check;
-    store_empty_slot_tag(s, tag);
-  }
-
-  /// Empties an occupied slot's state, leaving the tag to the caller.
-  static void clear(Slot& s) noexcept { s.state().~State(); }
-
-  /// Moves the hash and state of occupied `from` into empty `to`; `from` is left without a
-  /// state, its tag to the caller.
-  static void move_slot(Slot& to, Slot& from) noexcept {
-    ::new (static_cast<void*>(to.state_bytes)) State(std::move(from.state()));
-    from.state().~State();
-    to.check = from.check;
-    store_tag(to, key_tag(from));
-  }
-
-  /// Whether `s` decides like a fresh state from `now` on, so that it may be dropped.
-  static bool fresh(const Params& p, const State& s, std::chrono::nanoseconds now) noexcept {
-    return M::fresh_at(p, s) <= now;
-  }
-
-  /// A zero-filled array of slots (ZeroedBlock: a mapping of its own from a page up, its pages
-  /// untouched until keys land in them, given back to the kernel when freed).
-  struct Array {
-    ZeroedBlock block;
-    Slot* slots = nullptr;
-    std::size_t capacity = 0;
-    std::size_t size = 0;  ///< occupied slots
-
-    Array() = default;
-    /// `n` slots in `b` (zeroed, at least bytes_for(n) bytes), the header written.
-    Array(ZeroedBlock&& b, std::size_t n) : block(std::move(b)) {
-      slots = reinterpret_cast<Slot*>(static_cast<unsigned char*>(block.data()) + header_bytes);
-      capacity = n;
-      capacity_ref(slots).store(n, std::memory_order_relaxed);
-    }
-    static std::size_t bytes_for(std::size_t n) noexcept { return header_bytes + n * sizeof(Slot); }
-    Array(Array&& o) noexcept
-        : block(std::move(o.block)),
-          slots(std::exchange(o.slots, nullptr)),
-          capacity(std::exchange(o.capacity, 0)),
-          size(std::exchange(o.size, 0)) {}
-    Array& operator=(Array&& o) noexcept {
-      if (this != &o) {
-        release();
-        block = std::move(o.block);
-        slots = std::exchange(o.slots, nullptr);
-        capacity = std::exchange(o.capacity, 0);
-        size = std::exchange(o.size, 0);
-      }
-      return *this;
-    }
-    ~Array() { release(); }
-
-    /// Frees the block; occupied slots are emptied first (none once a migration is done).
-    void release() noexcept {
-      if (size > 0)
-        for (std::size_t i = 0; i < capacity; ++i)
-          if (load_tag(slots[i]) & 1) clear(slots[i]);
-      block.reset();
-      slots = nullptr;
-      capacity = size = 0;
-    }
-
-    std::size_t home(std::uint64_t tag) const noexcept { return Table::home(tag, capacity); }
-
-    std::size_t probe_limit() const noexcept { return std::min(max_probe, capacity); }
-
-    /// The slot holding the key of hash (tag, check), or null: at most max_probe slots read,
-    /// `moved` ones skipped, and so are the slots below `moved_below` without reading them (an
-    /// old array's migrated prefix, whose pages may have been given back: they read as empty).
-    Slot* find(std::uint64_t tag, std::uint64_t check, std::size_t moved_below = 0) noexcept {
-      if (size == 0) return nullptr;
-      std::size_t i = home(tag);
-      for (std::size_t n = probe_limit(); n > 0; --n) {
-        if (i < moved_below) {
-          if (++i == capacity) i = 0;
-          continue;
-        }
-        Slot& s = slots[i];
-        const std::uint64_t t = key_tag(s);
-        if (t == tag && s.check == check) return &s;
-        if (t == 0) return nullptr;
-        if (++i == capacity) i = 0;
-      }
-      return nullptr;
-    }
-
-    /// An empty slot within max_probe of the tag's home, or null.
-    Slot* free_slot(std::uint64_t tag) noexcept {
-      std::size_t i = home(tag);
-      for (std::size_t n = probe_limit(); n > 0; --n) {
-        if (load_tag(slots[i]) == 0) return &slots[i];
-        if (++i == capacity) i = 0;
-      }
-      return nullptr;
-    }
-
-    /// Empties slot `hole`, shifting back the keys that probed past it so that no lookup needs
-    /// a tombstone (and every key stays within max_probe of its home: keys only move closer).
-    void erase_at(std::size_t hole) noexcept {
-      clear(slots[hole]);
-      for (std::size_t j = hole;;) {
-        if (++j == capacity) j = 0;
-        Slot& next = slots[j];
-        const std::uint64_t t = key_tag(next);
-        if (t == 0) break;
-        const std::size_t h = home(t);
-        // `next` may fill the hole only if its home is not cyclically within (hole, j].
-        const bool stays = hole <= j ? (hole < h && h <= j) : (hole < h || h <= j);
-        if (stays) continue;
-        move_slot(slots[hole], next);
-        hole = j;
-      }
-      store_tag(slots[hole], 0);
-      --size;
-    }
-  };
-
-  static constexpr std::size_t filter_words = 4096 / 64;
-  static constexpr std::size_t filter_keys = 512;
-
-  struct alignas(64) Shard {
-    // The first cache line holds all that a decision on a key already held writes (the lock,
-    // the counter; see decide_in). `cur` follows: read by every decision,
-    // written by inserts.
-    mutable ShardLock mutex;
-    bool has_params = false;
-    /// `nothing_to_sweep()` as of the last decision under the lock: a thread's upkeep turn
-    /// then skips the lock (see apply_keyed). Written under the lock, read without it: a hint.
-    /// Only inserts (under the lock, which recompute it) can add keys or slots; a `reset` or
-    /// `reclaim` since can at most leave a shrink due on an array of at most 5 x keep slots,
-    /// done at the shard's next decision under the lock.
-    std::atomic<bool> quiet{false};
-    /// `cur.slots` (its capacity in the array's header), for lock-free decisions and `locate`'s
-    /// prefetch, which read it without the lock. Null until the first array.
-    std::atomic<Slot*> published{nullptr};
-    std::size_t decisions = 0;  ///< under the lock (lock-free ones are not counted)
-    std::size_t sweeps = 0;     ///< upkeeps done, for the cadence of visits
-    std::size_t sweep_at = 0;   ///< next `cur` slot to sweep
-    Array cur;                  ///< where keys are inserted
-    // Read by decisions, written only by resizes and sweeps (a line that is only read is shared
-    // by the cores, not moved).
-    Array old;                       ///< being emptied into `cur` by a resize (capacity 0: none)
-    std::size_t migrate_at = 0;      ///< next `old` slot to move
-    std::size_t decisions_seen = 0;  ///< `decisions` when another shard last visited
-    /// Keys that found no slot within max_probe of their home, by (tag, check).
-    std::map<Hash128, State> overflow;
-    Hash128 overflow_next;  ///< the overflow sweep's position (the next hash >= it)
-    /// Of the latest decision that swept (every sweep_every-th) or of the first: what reclaim
-    /// and visits sweep with.
-    Params params{};
-    // Drops, for pinning: keys dropped since the filter was last cleared set 2 of its bits and
-    // are pinned to `recent_horizon`; every key to `old_horizon` (drops before that).
-    std::unique_ptr<std::uint64_t[]> filter;
-    std::size_t filtered = 0;
-    std::chrono::nanoseconds recent_horizon{0};
-    std::chrono::nanoseconds old_horizon{0};
-    /// Blocks of earlier arrays, their pages given back, kept for later arrays: a lock-free
-    /// decision may still read an array after a resize replaced it, so no array's memory is
-    /// freed while the table lives. A new array takes the smallest spare of its size to twice
-    /// it, so the spares of a shard stay within a few times its largest array's address space
-    /// (at most about three per doubling of size), none of it resident but small calloc'd ones.
-    std::vector<ZeroedBlock> spares;
-    std::uint64_t arrays = 0;  ///< arrays started (`cur`'s number), for reclaim's position
-
-    Shard() = default;
-    Shard(const Shard&) = delete;
-    Shard& operator=(const Shard&) = delete;
-
-    std::size_t live() const noexcept { return cur.size + old.size + overflow.size(); }
-
-    /// Whether `cur` is under 1/5 full and larger than the smallest array: it should shrink.
-    bool sparse() const noexcept {
-      return cur.capacity > min_capacity && live() * 5 < cur.capacity;
-    }
-
-    /// Whether an upkeep would do nothing here: at most `keep` keys (not swept), no resize
-    /// going on, and no array to shrink (see `sweep`).
-    bool nothing_to_sweep() const noexcept {
-      return live() <= keep && old.capacity == 0 && !sparse();
-    }
-
-    void keep_params(const Params& p) {
-      params = p;
-      has_params = true;
-    }
-
-    State* find(std::uint64_t tag, std::uint64_t check) {
-      if (Slot* s = cur.find(tag, check)) return &s->state();
-      if (Slot* s = old.find(tag, check, migrate_at)) return &s->state();
-      if (!overflow.empty()) {
-        const auto it = overflow.find(Hash128{tag, check});
-        if (it != overflow.end()) return &it->second;
-      }
-      return nullptr;
-    }
-
-    /// Adds the key of hash (tag, check) (known to be absent), starting a resize first if `cur`
-    /// would pass 7/10 full.
-    void insert(std::uint64_t tag, std::uint64_t check, State&& state) {
-      if (old.capacity == 0 && (cur.size + 1) * 10 > cur.capacity * 7) start_resize();
-      if (Slot* s = cur.capacity ? cur.free_slot(tag) : nullptr) {
-        fill(*s, tag, check, std::move(state));
-        ++cur.size;
-      } else {
-        overflow.emplace(Hash128{tag, check}, std::move(state));
-      }
-    }
-
-    /// Starts moving the keys into an array of 7/4 the live keys plus room for the inserts
-    /// that can come while the old one is emptied (one per operation, which moves `step`
-    /// slots), so `cur` stays under 7/10 full meanwhile.
-    void start_resize(std::size_t step = migrate_step) {
-      const std::size_t room = (cur.capacity / step + 1) * 10 / 7;
-      const std::size_t n = std::max(min_capacity, (live() + 1) * 7 / 4 + room);
-      Array next = new_array(n);
-      spares.reserve(spares.size() + 1);  // for `old`'s block, when its migration ends
-      old = std::move(cur);
-      cur = std::move(next);
-      migrate_at = 0;
-      sweep_at = 0;
-      ++arrays;
-      published.store(cur.slots, std::memory_order_release);
-    }
-
-    /// An array of `n` zeroed slots, in a spare block if one fits (see `spares`).
-    Array new_array(std::size_t n) {
-      const std::size_t bytes = Array::bytes_for(n);
-      auto best = spares.end();
-      for (auto it = spares.begin(); it != spares.end(); ++it)
-        if (it->size() >= bytes && it->size() / 2 <= bytes &&
-            (best == spares.end() || it->size() < best->size()))
-          best = it;
-      if (best == spares.end()) return Array(ZeroedBlock(bytes, line), n);
-      ZeroedBlock block = std::move(*best);
-      spares.erase(best);
-      return Array(std::move(block), n);
-    }
-
-    /// Ends a resize once `old` is empty: its block becomes a spare, its pages given back (a
-    /// calloc'd one, too small to give back, gets its tags cleared instead, so that it reads
-    /// as empty to a lock-free decision holding a stale pointer and is ready to be used again).
-    void finish_migration() noexcept {
-      if (old.capacity == 0 || (old.size != 0 && migrate_at < old.capacity)) return;
-      old.size = 0;  // every slot was moved or cleared: nothing for release() to destroy
-      if (!old.block.recycle()) {
-        Slot* const slots = old.slots;
-        const std::size_t n = (old.block.size() - header_bytes) / sizeof(Slot);
-        for (std::size_t i = 0; i < n; ++i) tag_ref(slots[i]).store(0, std::memory_order_relaxed);
-      }
-      spares.push_back(std::move(old.block));  // room reserved by start_resize: never throws
-      old = Array{};
-    }
-
-    /// Bounded upkeep after a decision: moves migrate_step slots of a resize, sweeps `slots`
-    /// slots of `cur` and one overflow entry, dropping the keys fresh at `now`.
-    void maintain(const Params& p, std::chrono::nanoseconds now, std::size_t slots) {
-      if (old.capacity != 0) migrate(p, now, migrate_step);
-      sweep(p, now, slots);
-      if (!overflow.empty()) sweep_overflow(p, now, 1);
-    }
-
-    void migrate(const Params& p, std::chrono::nanoseconds now, std::size_t n,
-                 std::size_t floor = keep) {
-      for (std::size_t i = migrate_at; i < migrate_at + n && i < old.capacity; ++i)
-        __builtin_prefetch(&old.slots[i]);
-      for (; n > 0 && migrate_at < old.capacity && old.size > 0; --n, ++migrate_at) {
-        Slot& s = old.slots[migrate_at];
-        const std::uint64_t tag = key_tag(s);
-        if (!(tag & 1)) continue;
-        if (live() > floor && fresh(p, s.state(), now)) {
-          record_drop(p, tag, s.state());
-          clear(s);
-        } else if (Slot* to = cur.free_slot(tag)) {
-          move_slot(*to, s);
-          ++cur.size;
-        } else {
-          overflow.emplace(Hash128{tag, s.check}, std::move(s.state()));
-          clear(s);
-        }
-        store_tag(s, moved);
-        --old.size;
-      }
-      // The moved prefix is never read again (lookups skip it): its pages go back to the
-      // kernel as the migration passes them, so an array being emptied shrinks as the new
-      // one fills.
-      old.block.release_prefix(migrate_at * sizeof(Slot), release_batch);
-      finish_migration();
-    }
-
-    /// Sweeps `n` slots of `cur` from the cursor and drops up to `n` keys on the way, stopping
-    /// early at a droppable key beyond that: a pass over C slots that drops K keys takes at
-    /// most (C + K) / n calls. After an erase the same slot is examined again (a later key may
-    /// have shifted into it); keys only shift towards their homes, so a pass still sees every
-    /// key. At the end of a pass a shard under 1/5 full shrinks.
-    void sweep(const Params& p, std::chrono::nanoseconds now, std::size_t n) {
-      if (live() <= keep) {  // nothing to drop: only give back a large array
-        if (old.capacity == 0 && sparse()) start_resize();
-        return;
-      }
-      for (std::size_t i = sweep_at; i < sweep_at + n && i < cur.capacity; ++i)
-        __builtin_prefetch(&cur.slots[i]);
-      for (std::size_t drops = n; n > 0 && cur.capacity != 0;) {
-        if (sweep_at >= cur.capacity) {
-          sweep_at = 0;
-          if (old.capacity == 0 && sparse()) start_resize();
-          return;
-        }
-        Slot& s = cur.slots[sweep_at];
-        if (load_tag(s) != 0 && live() > keep && fresh(p, s.state(), now)) {
-          if (drops == 0) return;
-          record_drop(p, key_tag(s), s.state());
-          cur.erase_at(sweep_at);
-          --drops;
-        } else {
-          ++sweep_at;
-          --n;
-        }
-      }
-    }
-
-    void sweep_overflow(const Params& p, std::chrono::nanoseconds now, std::size_t n) {
-      for (; n > 0 && !overflow.empty() && live() > keep; --n) {
-        auto it = overflow.lower_bound(overflow_next);
-        if (it == overflow.end()) it = overflow.begin();
-        auto next = std::next(it);
-        overflow_next = next == overflow.end() ? Hash128{} : next->first;
-        if (fresh(p, it->second, now)) {
-          record_drop(p, it->first.first, it->second);
-          overflow.erase(it);
-        }
-      }
-    }
-
-    /// Notes that the key with `tag` and `state` (fresh under `p`) was dropped: it is decided no
-    /// earlier than its model's `fresh_at`, and so is a key never seen that the filter cannot
-    /// tell from it. The key's own time, never another key's: a request stamped far ahead on one
-    /// key must not hold back the others (it once pinned them to the shard's latest time, 2^62
-    /// after one out-of-range `now`).
-    void record_drop(const Params& p, std::uint64_t tag, const State& state) {
-      const auto fresh_at = M::fresh_at(p, state);
-      if (!filter) filter = std::make_unique<std::uint64_t[]>(filter_words);
-      if (filtered == filter_keys) {
-        old_horizon = std::max(old_horizon, recent_horizon);
-        std::fill_n(filter.get(), filter_words, 0);
-        filtered = 0;
-        recent_horizon = std::chrono::nanoseconds{0};
-      }
-      for (const std::size_t bit : filter_bits(tag))
-        filter[bit / 64] |= std::uint64_t{1} << (bit % 64);
-      ++filtered;
-      recent_horizon = std::max(recent_horizon, fresh_at);
-    }
-
-    /// The time a key with hash `h`, not held, is decided no earlier than.
-    std::chrono::nanoseconds pinned_time(std::uint64_t h) const noexcept {
-      if (filtered == 0) return old_horizon;
-      for (const std::size_t bit : filter_bits(h | 1))
-        if (!(filter[bit / 64] >> (bit % 64) & 1)) return old_horizon;
-      return std::max(old_horizon, recent_horizon);
-    }
-
-    /// Two bit positions from hash bits that neither the shard (low 6) nor the home (high)
-    /// depend on.
-    static std::array<std::size_t, 2> filter_bits(std::uint64_t tag) noexcept {
-      return {static_cast<std::size_t>(tag >> 8) % 4096,
-              static_cast<std::size_t>(tag >> 20) % 4096};
-    }
-
-    void erase(std::uint64_t tag, std::uint64_t check) {
-      if (Slot* s = cur.find(tag, check)) {
-        cur.erase_at(static_cast<std::size_t>(s - cur.slots));
-      } else if (Slot* o = old.find(tag, check, migrate_at)) {
-        clear(*o);
-        store_tag(*o, moved);
-        --old.size;
-        finish_migration();
-      } else if (!overflow.empty()) {
-        const auto it = overflow.find(Hash128{tag, check});
-        if (it != overflow.end()) overflow.erase(it);
-      }
-    }
-
-    /// See Table::reclaim: chunks of `chunk` slots, the lock released between them.
-    std::size_t reclaim(std::chrono::nanoseconds now) {
-      std::size_t dropped = 0;
-      std::size_t at = 0;
-      // The array `at` indexes, by its number (`arrays`): a new array may reuse an earlier one's
-      // block, so its address does not tell them apart.
-      constexpr std::uint64_t none = ~std::uint64_t{0};
-      std::uint64_t swept = none;
-      int shrinks = 0;  // each shrink divides the slots by about chunk / 2: a few suffice
-      for (;;) {
-        std::lock_guard lock(mutex);
-        if (!has_params) return dropped;
-        const std::size_t before = live();
-        if (old.capacity != 0) {
-          migrate(params, now, chunk, 0);
-        } else if (!overflow.empty() && swept == none) {
-          // The overflow map first, whole (it only holds keys that found no slot).
-          for (auto it = overflow.begin(); it != overflow.end();) {
-            if (fresh(params, it->second, now)) {
-              record_drop(params, it->first.first, it->second);
-              it = overflow.erase(it);
-            } else {
-              ++it;
-            }
-          }
-          swept = arrays;
-          at = 0;
-        } else if (swept != arrays || at < cur.capacity) {
-          if (swept != arrays) {
-            swept = arrays;
-            at = 0;
-          }
-          for (std::size_t n = chunk; n > 0 && at < cur.capacity; --n) {
-            Slot& s = cur.slots[at];
-            if (load_tag(s) != 0 && fresh(params, s.state(), now)) {
-              record_drop(params, key_tag(s), s.state());
-              cur.erase_at(at);
-            } else {
-              ++at;
-            }
-          }
-        } else if (shrinks < 4 && sparse()) {
-          ++shrinks;
-          start_resize(chunk);
-          swept = arrays;
-          at = cur.capacity;  // the new array holds only kept keys
-        } else {
-          dropped += before - live();
-          return dropped;
-        }
-        dropped += before - live();
-      }
-    }
-  };
-
   [[no_unique_address]] Hash hash_;
   const std::uint64_t id_ = table_ids.fetch_add(1, std::memory_order_relaxed) + 1;
+  /// The pace's schedule: the next step's time minus pace_period (ns; `unpaced` before the
+  /// first keyed decision). Beside `id_`, which every keyed decision reads: no line of its own.
+  /// Written only under pace_mutex_, once per step.
+  static constexpr std::int64_t unpaced = std::numeric_limits<std::int64_t>::min();
+  std::atomic<std::int64_t> pace_from_{unpaced};
   SingleState<M> single_;  ///< the empty key's
   std::array<Shard, shard_count> shards_;
+  std::mutex pace_mutex_;      ///< held by the thread taking a pace step
+  std::size_t pace_next_ = 0;  ///< the shard the next pace step sweeps (under pace_mutex_)
 };
 
 }  // namespace ratelimit::detail
