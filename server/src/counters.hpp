@@ -1,0 +1,42 @@
+#pragma once
+/// @file counters.hpp
+/// Where the server keeps its counters: one interface, so that the service decides the same
+/// way on every storage.
+
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include <ratelimit/core/decision.hpp>
+
+namespace ratelimit::server {
+
+/// One descriptor's hits on one counter: the limit's identity (stable across reloads while the
+/// limit's path and unit stay), the counter within it, the limit and its window, and the hits
+/// (0 reads without counting).
+struct Hit {
+  std::string limit_id;
+  std::string key;
+  std::int64_t limit = 0;
+  std::int64_t window_s = 1;
+  std::int64_t hits = 1;
+};
+
+/// A storage of Go-style window counters (see go_window.hpp).
+/// Thread safety: `count` is safe from many threads.
+class Counters {
+ public:
+  virtual ~Counters() = default;
+  /// Applies each hit in order (a later hit on the same counter sees the earlier ones), at
+  /// `now` (nanoseconds since the Unix epoch). Throws `std::runtime_error` when the storage
+  /// fails.
+  virtual std::vector<Decision> count(std::span<const Hit> hits, std::chrono::nanoseconds now) = 0;
+};
+
+/// Counters in this process (`InMemoryStorage`), bounded by its sweeps of expired windows.
+std::shared_ptr<Counters> make_memory_counters();
+
+}  // namespace ratelimit::server

@@ -1,0 +1,267 @@
+#include "service.hpp"
+
+#include <algorithm>
+#include <limits>
+#include <optional>
+#include <stdexcept>
+#include <unordered_set>
+#include <utility>
+#include <vector>
+
+namespace ratelimit::server {
+namespace {
+
+namespace pb = envoy::service::ratelimit::v3;
+using Unit = pb::RateLimitResponse::RateLimit::Unit;
+
+/// A limit as the wire reports it: the unit enum and the window in seconds (the reference's
+/// UnitToDivider, src/utils/utilities.go: a month is 30 days, a year 365).
+struct WireUnit {
+  Unit unit;
+  std::int64_t window_s;
+};
+
+std::optional<WireUnit> unit_of_enum(int value) {
+  switch (value) {
+    case 1:
+      return WireUnit{pb::RateLimitResponse::RateLimit::SECOND, 1};
+    case 2:
+      return WireUnit{pb::RateLimitResponse::RateLimit::MINUTE, 60};
+    case 3:
+      return WireUnit{pb::RateLimitResponse::RateLimit::HOUR, 3600};
+    case 4:
+      return WireUnit{pb::RateLimitResponse::RateLimit::DAY, 86400};
+    case 5:
+      return WireUnit{pb::RateLimitResponse::RateLimit::MONTH, 86400 * 30};
+    case 6:
+      return WireUnit{pb::RateLimitResponse::RateLimit::YEAR, 86400 * 365};
+    default:
+      return std::nullopt;
+  }
+}
+
+/// The unit of a rules file's limit (the reader accepts second to day for these limits).
+std::optional<WireUnit> unit_of_rule(const Rule& r) {
+  static constexpr std::pair<std::string_view, int> names[] = {
+      {"second", 1}, {"minute", 2}, {"hour", 3}, {"day", 4}, {"month", 5}, {"year", 6}};
+  for (const auto& [n, v] : names)
+    if (r.unit == n) return unit_of_enum(v);
+  return std::nullopt;
+}
+
+/// What one descriptor came to before counting.
+struct Planned {
+  const Rule* rule = nullptr;  ///< the rules' limit (null for none, an override, unlimited)
+  bool unlimited = false;
+  bool shadow = false;
+  bool quota = false;
+  std::optional<std::size_t> hit;  ///< its entry in the hits, when counted
+  WireUnit unit{};
+  std::int64_t limit = 0;
+  std::string name;
+};
+
+void append_field(std::string& out, std::string_view s) {
+  out += std::to_string(s.size());
+  out += ':';
+  out += s;
+}
+
+void set_status(pb::RateLimitResponse::DescriptorStatus& st, const Planned& p, const Decision& d,
+                std::int64_t reset_s) {
+  auto* limit = st.mutable_current_limit();
+  limit->set_requests_per_unit(static_cast<std::uint32_t>(p.limit));
+  limit->set_unit(p.unit.unit);
+  if (!p.name.empty()) limit->set_name(p.name);
+  st.mutable_duration_until_reset()->set_seconds(reset_s);
+  if (d.allowed) {
+    st.set_code(pb::RateLimitResponse::OK);
+    st.set_limit_remaining(static_cast<std::uint32_t>(d.remaining));
+  } else {
+    // A shadow-mode limit over its limit reports OK with nothing remaining (base_limiter.go).
+    st.set_code(p.shadow ? pb::RateLimitResponse::OK : pb::RateLimitResponse::OVER_LIMIT);
+    st.set_limit_remaining(0);
+  }
+}
+
+}  // namespace
+
+Service::Service(std::shared_ptr<Counters> counters, ServiceSettings settings, Now now)
+    : counters_(std::move(counters)), settings_(std::move(settings)), now_(std::move(now)) {}
+
+std::chrono::nanoseconds Service::system_now() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(
+      std::chrono::system_clock::now().time_since_epoch());
+}
+
+void Service::reload(RulesConfig config) {
+  auto next = std::make_shared<const RulesConfig>(std::move(config));
+  const std::lock_guard lock(mutex_);
+  config_ = std::move(next);
+}
+
+std::shared_ptr<const RulesConfig> Service::config() const {
+  const std::lock_guard lock(mutex_);
+  return config_;
+}
+
+grpc::Status Service::should_rate_limit(const pb::RateLimitRequest& request,
+                                        pb::RateLimitResponse& response) {
+  // As the reference (src/service/ratelimit.go, shouldRateLimitWorker): a Go error returned
+  // from the handler, which grpc-go reports as UNKNOWN with the error's text.
+  if (request.domain().empty())
+    return {grpc::StatusCode::UNKNOWN, "rate limit domain must not be empty"};
+  if (request.descriptors_size() == 0)
+    return {grpc::StatusCode::UNKNOWN, "rate limit descriptor list must not be empty"};
+  const auto config = this->config();
+  if (!config) return {grpc::StatusCode::UNKNOWN, "no rate limit configuration loaded"};
+  const Rules* rules = config->find(request.domain());
+
+  const std::size_t n = static_cast<std::size_t>(request.descriptors_size());
+  // The reference counts max(1, hits_addend); a descriptor's own hits_addend, when set,
+  // replaces it and may be 0 (a read).
+  const std::int64_t request_hits = std::max<std::int64_t>(1, request.hits_addend());
+  std::vector<Planned> plan(n);
+  std::vector<Hit> hits;
+  std::unordered_set<std::string> replacing;
+  std::vector<DescriptorEntry> entries;
+  for (std::size_t i = 0; i < n; ++i) {
+    const auto& d = request.descriptors(static_cast<int>(i));
+    if (rules == nullptr) continue;  // unknown domain: no limit (config_impl.go GetLimit)
+    Planned& p = plan[i];
+    const std::int64_t h = d.has_hits_addend()
+                               ? static_cast<std::int64_t>(std::min<std::uint64_t>(
+                                     d.hits_addend().value(), std::uint64_t{1} << 62))
+                               : request_hits;
+    if (d.has_limit()) {
+      // The caller's own limit: never shadow, never replaced (config_impl.go GetLimit).
+      const auto unit = unit_of_enum(d.limit().unit());
+      if (!unit)
+        return {grpc::StatusCode::INVALID_ARGUMENT,
+                "RateLimitOverride.unit = " + std::to_string(d.limit().unit()) +
+                    ": not a known unit (SECOND, MINUTE, HOUR, DAY, MONTH or YEAR)"};
+      p.unit = *unit;
+      p.limit = d.limit().requests_per_unit();
+      Hit hit{"override:", "", p.limit, unit->window_s, h};
+      append_field(hit.limit_id, request.domain());
+      hit.limit_id += std::to_string(unit->window_s);
+      for (const auto& e : d.entries()) {
+        append_field(hit.key, e.key());
+        append_field(hit.key, e.value());
+      }
+      p.hit = hits.size();
+      hits.push_back(std::move(hit));
+      continue;
+    }
+    entries.clear();
+    for (const auto& e : d.entries()) entries.push_back({e.key(), e.value()});
+    DescriptorMatch m = rules->lookup(std::span<const DescriptorEntry>(entries));
+    replacing.insert(m.replaces.begin(), m.replaces.end());
+    if (m.unlimited) {
+      p.unlimited = true;
+      continue;
+    }
+    if (m.rule == nullptr) continue;
+    const auto unit = unit_of_rule(*m.rule);
+    if (!unit) continue;  // a calendar unit: not served by this server (refused at load)
+    p.rule = m.rule;
+    p.shadow = m.rule->shadow_mode;
+    p.quota = m.rule->quota_mode;
+    p.unit = *unit;
+    p.limit = m.rule->rate.count;
+    p.name = m.rule->given_name;
+    p.hit = hits.size();
+    hits.push_back(Hit{m.rule->id, std::move(m.key), p.limit, unit->window_s, h});
+  }
+  // A limit named in the `replaces` of another applying limit is not applied (ratelimit.go).
+  for (Planned& p : plan)
+    if (p.rule != nullptr && !p.rule->given_name.empty() &&
+        replacing.count(p.rule->given_name) != 0) {
+      hits[*p.hit].hits = -1;  // dropped below
+      p.hit.reset();
+      p.rule = nullptr;
+    }
+  std::vector<std::size_t> index(hits.size());
+  {
+    std::vector<Hit> kept;
+    for (std::size_t k = 0; k < hits.size(); ++k) {
+      index[k] = kept.size();
+      if (hits[k].hits >= 0) kept.push_back(std::move(hits[k]));
+    }
+    hits = std::move(kept);
+    for (Planned& p : plan)
+      if (p.hit) p.hit = index[*p.hit];
+  }
+
+  const auto now = now_();
+  std::vector<Decision> ds;
+  try {
+    if (n > 1 && !hits.empty()) {
+      // With several descriptors, the reference first reads every counter; if one would go
+      // over its limit, only that one is incremented and the others are read
+      // (src/redis/fixed_cache_impl.go, DoLimit).
+      std::vector<Hit> reads = hits;
+      for (Hit& r : reads) r.hits = 0;
+      const auto before = counters_->count(reads, now);
+      for (std::size_t k = 0; k < hits.size(); ++k) {
+        const bool over = !before[k].allowed || before[k].remaining < hits[k].hits;
+        if (!over) continue;
+        for (std::size_t j = 0; j < hits.size(); ++j)
+          if (j != k) hits[j].hits = 0;
+        break;
+      }
+    }
+    ds = counters_->count(hits, now);
+  } catch (const std::exception& e) {
+    return {grpc::StatusCode::UNAVAILABLE, std::string("rate limit storage: ") + e.what()};
+  }
+
+  const std::int64_t now_s = now.count() < 0 ? 0 : now.count() / 1'000'000'000;
+  bool over = false;
+  std::size_t quota_total = 0, quota_over = 0;
+  const pb::RateLimitResponse::DescriptorStatus* closest = nullptr;
+  for (std::size_t i = 0; i < n; ++i) {
+    auto* st = response.add_statuses();
+    const Planned& p = plan[i];
+    if (p.unlimited) {
+      // The reference reports an unlimited descriptor as OK with the most remaining.
+      st->set_code(pb::RateLimitResponse::OK);
+      st->set_limit_remaining(std::numeric_limits<std::uint32_t>::max());
+      continue;
+    }
+    if (!p.hit) {
+      st->set_code(pb::RateLimitResponse::OK);
+      continue;
+    }
+    const Decision& d = ds[*p.hit];
+    set_status(*st, p, d, p.unit.window_s - now_s % p.unit.window_s);
+    const bool denied = st->code() == pb::RateLimitResponse::OVER_LIMIT;
+    if (p.quota) {
+      ++quota_total;
+      if (denied) ++quota_over;
+    } else if (denied) {
+      over = true;
+    }
+    if (closest == nullptr || (denied && closest->code() != pb::RateLimitResponse::OVER_LIMIT) ||
+        (closest->code() == st->code() && st->limit_remaining() < closest->limit_remaining()))
+      closest = st;
+  }
+  // Quota-mode limits deny only all together (the library's rules semantics).
+  if (quota_total > 0 && quota_over == quota_total) over = true;
+  response.set_overall_code(over && !settings_.global_shadow_mode
+                                ? pb::RateLimitResponse::OVER_LIMIT
+                                : pb::RateLimitResponse::OK);
+  if (settings_.response_headers && closest != nullptr) {
+    const auto add = [&](const std::string& key, std::string value) {
+      auto* h = response.add_response_headers_to_add();
+      h->set_key(key);
+      h->set_value(std::move(value));
+    };
+    add(settings_.limit_header, std::to_string(closest->current_limit().requests_per_unit()));
+    add(settings_.remaining_header, std::to_string(closest->limit_remaining()));
+    add(settings_.reset_header, std::to_string(closest->duration_until_reset().seconds()));
+  }
+  return grpc::Status::OK;
+}
+
+}  // namespace ratelimit::server

@@ -1,0 +1,68 @@
+#pragma once
+/// @file service.hpp
+/// The decisions of Envoy's rate limit service (envoy.service.ratelimit.v3.ShouldRateLimit) with
+/// the reference Go service's semantics (envoyproxy/ratelimit), over this library's rules
+/// (`RulesConfig`, `Rules::lookup`) and a `Counters` storage.
+
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <string>
+
+#include <grpcpp/support/status.h>
+
+#include <ratelimit/rules.hpp>
+
+#include "counters.hpp"
+#include "rls.pb.h"
+
+namespace ratelimit::server {
+
+/// What the service does beyond the rules files (the reference's environment settings).
+struct ServiceSettings {
+  /// SHADOW_MODE: statuses report OVER_LIMIT, the overall code is always OK.
+  bool global_shadow_mode = false;
+  /// RESPONSE_HEADERS_ENABLED: add the RateLimit-* headers of the descriptor closest to its
+  /// limit (an over-limit one first) to `response_headers_to_add`.
+  bool response_headers = false;
+  std::string limit_header = "RateLimit-Limit";
+  std::string remaining_header = "RateLimit-Remaining";
+  std::string reset_header = "RateLimit-Reset";
+};
+
+/// Answers ShouldRateLimit. The configuration is swapped whole by `reload`: a call is decided
+/// under one configuration. Counters live in the `Counters` under each limit's `Rule::id`, so a
+/// limit whose path and unit are unchanged by a reload keeps its counts.
+/// Thread safety: every member is safe from many threads.
+class Service {
+ public:
+  /// The time in nanoseconds since the Unix epoch (tests pass a manual clock's reading).
+  using Now = std::function<std::chrono::nanoseconds()>;
+
+  Service(std::shared_ptr<Counters> counters, ServiceSettings settings, Now now = system_now);
+
+  /// Serves `config` from now on (the previous configuration is dropped).
+  void reload(RulesConfig config);
+  /// The configuration being served (empty until the first `reload`).
+  std::shared_ptr<const RulesConfig> config() const;
+
+  /// Decides `request` into `response`. Errors as the reference gives them: UNKNOWN "rate
+  /// limit domain must not be empty" / "rate limit descriptor list must not be empty" (a Go
+  /// error the gRPC layer reports as UNKNOWN), INVALID_ARGUMENT for a limit override with an
+  /// unknown unit, UNAVAILABLE when the storage fails.
+  grpc::Status should_rate_limit(const envoy::service::ratelimit::v3::RateLimitRequest& request,
+                                 envoy::service::ratelimit::v3::RateLimitResponse& response);
+
+  static std::chrono::nanoseconds system_now();
+
+ private:
+  std::shared_ptr<Counters> counters_;
+  ServiceSettings settings_;
+  Now now_;
+  mutable std::mutex mutex_;
+  std::shared_ptr<const RulesConfig> config_;
+};
+
+}  // namespace ratelimit::server

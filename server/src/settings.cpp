@@ -1,0 +1,191 @@
+#include "settings.hpp"
+
+#include <algorithm>
+#include <cctype>
+#include <map>
+#include <stdexcept>
+#include <string_view>
+
+namespace ratelimit::server {
+namespace {
+
+bool parse_bool(const std::string& name, const std::string& v) {
+  // Go's strconv.ParseBool, which the reference's envconfig uses.
+  if (v == "1" || v == "t" || v == "T" || v == "true" || v == "TRUE" || v == "True") return true;
+  if (v == "0" || v == "f" || v == "F" || v == "false" || v == "FALSE" || v == "False")
+    return false;
+  throw std::invalid_argument(name + " = \"" + v + "\": not a boolean (true or false)");
+}
+
+int parse_port(const std::string& name, const std::string& v) {
+  std::size_t used = 0;
+  int port = -1;
+  try {
+    port = std::stoi(v, &used);
+  } catch (const std::exception&) {
+  }
+  if (used != v.size() || port < 0 || port > 65535)
+    throw std::invalid_argument(name + " = \"" + v + "\": not a port (0 to 65535)");
+  return port;
+}
+
+/// A setting of ours: how to store its value.
+using Apply = void (*)(Settings&, const std::string& name, const std::string& value);
+
+const std::map<std::string, Apply, std::less<>>& ours() {
+  static const std::map<std::string, Apply, std::less<>> table{
+      {"GRPC_HOST", [](Settings& s, const std::string&, const std::string& v) { s.grpc_host = v; }},
+      {"GRPC_PORT", [](Settings& s, const std::string& n,
+                       const std::string& v) { s.grpc_port = parse_port(n, v); }},
+      {"HOST", [](Settings& s, const std::string&, const std::string& v) { s.http_host = v; }},
+      {"PORT", [](Settings& s, const std::string& n,
+                  const std::string& v) { s.http_port = parse_port(n, v); }},
+      {"RUNTIME_ROOT",
+       [](Settings& s, const std::string&, const std::string& v) { s.runtime_root = v; }},
+      {"RUNTIME_SUBDIRECTORY",
+       [](Settings& s, const std::string&, const std::string& v) { s.runtime_subdirectory = v; }},
+      {"RUNTIME_APPDIRECTORY",
+       [](Settings& s, const std::string&, const std::string& v) { s.runtime_appdirectory = v; }},
+      {"RUNTIME_WATCH_ROOT", [](Settings& s, const std::string& n,
+                                const std::string& v) { s.runtime_watch_root = parse_bool(n, v); }},
+      {"RUNTIME_IGNOREDOTFILES",
+       [](Settings& s, const std::string& n, const std::string& v) {
+         s.runtime_ignore_dotfiles = parse_bool(n, v);
+       }},
+      {"MERGE_DOMAIN_CONFIG",
+       [](Settings& s, const std::string& n, const std::string& v) {
+         s.merge_domain_config = parse_bool(n, v);
+       }},
+      {"SHADOW_MODE", [](Settings& s, const std::string& n,
+                         const std::string& v) { s.shadow_mode = parse_bool(n, v); }},
+      {"RESPONSE_HEADERS_ENABLED",
+       [](Settings& s, const std::string& n, const std::string& v) {
+         s.response_headers = parse_bool(n, v);
+       }},
+      {"HEADER_RATELIMIT_LIMIT",
+       [](Settings& s, const std::string&, const std::string& v) { s.limit_header = v; }},
+      {"HEADER_RATELIMIT_REMAINING",
+       [](Settings& s, const std::string&, const std::string& v) { s.remaining_header = v; }},
+      {"HEADER_RATELIMIT_RESET",
+       [](Settings& s, const std::string&, const std::string& v) { s.reset_header = v; }},
+      {"HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED",
+       [](Settings& s, const std::string& n, const std::string& v) {
+         s.healthy_with_config_only = parse_bool(n, v);
+       }},
+      {"LOG_LEVEL", [](Settings& s, const std::string&, const std::string& v) { s.log_level = v; }},
+      {"LOG_FORMAT",
+       [](Settings&, const std::string& n, const std::string& v) {
+         if (v != "text" && v != "json")
+           throw std::invalid_argument(n + " = \"" + v + "\": expected text or json");
+       }},
+      {"REDIS_URL", [](Settings& s, const std::string&, const std::string& v) { s.redis_url = v; }},
+      // The reference's switches, accepted at the values this server implements.
+      {"BACKEND_TYPE",
+       [](Settings&, const std::string& n, const std::string& v) {
+         if (v != "redis")
+           throw std::invalid_argument(n + " = \"" + v +
+                                       "\": this server implements only redis (with REDIS_URL "
+                                       "unset, the counters stay in this process)");
+       }},
+      {"USE_STATSD",
+       [](Settings&, const std::string& n, const std::string& v) {
+         if (parse_bool(n, v))
+           throw std::invalid_argument(n + " = true: statsd is not implemented");
+       }},
+      {"LOCAL_CACHE_SIZE_IN_BYTES",
+       [](Settings&, const std::string& n, const std::string& v) {
+         if (v != "0") throw std::invalid_argument(n + " = " + v + ": not implemented yet (use 0)");
+       }},
+      {"GRACEFUL_SHUTDOWN_SECONDS",
+       [](Settings& s, const std::string& n, const std::string& v) {
+         s.shutdown_grace = std::chrono::seconds{parse_port(n, v)};
+       }},
+  };
+  return table;
+}
+
+/// Prefixes of the reference's variables: such a variable that is not ours is refused rather
+/// than silently ignored.
+/// (gRPC's own GRPC_VERBOSITY, GRPC_TRACE and the like stay gRPC's: only the reference's
+/// GRPC_SERVER_*, GRPC_CLIENT_* and GRPC_MAX_CONNECTION_* are its settings.)
+constexpr std::string_view reference_prefixes[] = {"REDIS_",
+                                                   "RUNTIME_",
+                                                   "MEMCACHE_",
+                                                   "STATSD_",
+                                                   "DEBUG_",
+                                                   "TRACING_",
+                                                   "GOSTATS_",
+                                                   "HEADER_RATELIMIT_",
+                                                   "GRPC_SERVER_",
+                                                   "GRPC_CLIENT_",
+                                                   "GRPC_MAX_CONNECTION_",
+                                                   "CONFIG_"};
+
+bool has_reference_prefix(std::string_view name) {
+  return std::any_of(std::begin(reference_prefixes), std::end(reference_prefixes),
+                     [&](std::string_view p) { return name.substr(0, p.size()) == p; });
+}
+
+}  // namespace
+
+std::filesystem::path Settings::config_dir() const {
+  std::filesystem::path p = runtime_root;
+  if (!runtime_subdirectory.empty()) p /= runtime_subdirectory;
+  if (!runtime_appdirectory.empty()) p /= runtime_appdirectory;
+  return p;
+}
+
+Settings read_settings(const std::function<std::optional<std::string>(const std::string&)>& env,
+                       const std::vector<std::string>& args,
+                       const std::vector<std::string>& environment_names) {
+  Settings s;
+  const auto& table = ours();
+  for (const std::string& name : environment_names) {
+    const auto it = table.find(name);
+    if (it == table.end()) {
+      if (has_reference_prefix(name))
+        throw std::invalid_argument(
+            name +
+            ": a setting of Envoy's rate limit service that this server does not "
+            "implement (see server/README.md for the ones it does)");
+      continue;
+    }
+    if (const auto v = env(name)) it->second(s, name, *v);
+  }
+  for (const std::string& arg : args) {
+    if (arg.rfind("--", 0) != 0 || arg.find('=') == std::string::npos)
+      throw std::invalid_argument("argument \"" + arg + "\": expected --name=value");
+    const auto eq = arg.find('=');
+    std::string name = arg.substr(2, eq - 2);
+    for (char& c : name) c = c == '-' ? '_' : static_cast<char>(std::toupper(c));
+    const auto it = table.find(name);
+    if (it == table.end())
+      throw std::invalid_argument("flag " + arg.substr(0, eq) + ": not a setting of this server");
+    it->second(s, "--" + arg.substr(2, eq - 2), arg.substr(eq + 1));
+  }
+  return s;
+}
+
+std::vector<std::filesystem::path> rules_files(const std::filesystem::path& dir,
+                                               bool ignore_dotfiles) {
+  std::vector<std::filesystem::path> out;
+  std::error_code ec;
+  if (!std::filesystem::is_directory(dir, ec)) return out;
+  for (auto it = std::filesystem::recursive_directory_iterator(
+           dir, std::filesystem::directory_options::follow_directory_symlink, ec);
+       !ec && it != std::filesystem::recursive_directory_iterator(); it.increment(ec)) {
+    const auto& p = it->path();
+    const std::string name = p.filename().string();
+    if (ignore_dotfiles && !name.empty() && name[0] == '.') {
+      if (it->is_directory(ec)) it.disable_recursion_pending();
+      continue;
+    }
+    if (!it->is_regular_file(ec)) continue;
+    const auto ext = p.extension().string();
+    if (ext == ".yaml" || ext == ".yml") out.push_back(p);
+  }
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+}  // namespace ratelimit::server
