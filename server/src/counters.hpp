@@ -12,6 +12,10 @@
 
 #include <ratelimit/core/decision.hpp>
 
+namespace ratelimit {
+struct RedisOptions;  // redis/options.hpp
+}
+
 namespace ratelimit::server {
 
 /// One descriptor's hits on one counter: the limit's identity (stable across reloads while the
@@ -38,5 +42,10 @@ class Counters {
 
 /// Counters in this process (`InMemoryStorage`), bounded by its sweeps of expired windows.
 std::shared_ptr<Counters> make_memory_counters();
+
+/// Counters on Redis (`RedisStorage` with `options`): one script call per hit. A hit the storage's
+/// failure policy decided (Redis unreachable) throws `std::runtime_error` instead. Only in a
+/// build with the Redis storage (hiredis and OpenSSL found).
+std::shared_ptr<Counters> make_redis_counters(RedisOptions options);
 
 }  // namespace ratelimit::server

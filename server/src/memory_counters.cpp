@@ -14,7 +14,8 @@ class MemoryCounters final : public Counters {
     for (const Hit& h : hits) {
       const auto binding =
           storage_.bind<GoWindowModel>(h.limit_id, GoWindowModel::Params{h.limit, h.window_s});
-      out.push_back(binding.apply(h.key, now, Operation{h.hits, false}));
+      // A read (0 hits) is a peek: the storages refuse a cost below 1.
+      out.push_back(binding.apply(h.key, now, Operation{h.hits > 0 ? h.hits : 1, h.hits <= 0}));
     }
     return out;
   }

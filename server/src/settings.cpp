@@ -1,10 +1,18 @@
 #include "settings.hpp"
 
+#include "counters.hpp"
+
+#ifdef RATELIMIT_SERVER_HAVE_REDIS
+#include <ratelimit/redis/options.hpp>
+#endif
+
 #include <algorithm>
 #include <cctype>
 #include <map>
 #include <stdexcept>
 #include <string_view>
+#include <tuple>
+#include <utility>
 
 namespace ratelimit::server {
 namespace {
@@ -79,6 +87,38 @@ const std::map<std::string, Apply, std::less<>>& ours() {
            throw std::invalid_argument(n + " = \"" + v + "\": expected text or json");
        }},
       {"REDIS_URL", [](Settings& s, const std::string&, const std::string& v) { s.redis_url = v; }},
+      {"REDIS_SOCKET_TYPE",
+       [](Settings& s, const std::string& n, const std::string& v) {
+         if (v != "tcp" && v != "unix")
+           throw std::invalid_argument(n + " = \"" + v + "\": expected tcp or unix");
+         s.redis_socket_type = v;
+       }},
+      {"REDIS_TYPE",
+       [](Settings& s, const std::string& n, const std::string& v) {
+         std::string lower = v;
+         for (char& c : lower) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+         if (lower != "single" && lower != "sentinel")
+           throw std::invalid_argument(n + " = \"" + v +
+                                       "\": this server implements single and sentinel");
+         s.redis_type = lower;
+       }},
+      {"REDIS_AUTH",
+       [](Settings& s, const std::string&, const std::string& v) { s.redis_auth = v; }},
+      {"REDIS_TLS", [](Settings& s, const std::string& n,
+                       const std::string& v) { s.redis_tls = parse_bool(n, v); }},
+      {"REDIS_TLS_CACERT",
+       [](Settings& s, const std::string&, const std::string& v) { s.redis_tls_cacert = v; }},
+      {"REDIS_TLS_CLIENT_CERT",
+       [](Settings& s, const std::string&, const std::string& v) { s.redis_tls_client_cert = v; }},
+      {"REDIS_TLS_CLIENT_KEY",
+       [](Settings& s, const std::string&, const std::string& v) { s.redis_tls_client_key = v; }},
+      {"REDIS_POOL_SIZE",
+       [](Settings& s, const std::string& n, const std::string& v) {
+         const int size = parse_port(n, v);
+         if (size < 1 || size > 64)
+           throw std::invalid_argument(n + " = " + v + ": must be 1 to 64");
+         s.redis_pool_size = size;
+       }},
       // The reference's switches, accepted at the values this server implements.
       {"BACKEND_TYPE",
        [](Settings&, const std::string& n, const std::string& v) {
@@ -164,6 +204,77 @@ Settings read_settings(const std::function<std::optional<std::string>(const std:
     it->second(s, "--" + arg.substr(2, eq - 2), arg.substr(eq + 1));
   }
   return s;
+}
+
+namespace {
+
+#ifdef RATELIMIT_SERVER_HAVE_REDIS
+/// "host:port" as the reference's REDIS_URL writes it.
+std::pair<std::string, int> host_port(const std::string& name, const std::string& v) {
+  const auto colon = v.rfind(':');
+  if (colon == std::string::npos || colon == 0)
+    throw std::invalid_argument(name + " = \"" + v + "\": expected host:port");
+  const int port = parse_port(name, v.substr(colon + 1));
+  if (port == 0) throw std::invalid_argument(name + " = \"" + v + "\": port 0");
+  return {v.substr(0, colon), port};
+}
+
+RedisOptions redis_options(const Settings& s) {
+  RedisOptions o;
+  if (s.redis_type == "sentinel") {
+    // "master,host:port,host:port", as the reference's REDIS_URL for sentinel.
+    std::vector<std::string> parts;
+    std::string::size_type start = 0;
+    while (start <= s.redis_url.size()) {
+      const auto comma = s.redis_url.find(',', start);
+      parts.push_back(s.redis_url.substr(
+          start, comma == std::string::npos ? std::string::npos : comma - start));
+      if (comma == std::string::npos) break;
+      start = comma + 1;
+    }
+    if (parts.size() < 2)
+      throw std::invalid_argument("REDIS_URL = \"" + s.redis_url +
+                                  "\": REDIS_TYPE=sentinel expects master,host:port,...");
+    o.sentinel.master_name = parts[0];
+    for (std::size_t i = 1; i < parts.size(); ++i) {
+      (void)host_port("REDIS_URL", parts[i]);
+      o.sentinel.sentinels.push_back(parts[i]);
+    }
+  } else if (s.redis_socket_type == "unix") {
+    o.unix_socket = s.redis_url;
+  } else {
+    std::tie(o.host, o.port) = host_port("REDIS_URL", s.redis_url);
+  }
+  if (!s.redis_auth.empty()) {
+    const auto colon = s.redis_auth.find(':');
+    if (colon == std::string::npos) {
+      o.password = s.redis_auth;
+    } else {
+      o.username = s.redis_auth.substr(0, colon);
+      o.password = s.redis_auth.substr(colon + 1);
+    }
+  }
+  o.tls.enabled = s.redis_tls;
+  o.tls.ca_file = s.redis_tls_cacert;
+  o.tls.cert_file = s.redis_tls_client_cert;
+  o.tls.key_file = s.redis_tls_client_key;
+  o.pool_size = static_cast<std::size_t>(s.redis_pool_size);
+  o.key_prefix = "ratelimit_server:";
+  return o;
+}
+#endif
+
+}  // namespace
+
+std::shared_ptr<Counters> make_counters(const Settings& s) {
+  if (s.redis_url.empty()) return make_memory_counters();
+#ifdef RATELIMIT_SERVER_HAVE_REDIS
+  return make_redis_counters(redis_options(s));
+#else
+  throw std::invalid_argument(
+      "REDIS_URL: this build of the server has no Redis storage "
+      "(hiredis or OpenSSL was not found)");
+#endif
 }
 
 std::vector<std::filesystem::path> rules_files(const std::filesystem::path& dir,

@@ -7,6 +7,7 @@
 #include <chrono>
 #include <filesystem>
 #include <functional>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
@@ -33,7 +34,17 @@ struct Settings {
   /// HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED: unhealthy until a rules file loaded.
   bool healthy_with_config_only = false;
   std::string log_level = "WARN";  ///< LOG_LEVEL
-  std::string redis_url;           ///< REDIS_URL: empty keeps the counters in this process
+  /// REDIS_URL: "host:port" (REDIS_SOCKET_TYPE=tcp), a socket path (unix), or for
+  /// REDIS_TYPE=sentinel "master,host:port,..."; empty keeps the counters in this process.
+  std::string redis_url;
+  std::string redis_socket_type = "tcp";             ///< REDIS_SOCKET_TYPE: tcp or unix
+  std::string redis_type = "single";                 ///< REDIS_TYPE: single or sentinel
+  std::string redis_auth;                            ///< REDIS_AUTH: "password" or "user:password"
+  bool redis_tls = false;                            ///< REDIS_TLS
+  std::string redis_tls_cacert;                      ///< REDIS_TLS_CACERT: CA bundle (PEM)
+  std::string redis_tls_client_cert;                 ///< REDIS_TLS_CLIENT_CERT
+  std::string redis_tls_client_key;                  ///< REDIS_TLS_CLIENT_KEY
+  int redis_pool_size = 2;                           ///< REDIS_POOL_SIZE (connections)
   std::chrono::milliseconds shutdown_grace{10'000};  ///< GRACEFUL_SHUTDOWN_SECONDS (ours)
 
   /// The directory of rules files: RUNTIME_ROOT/RUNTIME_SUBDIRECTORY/RUNTIME_APPDIRECTORY.
@@ -49,6 +60,13 @@ struct Settings {
 Settings read_settings(const std::function<std::optional<std::string>(const std::string&)>& env,
                        const std::vector<std::string>& args,
                        const std::vector<std::string>& environment_names);
+
+class Counters;
+
+/// The counters the settings ask for: on Redis when REDIS_URL is set, else in this process.
+/// Throws `std::invalid_argument` naming the variable for a Redis setting that is invalid or
+/// that this build cannot serve (no Redis storage, REDIS_TYPE=cluster).
+std::shared_ptr<Counters> make_counters(const Settings& settings);
 
 /// The rules files of `dir` (recursively: *.yaml and *.yml, dotfiles skipped when asked), sorted.
 std::vector<std::filesystem::path> rules_files(const std::filesystem::path& dir,

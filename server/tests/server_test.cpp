@@ -19,6 +19,9 @@
 #include <ratelimit/rules.hpp>
 
 #include "counters.hpp"
+#ifdef RATELIMIT_SERVER_HAVE_REDIS
+#include "support/redis_backend.hpp"
+#endif
 #include "grpc_server.hpp"
 #include "rls.grpc.pb.h"
 #include "service.hpp"
@@ -41,11 +44,24 @@ struct Desc {
   std::int64_t hits = -1;  ///< >= 0: the descriptor's own hits_addend
 };
 
+/// The counters of this run of a test case: each case runs once in process and, in a build with
+/// Redis, once on the Redis server of RATELIMIT_TEST_REDIS (which must be set: see
+/// tests/support/redis_backend.hpp), under a key prefix of its own.
+std::shared_ptr<ratelimit::server::Counters> counters_under_test() {
+#ifdef RATELIMIT_SERVER_HAVE_REDIS
+  const bool redis = GENERATE(false, true);
+  if (redis) {
+    INFO("storage: Redis");
+    return ratelimit::server::make_redis_counters(rltest::test_redis_options("server"));
+  }
+#endif
+  return ratelimit::server::make_memory_counters();
+}
+
 /// A server on a free loopback port serving `yaml`, with a client connected to it.
 struct Fixture {
   explicit Fixture(const std::string& yaml, ratelimit::server::ServiceSettings settings = {},
-                   std::shared_ptr<ratelimit::server::Counters> counters =
-                       ratelimit::server::make_memory_counters()) {
+                   std::shared_ptr<ratelimit::server::Counters> counters = counters_under_test()) {
     clock.set(std::chrono::seconds{day0_s});
     service = std::make_shared<ratelimit::server::Service>(std::move(counters), settings,
                                                            [c = clock] { return c.now(); });

@@ -1,0 +1,66 @@
+#include <mutex>
+#include <stdexcept>
+#include <string>
+#include <unordered_map>
+
+#include <ratelimit/redis.hpp>
+
+#include "counters.hpp"
+#include "go_window.hpp"
+
+namespace ratelimit::server {
+namespace {
+
+/// Counters on Redis (`RedisStorage`): each hit is one script call (server/lua/go_window.lua).
+/// A decision that the storage's failure policy had to make (Redis unreachable) is an error,
+/// as the reference returns Redis errors to the caller.
+class RedisCounters final : public Counters {
+ public:
+  explicit RedisCounters(RedisOptions options) : storage_(std::move(options)) {}
+
+  std::vector<Decision> count(std::span<const Hit> hits, std::chrono::nanoseconds now) override {
+    std::vector<Decision> out;
+    out.reserve(hits.size());
+    for (const Hit& h : hits) {
+      const auto binding = binding_of(h);
+      const Decision d = binding.apply(h.key, now, Operation{h.hits > 0 ? h.hits : 1, h.hits <= 0});
+      if (d.degraded) throw std::runtime_error("Redis did not answer (see the server's log)");
+      out.push_back(d);
+    }
+    return out;
+  }
+
+ private:
+  using Binding = decltype(std::declval<RedisStorage&>().bind<GoWindowModel>(
+      std::string_view{}, GoWindowModel::Params{}));
+
+  /// The binding of a limit, kept for the next calls (bounded: cleared when it grows past
+  /// 65,536 limits, which only a configuration that many limits or a flood of overrides
+  /// with distinct limits reach).
+  Binding binding_of(const Hit& h) {
+    std::string id = h.limit_id;
+    id += '\0';
+    id += std::to_string(h.limit);
+    id += '/';
+    id += std::to_string(h.window_s);
+    const std::lock_guard lock(mutex_);
+    if (const auto it = bindings_.find(id); it != bindings_.end()) return it->second;
+    if (bindings_.size() >= 65'536) bindings_.clear();
+    return bindings_
+        .emplace(std::move(id), storage_.bind<GoWindowModel>(
+                                    h.limit_id, GoWindowModel::Params{h.limit, h.window_s}))
+        .first->second;
+  }
+
+  RedisStorage storage_;
+  std::mutex mutex_;
+  std::unordered_map<std::string, Binding> bindings_;
+};
+
+}  // namespace
+
+std::shared_ptr<Counters> make_redis_counters(RedisOptions options) {
+  return std::make_shared<RedisCounters>(std::move(options));
+}
+
+}  // namespace ratelimit::server
