@@ -5,6 +5,8 @@
 
 #include <chrono>
 #include <cstdint>
+#include <exception>
+#include <functional>
 #include <memory>
 #include <span>
 #include <string>
@@ -38,6 +40,20 @@ class Counters {
   /// `now` (nanoseconds since the Unix epoch). Throws `std::runtime_error` when the storage
   /// fails.
   virtual std::vector<Decision> count(std::span<const Hit> hits, std::chrono::nanoseconds now) = 0;
+  /// `count` without blocking: `done(decisions, nullptr)` or `done({}, error)` is called
+  /// exactly once, on the storage's I/O thread or here before this returns. Hits on one
+  /// counter are applied in some order (the Redis storage sends them at once). By default,
+  /// `count` here.
+  virtual void count_async(std::vector<Hit> hits, std::chrono::nanoseconds now,
+                           std::function<void(std::vector<Decision>, std::exception_ptr)> done) {
+    std::vector<Decision> ds;
+    try {
+      ds = count(hits, now);
+    } catch (...) {
+      return done({}, std::current_exception());
+    }
+    done(std::move(ds), nullptr);
+  }
 };
 
 /// Counters in this process (`InMemoryStorage`), bounded by its sweeps of expired windows.

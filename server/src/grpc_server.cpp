@@ -14,12 +14,14 @@ namespace pb = envoy::service::ratelimit::v3;
 
 struct GrpcServer::Handler final : pb::RateLimitService::CallbackService {
   explicit Handler(std::shared_ptr<server::Service> s) : service(std::move(s)) {}
-  // The in-process storage answers at once, so the call is finished on the gRPC thread.
+  // The call is finished when the storage answers (at once in process; on the storage's I/O
+  // thread on Redis), so no gRPC thread waits for Redis.
   grpc::ServerUnaryReactor* ShouldRateLimit(grpc::CallbackServerContext* context,
                                             const pb::RateLimitRequest* request,
                                             pb::RateLimitResponse* response) override {
     auto* reactor = context->DefaultReactor();
-    reactor->Finish(service->should_rate_limit(*request, *response));
+    service->should_rate_limit_async(*request, *response,
+                                     [reactor](grpc::Status st) { reactor->Finish(st); });
     return reactor;
   }
   std::shared_ptr<server::Service> service;

@@ -1,3 +1,4 @@
+#include <atomic>
 #include <mutex>
 #include <stdexcept>
 #include <string>
@@ -28,6 +29,42 @@ class RedisCounters final : public Counters {
       out.push_back(d);
     }
     return out;
+  }
+
+  /// Every hit sent at once; `done` runs on the storage's I/O thread when the last answers.
+  void count_async(std::vector<Hit> hits, std::chrono::nanoseconds now,
+                   std::function<void(std::vector<Decision>, std::exception_ptr)> done) override {
+    struct Gather {
+      std::vector<Hit> hits;
+      std::vector<Binding> bindings;
+      std::vector<Decision> out;
+      std::atomic<std::size_t> left{0};
+      std::atomic<bool> failed{false};
+      std::function<void(std::vector<Decision>, std::exception_ptr)> done;
+    };
+    auto g = std::make_shared<Gather>();
+    g->hits = std::move(hits);
+    g->out.resize(g->hits.size());
+    g->left = g->hits.size();
+    g->done = std::move(done);
+    try {
+      for (const Hit& h : g->hits) g->bindings.push_back(binding_of(h));
+    } catch (...) {
+      return g->done({}, std::current_exception());
+    }
+    for (std::size_t i = 0; i < g->hits.size(); ++i) {
+      const Hit& h = g->hits[i];
+      g->bindings[i].apply_async(
+          h.key, now, Operation{h.hits > 0 ? h.hits : 1, h.hits <= 0}, [g, i](Decision d) {
+            g->out[i] = d;
+            if (d.degraded) g->failed = true;
+            if (g->left.fetch_sub(1) != 1) return;
+            if (g->failed)
+              return g->done({}, std::make_exception_ptr(std::runtime_error(
+                                     "Redis did not answer (see the server's log)")));
+            g->done(std::move(g->out), nullptr);
+          });
+    }
   }
 
  private:

@@ -61,6 +61,16 @@ struct Planned {
   std::string name;
 };
 
+std::string what(std::exception_ptr err) {
+  try {
+    std::rethrow_exception(std::move(err));
+  } catch (const std::exception& e) {
+    return e.what();
+  } catch (...) {
+    return "unknown error";
+  }
+}
+
 void append_field(std::string& out, std::string_view s) {
   out += std::to_string(s.size());
   out += ':';
@@ -105,15 +115,24 @@ std::shared_ptr<const RulesConfig> Service::config() const {
   return config_;
 }
 
-grpc::Status Service::should_rate_limit(const pb::RateLimitRequest& request,
-                                        pb::RateLimitResponse& response) {
+/// One call between its rounds: what its descriptors matched, and the hits to count.
+struct Service::Call {
+  std::shared_ptr<const RulesConfig> config;  ///< keeps the plan's `Rule` pointers valid
+  std::vector<Planned> plan;
+  std::vector<Hit> hits;
+  std::chrono::nanoseconds now{0};
+  pb::RateLimitResponse* response = nullptr;
+};
+
+grpc::Status Service::plan(const pb::RateLimitRequest& request, Call& call) const {
   // As the reference (src/service/ratelimit.go, shouldRateLimitWorker): a Go error returned
   // from the handler, which grpc-go reports as UNKNOWN with the error's text.
   if (request.domain().empty())
     return {grpc::StatusCode::UNKNOWN, "rate limit domain must not be empty"};
   if (request.descriptors_size() == 0)
     return {grpc::StatusCode::UNKNOWN, "rate limit descriptor list must not be empty"};
-  const auto config = this->config();
+  call.config = this->config();
+  const auto& config = call.config;
   if (!config) return {grpc::StatusCode::UNKNOWN, "no rate limit configuration loaded"};
   const Rules* rules = config->find(request.domain());
 
@@ -121,8 +140,9 @@ grpc::Status Service::should_rate_limit(const pb::RateLimitRequest& request,
   // The reference counts max(1, hits_addend); a descriptor's own hits_addend, when set,
   // replaces it and may be 0 (a read).
   const std::int64_t request_hits = std::max<std::int64_t>(1, request.hits_addend());
-  std::vector<Planned> plan(n);
-  std::vector<Hit> hits;
+  std::vector<Planned>& plan = call.plan;
+  plan.resize(n);
+  std::vector<Hit>& hits = call.hits;
   std::unordered_set<std::string> replacing;
   std::vector<DescriptorEntry> entries;
   for (std::size_t i = 0; i < n; ++i) {
@@ -192,30 +212,88 @@ grpc::Status Service::should_rate_limit(const pb::RateLimitRequest& request,
     for (Planned& p : plan)
       if (p.hit) p.hit = index[*p.hit];
   }
+  return grpc::Status::OK;
+}
 
-  const auto now = now_();
+namespace {
+
+/// The reference's rule for several descriptors (src/redis/fixed_cache_impl.go, DoLimit): it
+/// first reads every counter; if one would go over its limit, only that one is incremented and
+/// the others are only read. `before` are the reads' decisions.
+void keep_only_the_first_over(std::vector<Hit>& hits, const std::vector<Decision>& before) {
+  for (std::size_t k = 0; k < hits.size(); ++k) {
+    const bool over = !before[k].allowed || before[k].remaining < hits[k].hits;
+    if (!over) continue;
+    for (std::size_t j = 0; j < hits.size(); ++j)
+      if (j != k) hits[j].hits = 0;
+    return;
+  }
+}
+
+std::vector<Hit> reads_of(const std::vector<Hit>& hits) {
+  std::vector<Hit> reads = hits;
+  for (Hit& r : reads) r.hits = 0;
+  return reads;
+}
+
+grpc::Status storage_error(const std::string& what) {
+  return {grpc::StatusCode::UNAVAILABLE, "rate limit storage: " + what};
+}
+
+}  // namespace
+
+grpc::Status Service::should_rate_limit(const pb::RateLimitRequest& request,
+                                        pb::RateLimitResponse& response) {
+  Call call;
+  call.response = &response;
+  if (grpc::Status st = plan(request, call); !st.ok()) return st;
+  call.now = now_();
   std::vector<Decision> ds;
   try {
-    if (n > 1 && !hits.empty()) {
-      // With several descriptors, the reference first reads every counter; if one would go
-      // over its limit, only that one is incremented and the others are read
-      // (src/redis/fixed_cache_impl.go, DoLimit).
-      std::vector<Hit> reads = hits;
-      for (Hit& r : reads) r.hits = 0;
-      const auto before = counters_->count(reads, now);
-      for (std::size_t k = 0; k < hits.size(); ++k) {
-        const bool over = !before[k].allowed || before[k].remaining < hits[k].hits;
-        if (!over) continue;
-        for (std::size_t j = 0; j < hits.size(); ++j)
-          if (j != k) hits[j].hits = 0;
-        break;
-      }
-    }
-    ds = counters_->count(hits, now);
+    if (call.plan.size() > 1 && !call.hits.empty())
+      keep_only_the_first_over(call.hits, counters_->count(reads_of(call.hits), call.now));
+    if (!call.hits.empty()) ds = counters_->count(call.hits, call.now);
   } catch (const std::exception& e) {
-    return {grpc::StatusCode::UNAVAILABLE, std::string("rate limit storage: ") + e.what()};
+    return storage_error(e.what());
   }
+  finish(call, ds);
+  return grpc::Status::OK;
+}
 
+void Service::should_rate_limit_async(const pb::RateLimitRequest& request,
+                                      pb::RateLimitResponse& response,
+                                      std::function<void(grpc::Status)> done) {
+  auto call = std::make_shared<Call>();
+  call->response = &response;
+  if (grpc::Status st = plan(request, *call); !st.ok()) return done(st);
+  call->now = now_();
+  if (call->hits.empty()) {
+    finish(*call, {});
+    return done(grpc::Status::OK);
+  }
+  auto counters = counters_;
+  auto count = [this, call, counters, done]() {
+    counters->count_async(call->hits, call->now,
+                          [this, call, done](std::vector<Decision> ds, std::exception_ptr err) {
+                            if (err) return done(storage_error(what(err)));
+                            finish(*call, ds);
+                            done(grpc::Status::OK);
+                          });
+  };
+  if (call->plan.size() == 1) return count();
+  counters->count_async(reads_of(call->hits), call->now,
+                        [call, done, count](std::vector<Decision> before, std::exception_ptr err) {
+                          if (err) return done(storage_error(what(err)));
+                          keep_only_the_first_over(call->hits, before);
+                          count();
+                        });
+}
+
+void Service::finish(Call& call, const std::vector<Decision>& ds) const {
+  pb::RateLimitResponse& response = *call.response;
+  const std::vector<Planned>& plan = call.plan;
+  const std::size_t n = plan.size();
+  const auto now = call.now;
   const std::int64_t now_s = now.count() < 0 ? 0 : now.count() / 1'000'000'000;
   bool over = false;
   std::size_t quota_total = 0, quota_over = 0;
@@ -261,7 +339,6 @@ grpc::Status Service::should_rate_limit(const pb::RateLimitRequest& request,
     add(settings_.remaining_header, std::to_string(closest->limit_remaining()));
     add(settings_.reset_header, std::to_string(closest->duration_until_reset().seconds()));
   }
-  return grpc::Status::OK;
 }
 
 }  // namespace ratelimit::server

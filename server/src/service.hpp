@@ -10,6 +10,7 @@
 #include <memory>
 #include <mutex>
 #include <string>
+#include <vector>
 
 #include <grpcpp/support/status.h>
 
@@ -55,9 +56,21 @@ class Service {
   grpc::Status should_rate_limit(const envoy::service::ratelimit::v3::RateLimitRequest& request,
                                  envoy::service::ratelimit::v3::RateLimitResponse& response);
 
+  /// `should_rate_limit` without waiting for the storage: `done(status)` is called exactly
+  /// once, when `response` is complete, on the storage's I/O thread or here before this
+  /// returns. `request` is read before this returns; `response` must live until `done`.
+  void should_rate_limit_async(const envoy::service::ratelimit::v3::RateLimitRequest& request,
+                               envoy::service::ratelimit::v3::RateLimitResponse& response,
+                               std::function<void(grpc::Status)> done);
+
   static std::chrono::nanoseconds system_now();
 
  private:
+  struct Call;
+  grpc::Status plan(const envoy::service::ratelimit::v3::RateLimitRequest& request,
+                    Call& call) const;
+  void finish(Call& call, const std::vector<Decision>& decisions) const;
+
   std::shared_ptr<Counters> counters_;
   ServiceSettings settings_;
   Now now_;
