@@ -15,6 +15,11 @@
 #include <grpcpp/create_channel.h>
 #include <grpcpp/security/credentials.h>
 #include <httplib.h>
+#include <signal.h>
+#include <spawn.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
 #include <catch2/catch.hpp>
 
 #include "config_watcher.hpp"
@@ -189,4 +194,54 @@ TEST_CASE("gRPC health reports SERVING, NOT_SERVING on request; shutdown stops t
   envoy::service::ratelimit::v3::RateLimitResponse res;
   CHECK(rls->ShouldRateLimit(&ctx, request_for("d"), &res).error_code() ==
         grpc::StatusCode::UNAVAILABLE);
+}
+
+TEST_CASE("The binary serves its rules directory and exits 0 on SIGTERM", "[server]") {
+  // The reference's deployment: rules under RUNTIME_ROOT/config, ports from the environment.
+  TempDir dir;
+  dir.write("a.yaml", one_per_minute);
+  int err[2];
+  REQUIRE(::pipe(err) == 0);
+  posix_spawn_file_actions_t actions;
+  posix_spawn_file_actions_init(&actions);
+  posix_spawn_file_actions_adddup2(&actions, err[1], 2);
+  posix_spawn_file_actions_addclose(&actions, err[0]);
+  std::vector<std::string> env{"RUNTIME_ROOT=" + dir.path.string(), "GRPC_HOST=127.0.0.1",
+                               "GRPC_PORT=0", "HOST=127.0.0.1", "PORT=0"};
+  std::vector<char*> envp;
+  for (auto& e : env) envp.push_back(e.data());
+  envp.push_back(nullptr);
+  std::string binary = RATELIMIT_SERVER_BINARY;
+  char* argv[] = {binary.data(), nullptr};
+  pid_t pid = 0;
+  REQUIRE(::posix_spawn(&pid, binary.c_str(), &actions, nullptr, argv, envp.data()) == 0);
+  posix_spawn_file_actions_destroy(&actions);
+  ::close(err[1]);
+  // The first line names the ports: "ratelimit_server: gRPC on 127.0.0.1:N, HTTP on ...".
+  FILE* out = ::fdopen(err[0], "r");
+  char* line = nullptr;
+  std::size_t cap = 0;
+  const bool got = ::getline(&line, &cap, out) > 0;
+  const std::string first = got ? line : "";
+  std::free(line);
+  const auto at = first.find("gRPC on 127.0.0.1:");
+  int port = 0;
+  if (at != std::string::npos) port = std::atoi(first.c_str() + at + 18);
+  INFO(first);
+  if (port > 0) {
+    auto stub = envoy::service::ratelimit::v3::RateLimitService::NewStub(grpc::CreateChannel(
+        "127.0.0.1:" + std::to_string(port), grpc::InsecureChannelCredentials()));
+    grpc::ClientContext ctx;
+    ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds{10});
+    envoy::service::ratelimit::v3::RateLimitResponse res;
+    CHECK(stub->ShouldRateLimit(&ctx, request_for("d"), &res).ok());
+    CHECK(res.statuses(0).current_limit().requests_per_unit() == 1);
+  }
+  ::kill(pid, SIGTERM);
+  int status = 0;
+  ::waitpid(pid, &status, 0);
+  ::fclose(out);
+  CHECK(port > 0);
+  CHECK(WIFEXITED(status));
+  CHECK(WEXITSTATUS(status) == 0);
 }

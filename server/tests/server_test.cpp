@@ -393,3 +393,32 @@ TEST_CASE("A reload keeps the counts of unchanged limits", "[server]") {
 )");
   CHECK(f.ok("messaging", {d}).statuses(0).limit_remaining() == 89);  // 90 - 1
 }
+
+TEST_CASE("A request of 10,000 descriptors is answered whole", "[server]") {
+  // Hostile input: the reference sets no bound on the descriptors of a request; the server
+  // answers each (every one within 100/day: 100 - 1 = 99 remain on each number's counter).
+  Fixture f(messaging);
+  std::vector<Desc> many;
+  for (int i = 0; i < 10'000; ++i) many.push_back(Desc{{{"to_number", std::to_string(i)}}});
+  const auto res = f.ok("messaging", many);
+  CHECK(res.overall_code() == Code::OK);
+  CHECK(res.statuses(0).limit_remaining() == 99);
+  CHECK(res.statuses(9'999).limit_remaining() == 99);
+}
+
+TEST_CASE("NUL bytes in values are values like any other", "[server]") {
+  // Regression guard: a counter key built by joining values with a separator would let
+  // "a\0b" and "a" + "b" share a counter; the key is length-prefixed, so they do not.
+  Fixture f(R"(
+domain: d
+descriptors:
+  - key: k
+    descriptors:
+      - key: j
+        rate_limit: {unit: minute, requests_per_unit: 1}
+)");
+  const std::string nul("a\0b", 3);
+  CHECK(f.ok("d", {{{{"k", nul}, {"j", ""}}}}).statuses(0).limit_remaining() == 0);  // 1 - 1
+  CHECK(f.ok("d", {{{{"k", "a"}, {"j", std::string("\0b", 2)}}}}).statuses(0).limit_remaining() ==
+        0);  // its own counter: 1 - 1
+}
