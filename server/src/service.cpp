@@ -105,6 +105,15 @@ std::chrono::nanoseconds Service::system_now() {
 }
 
 void Service::reload(RulesConfig config) {
+  // Every limit is counted as the reference counts (go_window.hpp): a rule that names another
+  // algorithm (the library's extension) would silently be decided otherwise, so it is refused.
+  for (const Rules& rules : config.domains())
+    for (const Rule& r : rules.rules())
+      if (r.algorithm != Algorithm::sliding_counter)
+        throw std::invalid_argument(r.source + ":" + std::to_string(r.line) +
+                                    ": rate_limit.algorithm = \"" + std::string(r.algorithm.name) +
+                                    "\": this server counts every limit as Envoy's rate limit "
+                                    "service does; leave the algorithm out");
   auto next = std::make_shared<const RulesConfig>(std::move(config));
   const std::lock_guard lock(mutex_);
   config_ = std::move(next);

@@ -44,7 +44,9 @@ class Service {
 
   Service(std::shared_ptr<Counters> counters, ServiceSettings settings, Now now = system_now);
 
-  /// Serves `config` from now on (the previous configuration is dropped).
+  /// Serves `config` from now on (the previous configuration is dropped). Throws
+  /// `std::invalid_argument` "FILE:LINE: ..." for a rule that names an algorithm (the library's
+  /// extension, which this server does not serve yet); the configuration in force then stays.
   void reload(RulesConfig config);
   /// The configuration being served (empty until the first `reload`).
   std::shared_ptr<const RulesConfig> config() const;

@@ -245,3 +245,16 @@ TEST_CASE("The binary serves its rules directory and exits 0 on SIGTERM", "[serv
   CHECK(WIFEXITED(status));
   CHECK(WEXITSTATUS(status) == 0);
 }
+
+TEST_CASE("A rule naming an algorithm is refused, naming its file and line", "[server]") {
+  // Regression guard: the server counts as the reference; a rule asking for a token bucket
+  // must not be served silently as a fixed window.
+  rs::Service service(rs::make_memory_counters(), rs::ServiceSettings{});
+  const ratelimit::RulesSource sources[] = {
+      {"b.yaml",
+       "domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: second, "
+       "requests_per_unit: 1, algorithm: token_bucket}\n"}};
+  CHECK_THROWS_WITH(service.reload(ratelimit::RulesConfig::from_strings(sources)),
+                    Catch::StartsWith("b.yaml:3: rate_limit.algorithm = \"token_bucket\""));
+  CHECK(service.config() == nullptr);  // nothing was loaded
+}
