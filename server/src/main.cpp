@@ -62,6 +62,7 @@ int run(int argc, char** argv) {
   service_settings.limit_header = settings.limit_header;
   service_settings.remaining_header = settings.remaining_header;
   service_settings.reset_header = settings.reset_header;
+  service_settings.over_limit_cache_bytes = settings.local_cache_bytes;
   auto service = std::make_shared<Service>(make_counters(settings), service_settings);
 
   ConfigWatcher watcher(service, settings.config_dir(), settings.runtime_ignore_dotfiles,

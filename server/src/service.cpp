@@ -96,8 +96,56 @@ void set_status(pb::RateLimitResponse::DescriptorStatus& st, const Planned& p, c
 
 }  // namespace
 
+namespace detail {
+
+/// Counters known to be over their limit until their window ends (the reference's local
+/// cache, a freecache of LOCAL_CACHE_SIZE_IN_BYTES). Bounded: an entry is charged its key's
+/// size plus 64 bytes; when full, expired entries are dropped, and if that frees nothing the
+/// new entry is not remembered (the storage still decides it).
+/// Thread safety: every member is safe from many threads.
+class OverLimitCache {
+ public:
+  explicit OverLimitCache(std::size_t bytes) : budget_(bytes) {}
+
+  bool over(const std::string& key, std::int64_t now_s) const {
+    const std::lock_guard lock(mutex_);
+    const auto it = until_.find(key);
+    return it != until_.end() && now_s < it->second;
+  }
+
+  void remember(const std::string& key, std::int64_t until_s, std::int64_t now_s) {
+    const std::lock_guard lock(mutex_);
+    const std::size_t cost = key.size() + 64;
+    if (used_ + cost > budget_) {
+      for (auto it = until_.begin(); it != until_.end();) {
+        if (it->second <= now_s) {
+          used_ -= it->first.size() + 64;
+          it = until_.erase(it);
+        } else {
+          ++it;
+        }
+      }
+    }
+    if (used_ + cost > budget_) return;
+    if (until_.emplace(key, until_s).second) used_ += cost;
+  }
+
+ private:
+  mutable std::mutex mutex_;
+  std::unordered_map<std::string, std::int64_t> until_;
+  std::size_t budget_;
+  std::size_t used_ = 0;
+};
+
+}  // namespace detail
+
 Service::Service(std::shared_ptr<Counters> counters, ServiceSettings settings, Now now)
-    : counters_(std::move(counters)), settings_(std::move(settings)), now_(std::move(now)) {}
+    : counters_(std::move(counters)), settings_(std::move(settings)), now_(std::move(now)) {
+  if (settings_.over_limit_cache_bytes > 0)
+    cache_ = std::make_unique<detail::OverLimitCache>(settings_.over_limit_cache_bytes);
+}
+
+Service::~Service() = default;
 
 std::chrono::nanoseconds Service::system_now() {
   return std::chrono::duration_cast<std::chrono::nanoseconds>(
@@ -131,7 +179,70 @@ struct Service::Call {
   std::vector<Hit> hits;
   std::chrono::nanoseconds now{0};
   pb::RateLimitResponse* response = nullptr;
+  /// Per hit: known over its limit from the over-limit cache (not sent to the storage).
+  std::vector<bool> cached;
+  bool any_cached = false;
 };
+
+namespace {
+
+std::int64_t seconds_of(std::chrono::nanoseconds now) {
+  return now.count() < 0 ? 0 : now.count() / 1'000'000'000;
+}
+
+/// The over-limit cache's key of a hit: its counter and window.
+std::string cache_key(const Hit& h, std::int64_t now_s) {
+  std::string key = h.limit_id;
+  key += '\0';
+  key += h.key;
+  key += '\0';
+  key += std::to_string(now_s / h.window_s);
+  return key;
+}
+
+/// The hits that go to the storage.
+std::vector<Hit> to_send(const std::vector<Hit>& hits, const std::vector<bool>& cached) {
+  std::vector<Hit> out;
+  for (std::size_t k = 0; k < hits.size(); ++k)
+    if (!cached[k]) out.push_back(hits[k]);
+  return out;
+}
+
+}  // namespace
+
+void Service::consult_cache(Call& call) const {
+  call.cached.assign(call.hits.size(), false);
+  if (!cache_) return;
+  const std::int64_t now_s = seconds_of(call.now);
+  for (std::size_t k = 0; k < call.hits.size(); ++k)
+    if (call.hits[k].hits > 0 && cache_->over(cache_key(call.hits[k], now_s), now_s))
+      call.cached[k] = call.any_cached = true;
+  // As the reference: once one counter of the call is known over, the others are only read.
+  if (call.any_cached)
+    for (std::size_t k = 0; k < call.hits.size(); ++k)
+      if (!call.cached[k]) call.hits[k].hits = 0;
+}
+
+std::vector<Decision> Service::merged(const Call& call, std::vector<Decision> sent) const {
+  std::vector<Decision> out(call.hits.size());
+  const std::int64_t now_s = seconds_of(call.now);
+  std::size_t next = 0;
+  for (std::size_t k = 0; k < call.hits.size(); ++k) {
+    const Hit& h = call.hits[k];
+    if (call.cached[k]) {
+      Decision d{};
+      d.limit = h.limit;
+      d.reset_after = std::chrono::seconds{h.window_s - now_s % h.window_s};
+      d.retry_after = d.reset_after;
+      out[k] = d;
+      continue;
+    }
+    out[k] = sent[next++];
+    if (cache_ && h.hits > 0 && !out[k].allowed)
+      cache_->remember(cache_key(h, now_s), (now_s / h.window_s + 1) * h.window_s, now_s);
+  }
+  return out;
+}
 
 grpc::Status Service::plan(const pb::RateLimitRequest& request, Call& call) const {
   // As the reference (src/service/ratelimit.go, shouldRateLimitWorker): a Go error returned
@@ -257,11 +368,13 @@ grpc::Status Service::should_rate_limit(const pb::RateLimitRequest& request,
   call.response = &response;
   if (grpc::Status st = plan(request, call); !st.ok()) return st;
   call.now = now_();
+  consult_cache(call);
   std::vector<Decision> ds;
   try {
-    if (call.plan.size() > 1 && !call.hits.empty())
+    if (call.plan.size() > 1 && !call.hits.empty() && !call.any_cached)
       keep_only_the_first_over(call.hits, counters_->count(reads_of(call.hits), call.now));
-    if (!call.hits.empty()) ds = counters_->count(call.hits, call.now);
+    const auto send = to_send(call.hits, call.cached);
+    ds = merged(call, send.empty() ? std::vector<Decision>{} : counters_->count(send, call.now));
   } catch (const std::exception& e) {
     return storage_error(e.what());
   }
@@ -276,20 +389,22 @@ void Service::should_rate_limit_async(const pb::RateLimitRequest& request,
   call->response = &response;
   if (grpc::Status st = plan(request, *call); !st.ok()) return done(st);
   call->now = now_();
-  if (call->hits.empty()) {
-    finish(*call, {});
-    return done(grpc::Status::OK);
-  }
+  consult_cache(*call);
   auto counters = counters_;
   auto count = [this, call, counters, done]() {
-    counters->count_async(call->hits, call->now,
+    auto send = to_send(call->hits, call->cached);
+    if (send.empty()) {
+      finish(*call, merged(*call, {}));
+      return done(grpc::Status::OK);
+    }
+    counters->count_async(std::move(send), call->now,
                           [this, call, done](std::vector<Decision> ds, std::exception_ptr err) {
                             if (err) return done(storage_error(what(err)));
-                            finish(*call, ds);
+                            finish(*call, merged(*call, std::move(ds)));
                             done(grpc::Status::OK);
                           });
   };
-  if (call->plan.size() == 1) return count();
+  if (call->plan.size() == 1 || call->hits.empty() || call->any_cached) return count();
   counters->count_async(reads_of(call->hits), call->now,
                         [call, done, count](std::vector<Decision> before, std::exception_ptr err) {
                           if (err) return done(storage_error(what(err)));

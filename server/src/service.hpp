@@ -5,6 +5,7 @@
 /// (`RulesConfig`, `Rules::lookup`) and a `Counters` storage.
 
 #include <chrono>
+#include <cstddef>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -31,7 +32,16 @@ struct ServiceSettings {
   std::string limit_header = "RateLimit-Limit";
   std::string remaining_header = "RateLimit-Remaining";
   std::string reset_header = "RateLimit-Reset";
+  /// LOCAL_CACHE_SIZE_IN_BYTES: when > 0, a counter found over its limit is remembered for the
+  /// rest of its window (in at most about this many bytes); later calls on it are OVER_LIMIT
+  /// without asking the storage, and, as in the reference, the call's other descriptors are
+  /// then read, not counted (src/limiter/base_limiter.go, src/redis/fixed_cache_impl.go).
+  std::size_t over_limit_cache_bytes = 0;
 };
+
+namespace detail {
+class OverLimitCache;
+}
 
 /// Answers ShouldRateLimit. The configuration is swapped whole by `reload`: a call is decided
 /// under one configuration. Counters live in the `Counters` under each limit's `Rule::id`, so a
@@ -43,6 +53,7 @@ class Service {
   using Now = std::function<std::chrono::nanoseconds()>;
 
   Service(std::shared_ptr<Counters> counters, ServiceSettings settings, Now now = system_now);
+  ~Service();
 
   /// Serves `config` from now on (the previous configuration is dropped). Throws
   /// `std::invalid_argument` "FILE:LINE: ..." for a rule that names an algorithm (the library's
@@ -72,10 +83,13 @@ class Service {
   grpc::Status plan(const envoy::service::ratelimit::v3::RateLimitRequest& request,
                     Call& call) const;
   void finish(Call& call, const std::vector<Decision>& decisions) const;
+  void consult_cache(Call& call) const;
+  std::vector<Decision> merged(const Call& call, std::vector<Decision> sent) const;
 
   std::shared_ptr<Counters> counters_;
   ServiceSettings settings_;
   Now now_;
+  std::unique_ptr<detail::OverLimitCache> cache_;
   mutable std::mutex mutex_;
   std::shared_ptr<const RulesConfig> config_;
 };

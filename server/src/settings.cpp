@@ -133,8 +133,16 @@ const std::map<std::string, Apply, std::less<>>& ours() {
            throw std::invalid_argument(n + " = true: statsd is not implemented");
        }},
       {"LOCAL_CACHE_SIZE_IN_BYTES",
-       [](Settings&, const std::string& n, const std::string& v) {
-         if (v != "0") throw std::invalid_argument(n + " = " + v + ": not implemented yet (use 0)");
+       [](Settings& s, const std::string& n, const std::string& v) {
+         std::size_t used = 0;
+         long long bytes = -1;
+         try {
+           bytes = std::stoll(v, &used);
+         } catch (const std::exception&) {
+         }
+         if (used != v.size() || bytes < 0 || bytes > (1LL << 40))
+           throw std::invalid_argument(n + " = \"" + v + "\": not a size in bytes (0 to 2^40)");
+         s.local_cache_bytes = static_cast<std::size_t>(bytes);
        }},
       {"GRACEFUL_SHUTDOWN_SECONDS",
        [](Settings& s, const std::string& n, const std::string& v) {

@@ -33,7 +33,8 @@ struct Settings {
   std::string reset_header = "RateLimit-Reset";            ///< HEADER_RATELIMIT_RESET
   /// HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED: unhealthy until a rules file loaded.
   bool healthy_with_config_only = false;
-  std::string log_level = "WARN";  ///< LOG_LEVEL
+  std::size_t local_cache_bytes = 0;  ///< LOCAL_CACHE_SIZE_IN_BYTES (the over-limit cache)
+  std::string log_level = "WARN";     ///< LOG_LEVEL
   /// REDIS_URL: "host:port" (REDIS_SOCKET_TYPE=tcp), a socket path (unix), or for
   /// REDIS_TYPE=sentinel "master,host:port,..."; empty keeps the counters in this process.
   std::string redis_url;

@@ -422,3 +422,25 @@ descriptors:
   CHECK(f.ok("d", {{{{"k", "a"}, {"j", std::string("\0b", 2)}}}}).statuses(0).limit_remaining() ==
         0);  // its own counter: 1 - 1
 }
+
+TEST_CASE("The over-limit cache answers a counter over its limit without counting", "[server]") {
+  // Source: the reference's local cache (LOCAL_CACHE_SIZE_IN_BYTES; base_limiter.go and
+  // fixed_cache_impl.go): a key over its limit is remembered for its window; a later call on
+  // it is OVER_LIMIT without INCRBY, and the call's other descriptors are only read.
+  ratelimit::server::ServiceSettings settings;
+  settings.over_limit_cache_bytes = 1 << 20;
+  Fixture f(messaging, settings);
+  const Desc marketing{{{"message_type", "marketing"}, {"to_number", "1"}}};  // 5 per day
+  const Desc number{{{"to_number", "2"}}};                                    // 100 per day
+  f.ok("messaging", {marketing}, 6);  // 6 > 5: over, remembered
+  const auto res = f.ok("messaging", {marketing, number});
+  CHECK(res.overall_code() == Code::OVER_LIMIT);
+  CHECK(res.statuses(0).code() == Code::OVER_LIMIT);
+  CHECK(res.statuses(0).limit_remaining() == 0);
+  CHECK(res.statuses(1).limit_remaining() == 100);  // only read: 100 - 0
+  // Without a cached counter in the call, it is counted again: 100 - 1 = 99.
+  CHECK(f.ok("messaging", {number}).statuses(0).limit_remaining() == 99);
+  // The next day the entry has expired with its window: 5 - 1 = 4 remain.
+  f.clock.advance(std::chrono::seconds{86400});
+  CHECK(f.ok("messaging", {marketing}).statuses(0).limit_remaining() == 4);
+}
