@@ -10,8 +10,12 @@ namespace ratelimit::server {
 namespace pb = envoy::service::ratelimit::v3;
 
 HttpServer::HttpServer(std::shared_ptr<Service> service, std::function<bool()> healthy,
-                       const std::string& host, int port)
+                       const std::string& host, int port, std::function<std::string()> metrics)
     : service_(std::move(service)), server_(std::make_unique<httplib::Server>()) {
+  if (metrics)
+    server_->Get("/metrics", [metrics](const httplib::Request&, httplib::Response& res) {
+      res.set_content(metrics(), "text/plain; version=0.0.4");
+    });
   server_->Get("/healthcheck", [healthy](const httplib::Request&, httplib::Response& res) {
     const bool ok = healthy();
     res.status = ok ? 200 : 500;

@@ -3,7 +3,7 @@
 /// The reference service's HTTP side (cpp-httplib): POST /json takes a RateLimitRequest as
 /// JSON (protobuf's JSON mapping) and answers the RateLimitResponse as JSON, with status 200,
 /// or 429 when the overall code is OVER_LIMIT; GET /healthcheck answers 200 "OK" while
-/// healthy, else 500.
+/// healthy, else 500; GET /metrics answers `metrics()` (Prometheus text) when given.
 
 #include <atomic>
 #include <functional>
@@ -25,7 +25,7 @@ class HttpServer {
   /// Listens on host:port (port 0: a free one). `healthy()` is asked per /healthcheck. Throws
   /// `std::runtime_error` naming PORT when it cannot listen.
   HttpServer(std::shared_ptr<Service> service, std::function<bool()> healthy,
-             const std::string& host, int port);
+             const std::string& host, int port, std::function<std::string()> metrics = nullptr);
   ~HttpServer();
   HttpServer(const HttpServer&) = delete;
   HttpServer& operator=(const HttpServer&) = delete;

@@ -14,6 +14,8 @@
 #include <pthread.h>
 #include <unistd.h>
 
+#include <ratelimit/metrics.hpp>
+
 #include "config_watcher.hpp"
 #include "counters.hpp"
 #include "grpc_server.hpp"
@@ -63,6 +65,8 @@ int run(int argc, char** argv) {
   service_settings.remaining_header = settings.remaining_header;
   service_settings.reset_header = settings.reset_header;
   service_settings.over_limit_cache_bytes = settings.local_cache_bytes;
+  auto exporter = std::make_shared<ratelimit::PrometheusExporter>();
+  service_settings.listener = exporter;
   auto service = std::make_shared<Service>(make_counters(settings), service_settings);
 
   ConfigWatcher watcher(service, settings.config_dir(), settings.runtime_ignore_dotfiles,
@@ -74,7 +78,8 @@ int run(int argc, char** argv) {
 
   GrpcServer grpc(service, settings.grpc_host + ":" + std::to_string(settings.grpc_port));
   grpc.set_serving(healthy());
-  HttpServer http(service, healthy, settings.http_host, settings.http_port);
+  HttpServer http(service, healthy, settings.http_host, settings.http_port,
+                  [exporter] { return exporter->render(); });
   std::cerr << "ratelimit_server: gRPC on " << settings.grpc_host << ":" << grpc.port()
             << ", HTTP on " << settings.http_host << ":" << http.port() << ", rules from "
             << settings.config_dir().string() << "\n";

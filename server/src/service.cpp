@@ -59,6 +59,7 @@ struct Planned {
   WireUnit unit{};
   std::int64_t limit = 0;
   std::string name;
+  std::string metric;  ///< the listener's name for it (only with a listener)
 };
 
 std::string what(std::exception_ptr err) {
@@ -282,6 +283,7 @@ grpc::Status Service::plan(const pb::RateLimitRequest& request, Call& call) cons
                     ": not a known unit (SECOND, MINUTE, HOUR, DAY, MONTH or YEAR)"};
       p.unit = *unit;
       p.limit = d.limit().requests_per_unit();
+      if (settings_.listener) p.metric = request.domain() + ".override";
       Hit hit{"override:", "", p.limit, unit->window_s, h};
       append_field(hit.limit_id, request.domain());
       hit.limit_id += std::to_string(unit->window_s);
@@ -310,6 +312,13 @@ grpc::Status Service::plan(const pb::RateLimitRequest& request, Call& call) cons
     p.unit = *unit;
     p.limit = m.rule->rate.count;
     p.name = m.rule->given_name;
+    if (settings_.listener)
+      p.metric =
+          RuleSet<>::metric_name(*rules, *m.rule, [&](std::string_view k) -> const std::string* {
+            for (const DescriptorEntry& e : entries)
+              if (e.key == k) return &e.value;
+            return nullptr;
+          });
     p.hit = hits.size();
     hits.push_back(Hit{m.rule->id, std::move(m.key), p.limit, unit->window_s, h});
   }
@@ -413,6 +422,25 @@ void Service::should_rate_limit_async(const pb::RateLimitRequest& request,
                         });
 }
 
+namespace {
+
+/// Tells the listener what a counted descriptor came to.
+void report(Listener& listener, const Planned& p, const Decision& d, std::int64_t hits) {
+  DecisionEvent e{};
+  e.name = p.metric;
+  e.decision = d;
+  if (p.shadow && !d.allowed) e.decision.shadow_denied = true;
+  e.outcome = outcome_of(e.decision);
+  e.cost = hits;
+  e.latency = std::chrono::nanoseconds{-1};
+  try {
+    listener.on_decision(e);
+  } catch (...) {  // a listener's failure never fails the call
+  }
+}
+
+}  // namespace
+
 void Service::finish(Call& call, const std::vector<Decision>& ds) const {
   pb::RateLimitResponse& response = *call.response;
   const std::vector<Planned>& plan = call.plan;
@@ -437,6 +465,8 @@ void Service::finish(Call& call, const std::vector<Decision>& ds) const {
     }
     const Decision& d = ds[*p.hit];
     set_status(*st, p, d, p.unit.window_s - now_s % p.unit.window_s);
+    if (settings_.listener && call.hits[*p.hit].hits > 0)
+      report(*settings_.listener, p, d, call.hits[*p.hit].hits);
     const bool denied = st->code() == pb::RateLimitResponse::OVER_LIMIT;
     if (p.quota) {
       ++quota_total;

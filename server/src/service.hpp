@@ -15,6 +15,7 @@
 
 #include <grpcpp/support/status.h>
 
+#include <ratelimit/core/listener.hpp>
 #include <ratelimit/rules.hpp>
 
 #include "counters.hpp"
@@ -37,6 +38,10 @@ struct ServiceSettings {
   /// without asking the storage, and, as in the reference, the call's other descriptors are
   /// then read, not counted (src/limiter/base_limiter.go, src/redis/fixed_cache_impl.go).
   std::size_t over_limit_cache_bytes = 0;
+  /// When set, hears of every counted descriptor's decision (not reads), named as the
+  /// reference names its stats ("<domain>.<key>_<value>...", see `RuleSet::metric_name`; a
+  /// limit override is "<domain>.override"), e.g. a `PrometheusExporter`.
+  std::shared_ptr<Listener> listener;
 };
 
 namespace detail {

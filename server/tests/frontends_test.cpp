@@ -22,6 +22,8 @@
 
 #include <catch2/catch.hpp>
 
+#include <ratelimit/metrics.hpp>
+
 #include "config_watcher.hpp"
 #include "counters.hpp"
 #include "grpc_server.hpp"
@@ -138,14 +140,19 @@ TEST_CASE("A broken rules file on reload keeps the previous configuration", "[se
   CHECK(e.statuses(0).current_limit().requests_per_unit() == 7);
 }
 
-TEST_CASE("HTTP: /json answers the request as JSON, 429 when over; /healthcheck", "[server]") {
+TEST_CASE("HTTP: /json answers the request as JSON, 429 when over; /healthcheck; /metrics",
+          "[server]") {
   // Source: the reference's HTTP endpoints (src/server/server_impl.go: /json, /healthcheck).
-  auto service = std::make_shared<rs::Service>(rs::make_memory_counters(), rs::ServiceSettings{});
+  // /metrics: ours, the library's Prometheus exporter fed with every counted descriptor.
+  auto exporter = std::make_shared<ratelimit::PrometheusExporter>();
+  rs::ServiceSettings settings;
+  settings.listener = exporter;
+  auto service = std::make_shared<rs::Service>(rs::make_memory_counters(), settings);
   const ratelimit::RulesSource sources[] = {{"a.yaml", one_per_minute}};
   service->reload(ratelimit::RulesConfig::from_strings(sources));
   bool healthy = true;
   rs::HttpServer http(
-      service, [&] { return healthy; }, "127.0.0.1", 0);
+      service, [&] { return healthy; }, "127.0.0.1", 0, [exporter] { return exporter->render(); });
   httplib::Client client("127.0.0.1", http.port());
   const std::string body =
       R"({"domain":"d","descriptors":[{"entries":[{"key":"k","value":"v"}]}]})";
@@ -157,6 +164,14 @@ TEST_CASE("HTTP: /json answers the request as JSON, 429 when over; /healthcheck"
   REQUIRE(second);
   CHECK(second->status == 429);
   CHECK_THAT(second->body, Catch::Contains("\"overallCode\":\"OVER_LIMIT\""));
+  const auto metrics = client.Get("/metrics");
+  REQUIRE(metrics);
+  CHECK(metrics->status == 200);
+  // One allowed and one limited decision of the rule named "d.k" (domain, then its key).
+  CHECK_THAT(metrics->body,
+             Catch::Contains("ratelimit_decisions_total{name=\"d.k\",outcome=\"allowed\"} 1"));
+  CHECK_THAT(metrics->body,
+             Catch::Contains("ratelimit_decisions_total{name=\"d.k\",outcome=\"limited\"} 1"));
   const auto bad = client.Post("/json", "{not json", "application/json");
   REQUIRE(bad);
   CHECK(bad->status == 400);
