@@ -16,7 +16,8 @@
 
 namespace ratelimit {
 struct RedisOptions;  // redis/options.hpp
-}
+class Listener;       // core/listener.hpp
+}  // namespace ratelimit
 
 namespace ratelimit::server {
 
@@ -61,7 +62,9 @@ std::shared_ptr<Counters> make_memory_counters();
 
 /// Counters on Redis (`RedisStorage` with `options`): one script call per hit. A hit the storage's
 /// failure policy decided (Redis unreachable) throws `std::runtime_error` instead. Only in a
-/// build with the Redis storage (hiredis and OpenSSL found).
-std::shared_ptr<Counters> make_redis_counters(RedisOptions options);
+/// build with the Redis storage (hiredis and OpenSSL found). `listener`, when set, hears of
+/// the storage's errors, breaker changes and round trips (`RedisStorage::attach_listener`).
+std::shared_ptr<Counters> make_redis_counters(RedisOptions options,
+                                              std::shared_ptr<Listener> listener = nullptr);
 
 }  // namespace ratelimit::server

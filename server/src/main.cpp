@@ -46,11 +46,6 @@ int run(int argc, char** argv) {
         return std::string(v);
       },
       std::vector<std::string>(argv + 1, argv + argc), environment_names());
-  if (!settings.redis_url.empty())
-    throw std::invalid_argument(
-        "REDIS_URL: the Redis storage is not available in this build of "
-        "the server yet (leave it unset to count in this process)");
-
   // Block the stop signals in every thread; the main thread waits for them below.
   sigset_t stop_signals;
   sigemptyset(&stop_signals);
@@ -67,7 +62,7 @@ int run(int argc, char** argv) {
   service_settings.over_limit_cache_bytes = settings.local_cache_bytes;
   auto exporter = std::make_shared<ratelimit::PrometheusExporter>();
   service_settings.listener = exporter;
-  auto service = std::make_shared<Service>(make_counters(settings), service_settings);
+  auto service = std::make_shared<Service>(make_counters(settings, exporter), service_settings);
 
   ConfigWatcher watcher(service, settings.config_dir(), settings.runtime_ignore_dotfiles,
                         settings.merge_domain_config ? ratelimit::DomainMerge::merge

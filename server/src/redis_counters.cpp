@@ -17,7 +17,10 @@ namespace {
 /// as the reference returns Redis errors to the caller.
 class RedisCounters final : public Counters {
  public:
-  explicit RedisCounters(RedisOptions options) : storage_(std::move(options)) {}
+  RedisCounters(RedisOptions options, std::shared_ptr<Listener> listener)
+      : storage_(std::move(options)) {
+    if (listener) storage_.attach_listener(std::move(listener));
+  }
 
   std::vector<Decision> count(std::span<const Hit> hits, std::chrono::nanoseconds now) override {
     std::vector<Decision> out;
@@ -25,7 +28,10 @@ class RedisCounters final : public Counters {
     for (const Hit& h : hits) {
       const auto binding = binding_of(h);
       const Decision d = binding.apply(h.key, now, Operation{h.hits > 0 ? h.hits : 1, h.hits <= 0});
-      if (d.degraded) throw std::runtime_error("Redis did not answer (see the server's log)");
+      if (d.degraded)
+        throw std::runtime_error(
+            "Redis did not answer (its errors are counted in ratelimit_redis_errors_total on "
+            "/metrics)");
       out.push_back(d);
     }
     return out;
@@ -61,7 +67,8 @@ class RedisCounters final : public Counters {
             if (g->left.fetch_sub(1) != 1) return;
             if (g->failed)
               return g->done({}, std::make_exception_ptr(std::runtime_error(
-                                     "Redis did not answer (see the server's log)")));
+                                     "Redis did not answer (its errors are counted in "
+                                     "ratelimit_redis_errors_total on /metrics)")));
             g->done(std::move(g->out), nullptr);
           });
     }
@@ -96,8 +103,9 @@ class RedisCounters final : public Counters {
 
 }  // namespace
 
-std::shared_ptr<Counters> make_redis_counters(RedisOptions options) {
-  return std::make_shared<RedisCounters>(std::move(options));
+std::shared_ptr<Counters> make_redis_counters(RedisOptions options,
+                                              std::shared_ptr<Listener> listener) {
+  return std::make_shared<RedisCounters>(std::move(options), std::move(listener));
 }
 
 }  // namespace ratelimit::server

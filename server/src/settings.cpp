@@ -274,11 +274,12 @@ RedisOptions redis_options(const Settings& s) {
 
 }  // namespace
 
-std::shared_ptr<Counters> make_counters(const Settings& s) {
+std::shared_ptr<Counters> make_counters(const Settings& s, std::shared_ptr<Listener> listener) {
   if (s.redis_url.empty()) return make_memory_counters();
 #ifdef RATELIMIT_SERVER_HAVE_REDIS
-  return make_redis_counters(redis_options(s));
+  return make_redis_counters(redis_options(s), std::move(listener));
 #else
+  (void)listener;
   throw std::invalid_argument(
       "REDIS_URL: this build of the server has no Redis storage "
       "(hiredis or OpenSSL was not found)");

@@ -63,11 +63,18 @@ Settings read_settings(const std::function<std::optional<std::string>(const std:
                        const std::vector<std::string>& environment_names);
 
 class Counters;
+}  // namespace ratelimit::server
+namespace ratelimit {
+class Listener;
+}
+namespace ratelimit::server {
 
 /// The counters the settings ask for: on Redis when REDIS_URL is set, else in this process.
 /// Throws `std::invalid_argument` naming the variable for a Redis setting that is invalid or
 /// that this build cannot serve (no Redis storage, REDIS_TYPE=cluster).
-std::shared_ptr<Counters> make_counters(const Settings& settings);
+/// `listener`, when set, hears of the Redis storage's errors (see `make_redis_counters`).
+std::shared_ptr<Counters> make_counters(const Settings& settings,
+                                        std::shared_ptr<Listener> listener = nullptr);
 
 /// The rules files of `dir` (recursively: *.yaml and *.yml, dotfiles skipped when asked), sorted.
 std::vector<std::filesystem::path> rules_files(const std::filesystem::path& dir,
