@@ -25,6 +25,9 @@
 #include <ratelimit/metrics.hpp>
 
 #include "config_watcher.hpp"
+#ifdef RATELIMIT_SERVER_HAVE_REDIS
+#include "support/redis_backend.hpp"
+#endif
 #include "counters.hpp"
 #include "grpc_server.hpp"
 #include "health.grpc.pb.h"
@@ -223,6 +226,14 @@ TEST_CASE("The binary serves its rules directory and exits 0 on SIGTERM", "[serv
   posix_spawn_file_actions_addclose(&actions, err[0]);
   std::vector<std::string> env{"RUNTIME_ROOT=" + dir.path.string(), "GRPC_HOST=127.0.0.1",
                                "GRPC_PORT=0", "HOST=127.0.0.1", "PORT=0"};
+#ifdef RATELIMIT_SERVER_HAVE_REDIS
+  // Once in process and once on Redis (regression: the executable once refused REDIS_URL
+  // while the library part served it).
+  if (GENERATE(false, true)) {
+    const auto& redis = rltest::redis_endpoint();
+    env.push_back("REDIS_URL=" + redis.host + ":" + std::to_string(redis.port));
+  }
+#endif
   std::vector<char*> envp;
   for (auto& e : env) envp.push_back(e.data());
   envp.push_back(nullptr);
