@@ -15,8 +15,9 @@
 #include <ratelimit/core/decision.hpp>
 
 namespace ratelimit {
-struct RedisOptions;  // redis/options.hpp
-class Listener;       // core/listener.hpp
+struct RedisOptions;         // redis/options.hpp
+struct RedisClusterOptions;  // redis/cluster.hpp
+class Listener;              // core/listener.hpp
 }  // namespace ratelimit
 
 namespace ratelimit::server {
@@ -66,5 +67,9 @@ std::shared_ptr<Counters> make_memory_counters();
 /// the storage's errors, breaker changes and round trips (`RedisStorage::attach_listener`).
 std::shared_ptr<Counters> make_redis_counters(RedisOptions options,
                                               std::shared_ptr<Listener> listener = nullptr);
+
+/// The same on a Redis Cluster (`RedisClusterStorage`).
+std::shared_ptr<Counters> make_redis_cluster_counters(RedisClusterOptions options,
+                                                      std::shared_ptr<Listener> listener = nullptr);
 
 }  // namespace ratelimit::server

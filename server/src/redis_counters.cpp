@@ -12,12 +12,15 @@
 namespace ratelimit::server {
 namespace {
 
-/// Counters on Redis (`RedisStorage`): each hit is one script call (server/lua/go_window.lua).
+/// Counters on Redis (`RedisStorage` or `RedisClusterStorage`): each hit is one script call
+/// (server/lua/go_window.lua); on a cluster each counter lives on its key's node.
 /// A decision that the storage's failure policy had to make (Redis unreachable) is an error,
 /// as the reference returns Redis errors to the caller.
+template <class Storage>
 class RedisCounters final : public Counters {
  public:
-  RedisCounters(RedisOptions options, std::shared_ptr<Listener> listener)
+  template <class Options>
+  RedisCounters(Options options, std::shared_ptr<Listener> listener)
       : storage_(std::move(options)) {
     if (listener) storage_.attach_listener(std::move(listener));
   }
@@ -75,7 +78,7 @@ class RedisCounters final : public Counters {
   }
 
  private:
-  using Binding = decltype(std::declval<RedisStorage&>().bind<GoWindowModel>(
+  using Binding = decltype(std::declval<Storage&>().template bind<GoWindowModel>(
       std::string_view{}, GoWindowModel::Params{}));
 
   /// The binding of a limit, kept for the next calls (bounded: cleared when it grows past
@@ -91,12 +94,12 @@ class RedisCounters final : public Counters {
     if (const auto it = bindings_.find(id); it != bindings_.end()) return it->second;
     if (bindings_.size() >= 65'536) bindings_.clear();
     return bindings_
-        .emplace(std::move(id), storage_.bind<GoWindowModel>(
+        .emplace(std::move(id), storage_.template bind<GoWindowModel>(
                                     h.limit_id, GoWindowModel::Params{h.limit, h.window_s}))
         .first->second;
   }
 
-  RedisStorage storage_;
+  Storage storage_;
   std::mutex mutex_;
   std::unordered_map<std::string, Binding> bindings_;
 };
@@ -105,7 +108,13 @@ class RedisCounters final : public Counters {
 
 std::shared_ptr<Counters> make_redis_counters(RedisOptions options,
                                               std::shared_ptr<Listener> listener) {
-  return std::make_shared<RedisCounters>(std::move(options), std::move(listener));
+  return std::make_shared<RedisCounters<RedisStorage>>(std::move(options), std::move(listener));
+}
+
+std::shared_ptr<Counters> make_redis_cluster_counters(RedisClusterOptions options,
+                                                      std::shared_ptr<Listener> listener) {
+  return std::make_shared<RedisCounters<RedisClusterStorage>>(std::move(options),
+                                                              std::move(listener));
 }
 
 }  // namespace ratelimit::server

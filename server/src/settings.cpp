@@ -3,6 +3,7 @@
 #include "counters.hpp"
 
 #ifdef RATELIMIT_SERVER_HAVE_REDIS
+#include <ratelimit/redis/cluster.hpp>
 #include <ratelimit/redis/options.hpp>
 #endif
 
@@ -97,9 +98,9 @@ const std::map<std::string, Apply, std::less<>>& ours() {
        [](Settings& s, const std::string& n, const std::string& v) {
          std::string lower = v;
          for (char& c : lower) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-         if (lower != "single" && lower != "sentinel")
+         if (lower != "single" && lower != "sentinel" && lower != "cluster")
            throw std::invalid_argument(n + " = \"" + v +
-                                       "\": this server implements single and sentinel");
+                                       "\": expected single, sentinel or cluster");
          s.redis_type = lower;
        }},
       {"REDIS_AUTH",
@@ -248,6 +249,8 @@ RedisOptions redis_options(const Settings& s) {
       (void)host_port("REDIS_URL", parts[i]);
       o.sentinel.sentinels.push_back(parts[i]);
     }
+  } else if (s.redis_type == "cluster") {
+    // The seeds are read by make_counters.
   } else if (s.redis_socket_type == "unix") {
     o.unix_socket = s.redis_url;
   } else {
@@ -277,7 +280,23 @@ RedisOptions redis_options(const Settings& s) {
 std::shared_ptr<Counters> make_counters(const Settings& s, std::shared_ptr<Listener> listener) {
   if (s.redis_url.empty()) return make_memory_counters();
 #ifdef RATELIMIT_SERVER_HAVE_REDIS
-  return make_redis_counters(redis_options(s), std::move(listener));
+  RedisOptions o = redis_options(s);
+  if (s.redis_type != "cluster") return make_redis_counters(std::move(o), std::move(listener));
+  // "host:port,host:port": the seeds of the cluster, as the reference's REDIS_URL for a cluster.
+  RedisClusterOptions c;
+  c.seeds.clear();
+  std::string::size_type start = 0;
+  while (start <= s.redis_url.size()) {
+    const auto comma = s.redis_url.find(',', start);
+    std::string seed =
+        s.redis_url.substr(start, comma == std::string::npos ? std::string::npos : comma - start);
+    (void)host_port("REDIS_URL", seed);
+    c.seeds.push_back(std::move(seed));
+    if (comma == std::string::npos) break;
+    start = comma + 1;
+  }
+  c.redis = std::move(o);
+  return make_redis_cluster_counters(std::move(c), std::move(listener));
 #else
   (void)listener;
   throw std::invalid_argument(

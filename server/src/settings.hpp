@@ -36,10 +36,11 @@ struct Settings {
   std::size_t local_cache_bytes = 0;  ///< LOCAL_CACHE_SIZE_IN_BYTES (the over-limit cache)
   std::string log_level = "WARN";     ///< LOG_LEVEL
   /// REDIS_URL: "host:port" (REDIS_SOCKET_TYPE=tcp), a socket path (unix), or for
-  /// REDIS_TYPE=sentinel "master,host:port,..."; empty keeps the counters in this process.
+  /// REDIS_TYPE=sentinel "master,host:port,...", cluster "host:port,..." (seeds); empty keeps the
+  /// counters in this process.
   std::string redis_url;
   std::string redis_socket_type = "tcp";             ///< REDIS_SOCKET_TYPE: tcp or unix
-  std::string redis_type = "single";                 ///< REDIS_TYPE: single or sentinel
+  std::string redis_type = "single";                 ///< REDIS_TYPE: single, sentinel or cluster
   std::string redis_auth;                            ///< REDIS_AUTH: "password" or "user:password"
   bool redis_tls = false;                            ///< REDIS_TLS
   std::string redis_tls_cacert;                      ///< REDIS_TLS_CACERT: CA bundle (PEM)
@@ -71,7 +72,7 @@ namespace ratelimit::server {
 
 /// The counters the settings ask for: on Redis when REDIS_URL is set, else in this process.
 /// Throws `std::invalid_argument` naming the variable for a Redis setting that is invalid or
-/// that this build cannot serve (no Redis storage, REDIS_TYPE=cluster).
+/// that this build cannot serve (no Redis storage).
 /// `listener`, when set, hears of the Redis storage's errors (see `make_redis_counters`).
 std::shared_ptr<Counters> make_counters(const Settings& settings,
                                         std::shared_ptr<Listener> listener = nullptr);
