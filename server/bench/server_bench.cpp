@@ -1,0 +1,201 @@
+// ShouldRateLimit throughput and latency, measured by a C++ client on grpc++'s completion-queue
+// API (a script client tops out below the server), against three servers built from the same
+// grpc++ in the same run: a no-op server that answers OK at once (the transport's floor), this
+// server counting in process, and, when RATELIMIT_BENCH_REDIS=host:port is set, this server
+// counting on Redis. Each runs first at full load (the peak), then at half the peak's rate
+// (latency at a load the server keeps up with).
+//
+//   ratelimit_server_bench [seconds per run, default 3] [calls in flight, default 64]
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <grpcpp/create_channel.h>
+#include <grpcpp/security/credentials.h>
+#include <grpcpp/security/server_credentials.h>
+#include <grpcpp/server_builder.h>
+
+#include <ratelimit/rules.hpp>
+
+#ifdef RATELIMIT_SERVER_HAVE_REDIS
+#include <ratelimit/redis/options.hpp>
+#endif
+
+#include "counters.hpp"
+#include "grpc_server.hpp"
+#include "rls.grpc.pb.h"
+#include "service.hpp"
+
+namespace {
+
+namespace pb = envoy::service::ratelimit::v3;
+using Clock = std::chrono::steady_clock;
+
+/// The floor: a server that answers every call OK without looking at it.
+struct NoopService final : pb::RateLimitService::CallbackService {
+  grpc::ServerUnaryReactor* ShouldRateLimit(grpc::CallbackServerContext* ctx,
+                                            const pb::RateLimitRequest*,
+                                            pb::RateLimitResponse* res) override {
+    res->set_overall_code(pb::RateLimitResponse::OK);
+    res->add_statuses()->set_code(pb::RateLimitResponse::OK);
+    auto* r = ctx->DefaultReactor();
+    r->Finish(grpc::Status::OK);
+    return r;
+  }
+};
+
+struct Result {
+  double per_second = 0;
+  double p50_us = 0, p99_us = 0;
+  long errors = 0;
+};
+
+/// Runs `seconds` of calls with `in_flight` outstanding; `rate` > 0 paces the starts to that
+/// many per second (open loop), 0 runs flat out.
+Result drive(int port, double seconds, int in_flight, double rate) {
+  auto channel =
+      grpc::CreateChannel("127.0.0.1:" + std::to_string(port), grpc::InsecureChannelCredentials());
+  auto stub = pb::RateLimitService::NewStub(channel);
+  grpc::CompletionQueue cq;
+  struct Call {
+    grpc::ClientContext ctx;
+    pb::RateLimitResponse res;
+    grpc::Status status;
+    std::unique_ptr<grpc::ClientAsyncResponseReader<pb::RateLimitResponse>> rpc;
+    Clock::time_point start;
+  };
+  std::vector<pb::RateLimitRequest> requests(1000);
+  for (std::size_t i = 0; i < requests.size(); ++i) {
+    requests[i].set_domain("bench");
+    auto* e = requests[i].add_descriptors()->add_entries();
+    e->set_key("client");
+    e->set_value("c" + std::to_string(i));
+  }
+  std::size_t next = 0;
+  const auto begin = Clock::now();
+  const auto end =
+      begin + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(seconds));
+  long started = 0;
+  const auto start_one = [&] {
+    auto* c = new Call;
+    c->start = Clock::now();
+    c->rpc = stub->AsyncShouldRateLimit(&c->ctx, requests[next++ % requests.size()], &cq);
+    c->rpc->Finish(&c->res, &c->status, c);
+    ++started;
+  };
+  const auto due = [&](Clock::time_point now) {
+    if (rate <= 0) return true;
+    return static_cast<double>(started) < std::chrono::duration<double>(now - begin).count() * rate;
+  };
+  std::vector<double> latencies;
+  latencies.reserve(1 << 20);
+  long errors = 0;
+  int outstanding = 0;
+  for (; outstanding < in_flight && due(Clock::now()); ++outstanding) start_one();
+  while (outstanding > 0 || Clock::now() < end) {
+    void* tag = nullptr;
+    bool ok = false;
+    const auto status =
+        cq.AsyncNext(&tag, &ok, std::chrono::system_clock::now() + std::chrono::microseconds{200});
+    const auto now = Clock::now();
+    if (status == grpc::CompletionQueue::GOT_EVENT) {
+      auto* c = static_cast<Call*>(tag);
+      if (!ok || !c->status.ok()) ++errors;
+      latencies.push_back(std::chrono::duration<double, std::micro>(now - c->start).count());
+      delete c;
+      --outstanding;
+    } else if (status == grpc::CompletionQueue::SHUTDOWN) {
+      break;
+    }
+    while (now < end && outstanding < in_flight && due(now)) {
+      start_one();
+      ++outstanding;
+    }
+  }
+  cq.Shutdown();
+  void* tag;
+  bool ok;
+  while (cq.Next(&tag, &ok)) {
+  }
+  const double elapsed = std::chrono::duration<double>(Clock::now() - begin).count();
+  Result r;
+  r.per_second = static_cast<double>(latencies.size()) / elapsed;
+  r.errors = errors;
+  if (!latencies.empty()) {
+    std::sort(latencies.begin(), latencies.end());
+    r.p50_us = latencies[latencies.size() / 2];
+    r.p99_us = latencies[latencies.size() * 99 / 100];
+  }
+  return r;
+}
+
+void report(const char* name, int port, double seconds, int in_flight, double floor_peak) {
+  const Result peak = drive(port, seconds, in_flight, 0);
+  const Result half = drive(port, seconds, in_flight, peak.per_second / 2);
+  std::printf("%-22s %12.0f %8.2f %10.0f %10.0f %12.0f %10.0f %7ld\n", name, peak.per_second,
+              floor_peak > 0 ? peak.per_second / floor_peak : 1.0, peak.p50_us, peak.p99_us,
+              half.p50_us, half.p99_us, peak.errors + half.errors);
+  std::fflush(stdout);
+}
+
+std::shared_ptr<ratelimit::server::Service> service_on(
+    std::shared_ptr<ratelimit::server::Counters> counters) {
+  auto service = std::make_shared<ratelimit::server::Service>(std::move(counters),
+                                                              ratelimit::server::ServiceSettings{});
+  const ratelimit::RulesSource sources[] = {
+      {"bench.yaml",
+       "domain: bench\ndescriptors:\n  - key: client\n    rate_limit: {unit: second, "
+       "requests_per_unit: 1000000000}\n"}};
+  service->reload(ratelimit::RulesConfig::from_strings(sources));
+  return service;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const double seconds = argc > 1 ? std::atof(argv[1]) : 3.0;
+  const int in_flight = argc > 2 ? std::atoi(argv[2]) : 64;
+  std::printf("ShouldRateLimit, one descriptor, %d calls in flight, %.1f s per run\n", in_flight,
+              seconds);
+  std::printf("%-22s %12s %8s %10s %10s %12s %10s %7s\n", "server", "peak calls/s", "x floor",
+              "p50 us", "p99 us", "half: p50", "half: p99", "errors");
+
+  NoopService noop;
+  int noop_port = 0;
+  grpc::ServerBuilder builder;
+  builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), &noop_port);
+  builder.RegisterService(&noop);
+  const auto noop_server = builder.BuildAndStart();
+  const Result floor = drive(noop_port, seconds, in_flight, 0);
+  const Result floor_half = drive(noop_port, seconds, in_flight, floor.per_second / 2);
+  std::printf("%-22s %12.0f %8.2f %10.0f %10.0f %12.0f %10.0f %7ld\n", "no-op (floor)",
+              floor.per_second, 1.0, floor.p50_us, floor.p99_us, floor_half.p50_us,
+              floor_half.p99_us, floor.errors + floor_half.errors);
+  std::fflush(stdout);
+  noop_server->Shutdown();
+
+  {
+    ratelimit::server::GrpcServer server(service_on(ratelimit::server::make_memory_counters()),
+                                         "127.0.0.1:0");
+    report("in process", server.port(), seconds, in_flight, floor.per_second);
+  }
+#ifdef RATELIMIT_SERVER_HAVE_REDIS
+  if (const char* redis = std::getenv("RATELIMIT_BENCH_REDIS")) {
+    const std::string hp = redis;
+    ratelimit::RedisOptions options;
+    options.host = hp.substr(0, hp.rfind(':'));
+    options.port = std::atoi(hp.substr(hp.rfind(':') + 1).c_str());
+    options.key_prefix = "ratelimit_server_bench:";
+    ratelimit::server::GrpcServer server(
+        service_on(ratelimit::server::make_redis_counters(options)), "127.0.0.1:0");
+    report("Redis", server.port(), seconds, in_flight, floor.per_second);
+  }
+#endif
+  return 0;
+}

@@ -1,0 +1,75 @@
+#pragma once
+/// @file counters.hpp
+/// Where the server keeps its counters: one interface, so that the service decides the same
+/// way on every storage.
+
+#include <chrono>
+#include <cstdint>
+#include <exception>
+#include <functional>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include <ratelimit/core/decision.hpp>
+
+namespace ratelimit {
+struct RedisOptions;         // redis/options.hpp
+struct RedisClusterOptions;  // redis/cluster.hpp
+class Listener;              // core/listener.hpp
+}  // namespace ratelimit
+
+namespace ratelimit::server {
+
+/// One descriptor's hits on one counter: the limit's identity (stable across reloads while the
+/// limit's path and unit stay), the counter within it, the limit and its window, and the hits
+/// (0 reads without counting).
+struct Hit {
+  std::string limit_id;
+  std::string key;
+  std::int64_t limit = 0;
+  std::int64_t window_s = 1;
+  std::int64_t hits = 1;
+};
+
+/// A storage of Go-style window counters (see go_window.hpp).
+/// Thread safety: `count` is safe from many threads.
+class Counters {
+ public:
+  virtual ~Counters() = default;
+  /// Applies each hit in order (a later hit on the same counter sees the earlier ones), at
+  /// `now` (nanoseconds since the Unix epoch). Throws `std::runtime_error` when the storage
+  /// fails.
+  virtual std::vector<Decision> count(std::span<const Hit> hits, std::chrono::nanoseconds now) = 0;
+  /// `count` without blocking: `done(decisions, nullptr)` or `done({}, error)` is called
+  /// exactly once, on the storage's I/O thread or here before this returns. Hits on one
+  /// counter are applied in some order (the Redis storage sends them at once). By default,
+  /// `count` here.
+  virtual void count_async(std::vector<Hit> hits, std::chrono::nanoseconds now,
+                           std::function<void(std::vector<Decision>, std::exception_ptr)> done) {
+    std::vector<Decision> ds;
+    try {
+      ds = count(hits, now);
+    } catch (...) {
+      return done({}, std::current_exception());
+    }
+    done(std::move(ds), nullptr);
+  }
+};
+
+/// Counters in this process (`InMemoryStorage`), bounded by its sweeps of expired windows.
+std::shared_ptr<Counters> make_memory_counters();
+
+/// Counters on Redis (`RedisStorage` with `options`): one script call per hit. A hit the storage's
+/// failure policy decided (Redis unreachable) throws `std::runtime_error` instead. Only in a
+/// build with the Redis storage (hiredis and OpenSSL found). `listener`, when set, hears of
+/// the storage's errors, breaker changes and round trips (`RedisStorage::attach_listener`).
+std::shared_ptr<Counters> make_redis_counters(RedisOptions options,
+                                              std::shared_ptr<Listener> listener = nullptr);
+
+/// The same on a Redis Cluster (`RedisClusterStorage`).
+std::shared_ptr<Counters> make_redis_cluster_counters(RedisClusterOptions options,
+                                                      std::shared_ptr<Listener> listener = nullptr);
+
+}  // namespace ratelimit::server

@@ -1,0 +1,110 @@
+#pragma once
+/// @file go_window.hpp
+/// The counting of Envoy's reference rate limit service (envoyproxy/ratelimit, Go), as a model of
+/// this library's registry: a fixed window aligned to the Unix epoch in whole seconds, one
+/// counter per window that every hit increments, admitted or not (the reference runs `INCRBY key
+/// hits` and compares the result with the limit: src/redis/fixed_cache_impl.go and
+/// src/limiter/base_limiter.go). The library's own fixed window counts only admitted requests.
+
+#include <algorithm>
+#include <chrono>
+#include <cstdint>
+#include <limits>
+#include <optional>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include <ratelimit/core/decision.hpp>
+#include <ratelimit/core/detail/arith.hpp>
+#include <ratelimit/core/storage.hpp>
+#include <ratelimit/core/wire.hpp>
+#include <server_lua/go_window.hpp>
+
+namespace ratelimit::server {
+
+/// N hits per window of W whole seconds, windows [k*W, (k+1)*W) of Unix seconds (the reference
+/// truncates the time to seconds, src/utils/utilities.go CalculateReset). A hit of cost c moves
+/// the count from n to n + c whatever the outcome; it is over the limit iff n + c > N. A peek,
+/// whatever its cost, is a read: c = 0 (the reference's `INCRBY key 0` for a descriptor's
+/// hits_addend of 0), as is a cost of 0.
+/// Decision fields: limit = N; remaining = N - (n + c) when within, else 0; reset_after =
+/// retry_after (when over) = the window's end - now, in whole seconds as the reference
+/// reports it. Thread safety: pure functions.
+struct GoWindowModel {
+  static constexpr std::string_view name = "go_fixed_window";
+  /// Its id inside a composed Redis script: above the library's and its tests' ids.
+  static constexpr int wire_id = 32;
+  struct Params {
+    std::int64_t limit = 0;     ///< N, 0 to 2^32 - 1 (the wire's uint32)
+    std::int64_t window_s = 1;  ///< W in seconds, >= 1
+  };
+  struct State {
+    std::int64_t window = 0;  ///< k + 1 of the counted window; 0 for none
+    std::int64_t count = 0;   ///< hits in that window
+  };
+
+  static Decision apply(const Params& p, State& s, std::chrono::nanoseconds now,
+                        const Operation& op) noexcept {
+    const std::int64_t t = now.count() < 0 ? 0 : now.count() / 1'000'000'000;
+    const std::int64_t k = t / p.window_s;
+    const std::int64_t before = s.window == k + 1 ? s.count : 0;
+    constexpr std::int64_t most = std::numeric_limits<std::int64_t>::max();
+    const std::int64_t cost = op.peek || op.cost < 0 ? 0 : op.cost;
+    const std::int64_t after = cost > most - before ? most : before + cost;
+    if (cost > 0) s = State{k + 1, after};
+    Decision d{};
+    d.limit = p.limit;
+    d.allowed = after <= p.limit;
+    d.remaining = d.allowed ? p.limit - after : 0;
+    d.reset_after = std::chrono::seconds{p.window_s - t % p.window_s};
+    d.retry_after = d.allowed ? std::chrono::nanoseconds{0} : d.reset_after;
+    return d;
+  }
+
+  /// The end of the counted window; a state without one is fresh at once.
+  static std::chrono::nanoseconds fresh_at(const Params& p, const State& s) noexcept {
+    if (s.window == 0 || s.count == 0) return std::chrono::nanoseconds{0};
+    return std::chrono::seconds{s.window * p.window_s};
+  }
+
+  /// Its Redis twin: server/lua/go_window.lua.
+  struct Wire {
+    static constexpr std::string_view lua = lua::go_window;
+    static constexpr std::string_view key_tag = "gw";
+    /// Hits sent per call at most: counts stay exact in a Lua number (below 2^53) for 2^13
+    /// such calls in one window; a hit that large is over any uint32 limit either way.
+    static constexpr std::int64_t max_hits = std::int64_t{1} << 40;
+    struct BoundArgs {
+      std::string window_s;
+    };
+    static BoundArgs bound_args(const Params& p) { return {std::to_string(p.window_s)}; }
+    static void args(const BoundArgs& b, const Params&, std::string now_us, const Operation& op,
+                     const std::string& margin_ms, std::vector<std::string>& out) {
+      out.push_back(std::move(now_us));
+      out.push_back(b.window_s);
+      out.push_back(std::to_string(std::clamp<std::int64_t>(op.cost, 0, max_hits)));
+      out.push_back(op.peek ? "1" : "0");
+      out.push_back(margin_ms);
+    }
+    /// Reply: {t_us, count before}; the decision is the model's on that state.
+    static std::optional<Decision> decode(const Params& p,
+                                          std::span<const ratelimit::detail::i128> r,
+                                          const Operation& op) {
+      const auto t = ratelimit::detail::wire_reply_time_ns(r, 0);
+      if (!t || r.size() < 2 || r[1] < 0 || r[1] > (ratelimit::detail::i128{1} << 53))
+        return std::nullopt;
+      const std::int64_t k = *t / 1'000'000'000 / p.window_s;
+      State s{k + 1, static_cast<std::int64_t>(r[1])};
+      Operation o = op;
+      o.cost = std::clamp<std::int64_t>(op.cost, 0, max_hits);
+      return apply(p, s, std::chrono::nanoseconds{*t}, o);
+    }
+    static Params fallback(const Params& p, std::int64_t divisor) noexcept {
+      return {p.limit / divisor > 0 ? p.limit / divisor : 1, p.window_s};
+    }
+  };
+};
+
+}  // namespace ratelimit::server

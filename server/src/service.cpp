@@ -1,0 +1,498 @@
+#include "service.hpp"
+
+#include <algorithm>
+#include <limits>
+#include <optional>
+#include <stdexcept>
+#include <unordered_set>
+#include <utility>
+#include <vector>
+
+namespace ratelimit::server {
+namespace {
+
+namespace pb = envoy::service::ratelimit::v3;
+using Unit = pb::RateLimitResponse::RateLimit::Unit;
+
+/// A limit as the wire reports it: the unit enum and the window in seconds (the reference's
+/// UnitToDivider, src/utils/utilities.go: a month is 30 days, a year 365).
+struct WireUnit {
+  Unit unit;
+  std::int64_t window_s;
+};
+
+std::optional<WireUnit> unit_of_enum(int value) {
+  switch (value) {
+    case 1:
+      return WireUnit{pb::RateLimitResponse::RateLimit::SECOND, 1};
+    case 2:
+      return WireUnit{pb::RateLimitResponse::RateLimit::MINUTE, 60};
+    case 3:
+      return WireUnit{pb::RateLimitResponse::RateLimit::HOUR, 3600};
+    case 4:
+      return WireUnit{pb::RateLimitResponse::RateLimit::DAY, 86400};
+    case 5:
+      return WireUnit{pb::RateLimitResponse::RateLimit::MONTH, 86400 * 30};
+    case 6:
+      return WireUnit{pb::RateLimitResponse::RateLimit::YEAR, 86400 * 365};
+    default:
+      return std::nullopt;
+  }
+}
+
+/// The unit of a rules file's limit (the reader accepts second to day for these limits).
+std::optional<WireUnit> unit_of_rule(const Rule& r) {
+  static constexpr std::pair<std::string_view, int> names[] = {
+      {"second", 1}, {"minute", 2}, {"hour", 3}, {"day", 4}, {"month", 5}, {"year", 6}};
+  for (const auto& [n, v] : names)
+    if (r.unit == n) return unit_of_enum(v);
+  return std::nullopt;
+}
+
+/// What one descriptor came to before counting.
+struct Planned {
+  const Rule* rule = nullptr;  ///< the rules' limit (null for none, an override, unlimited)
+  bool unlimited = false;
+  bool shadow = false;
+  bool quota = false;
+  std::optional<std::size_t> hit;  ///< its entry in the hits, when counted
+  WireUnit unit{};
+  std::int64_t limit = 0;
+  std::string name;
+  std::string metric;  ///< the listener's name for it (only with a listener)
+};
+
+std::string what(std::exception_ptr err) {
+  try {
+    std::rethrow_exception(std::move(err));
+  } catch (const std::exception& e) {
+    return e.what();
+  } catch (...) {
+    return "unknown error";
+  }
+}
+
+void append_field(std::string& out, std::string_view s) {
+  out += std::to_string(s.size());
+  out += ':';
+  out += s;
+}
+
+void set_status(pb::RateLimitResponse::DescriptorStatus& st, const Planned& p, const Decision& d,
+                std::int64_t reset_s) {
+  auto* limit = st.mutable_current_limit();
+  limit->set_requests_per_unit(static_cast<std::uint32_t>(p.limit));
+  limit->set_unit(p.unit.unit);
+  if (!p.name.empty()) limit->set_name(p.name);
+  st.mutable_duration_until_reset()->set_seconds(reset_s);
+  if (d.allowed) {
+    st.set_code(pb::RateLimitResponse::OK);
+    st.set_limit_remaining(static_cast<std::uint32_t>(d.remaining));
+  } else {
+    // A shadow-mode limit over its limit reports OK with nothing remaining (base_limiter.go).
+    st.set_code(p.shadow ? pb::RateLimitResponse::OK : pb::RateLimitResponse::OVER_LIMIT);
+    st.set_limit_remaining(0);
+  }
+}
+
+}  // namespace
+
+namespace detail {
+
+/// Counters known to be over their limit until their window ends (the reference's local
+/// cache, a freecache of LOCAL_CACHE_SIZE_IN_BYTES). Bounded: an entry is charged its key's
+/// size plus 64 bytes; when full, expired entries are dropped, and if that frees nothing the
+/// new entry is not remembered (the storage still decides it).
+/// Thread safety: every member is safe from many threads.
+class OverLimitCache {
+ public:
+  explicit OverLimitCache(std::size_t bytes) : budget_(bytes) {}
+
+  bool over(const std::string& key, std::int64_t now_s) const {
+    const std::lock_guard lock(mutex_);
+    const auto it = until_.find(key);
+    return it != until_.end() && now_s < it->second;
+  }
+
+  void remember(const std::string& key, std::int64_t until_s, std::int64_t now_s) {
+    const std::lock_guard lock(mutex_);
+    const std::size_t cost = key.size() + 64;
+    if (used_ + cost > budget_) {
+      for (auto it = until_.begin(); it != until_.end();) {
+        if (it->second <= now_s) {
+          used_ -= it->first.size() + 64;
+          it = until_.erase(it);
+        } else {
+          ++it;
+        }
+      }
+    }
+    if (used_ + cost > budget_) return;
+    if (until_.emplace(key, until_s).second) used_ += cost;
+  }
+
+ private:
+  mutable std::mutex mutex_;
+  std::unordered_map<std::string, std::int64_t> until_;
+  std::size_t budget_;
+  std::size_t used_ = 0;
+};
+
+}  // namespace detail
+
+Service::Service(std::shared_ptr<Counters> counters, ServiceSettings settings, Now now)
+    : counters_(std::move(counters)), settings_(std::move(settings)), now_(std::move(now)) {
+  if (settings_.over_limit_cache_bytes > 0)
+    cache_ = std::make_unique<detail::OverLimitCache>(settings_.over_limit_cache_bytes);
+}
+
+Service::~Service() = default;
+
+std::chrono::nanoseconds Service::system_now() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(
+      std::chrono::system_clock::now().time_since_epoch());
+}
+
+void Service::reload(RulesConfig config) {
+  // Every limit is counted as the reference counts (go_window.hpp): a rule that names another
+  // algorithm (the library's extension) would silently be decided otherwise, so it is refused.
+  for (const Rules& rules : config.domains())
+    for (const Rule& r : rules.rules())
+      if (r.algorithm != Algorithm::sliding_counter)
+        throw std::invalid_argument(r.source + ":" + std::to_string(r.line) +
+                                    ": rate_limit.algorithm = \"" + std::string(r.algorithm.name) +
+                                    "\": this server counts every limit as Envoy's rate limit "
+                                    "service does; leave the algorithm out");
+  auto next = std::make_shared<const RulesConfig>(std::move(config));
+  const std::lock_guard lock(mutex_);
+  config_ = std::move(next);
+}
+
+std::shared_ptr<const RulesConfig> Service::config() const {
+  const std::lock_guard lock(mutex_);
+  return config_;
+}
+
+/// One call between its rounds: what its descriptors matched, and the hits to count.
+struct Service::Call {
+  std::shared_ptr<const RulesConfig> config;  ///< keeps the plan's `Rule` pointers valid
+  std::vector<Planned> plan;
+  std::vector<Hit> hits;
+  std::chrono::nanoseconds now{0};
+  pb::RateLimitResponse* response = nullptr;
+  /// Per hit: known over its limit from the over-limit cache (not sent to the storage).
+  std::vector<bool> cached;
+  bool any_cached = false;
+};
+
+namespace {
+
+std::int64_t seconds_of(std::chrono::nanoseconds now) {
+  return now.count() < 0 ? 0 : now.count() / 1'000'000'000;
+}
+
+/// The over-limit cache's key of a hit: its counter and window.
+std::string cache_key(const Hit& h, std::int64_t now_s) {
+  std::string key = h.limit_id;
+  key += '\0';
+  key += h.key;
+  key += '\0';
+  key += std::to_string(now_s / h.window_s);
+  return key;
+}
+
+/// The hits that go to the storage.
+std::vector<Hit> to_send(const std::vector<Hit>& hits, const std::vector<bool>& cached) {
+  std::vector<Hit> out;
+  for (std::size_t k = 0; k < hits.size(); ++k)
+    if (!cached[k]) out.push_back(hits[k]);
+  return out;
+}
+
+}  // namespace
+
+void Service::consult_cache(Call& call) const {
+  call.cached.assign(call.hits.size(), false);
+  if (!cache_) return;
+  const std::int64_t now_s = seconds_of(call.now);
+  for (std::size_t k = 0; k < call.hits.size(); ++k)
+    if (call.hits[k].hits > 0 && cache_->over(cache_key(call.hits[k], now_s), now_s))
+      call.cached[k] = call.any_cached = true;
+  // As the reference: once one counter of the call is known over, the others are only read.
+  if (call.any_cached)
+    for (std::size_t k = 0; k < call.hits.size(); ++k)
+      if (!call.cached[k]) call.hits[k].hits = 0;
+}
+
+std::vector<Decision> Service::merged(const Call& call, std::vector<Decision> sent) const {
+  std::vector<Decision> out(call.hits.size());
+  const std::int64_t now_s = seconds_of(call.now);
+  std::size_t next = 0;
+  for (std::size_t k = 0; k < call.hits.size(); ++k) {
+    const Hit& h = call.hits[k];
+    if (call.cached[k]) {
+      Decision d{};
+      d.limit = h.limit;
+      d.reset_after = std::chrono::seconds{h.window_s - now_s % h.window_s};
+      d.retry_after = d.reset_after;
+      out[k] = d;
+      continue;
+    }
+    out[k] = sent[next++];
+    if (cache_ && h.hits > 0 && !out[k].allowed)
+      cache_->remember(cache_key(h, now_s), (now_s / h.window_s + 1) * h.window_s, now_s);
+  }
+  return out;
+}
+
+grpc::Status Service::plan(const pb::RateLimitRequest& request, Call& call) const {
+  // As the reference (src/service/ratelimit.go, shouldRateLimitWorker): a Go error returned
+  // from the handler, which grpc-go reports as UNKNOWN with the error's text.
+  if (request.domain().empty())
+    return {grpc::StatusCode::UNKNOWN, "rate limit domain must not be empty"};
+  if (request.descriptors_size() == 0)
+    return {grpc::StatusCode::UNKNOWN, "rate limit descriptor list must not be empty"};
+  call.config = this->config();
+  const auto& config = call.config;
+  if (!config) return {grpc::StatusCode::UNKNOWN, "no rate limit configuration loaded"};
+  const Rules* rules = config->find(request.domain());
+
+  const std::size_t n = static_cast<std::size_t>(request.descriptors_size());
+  // The reference counts max(1, hits_addend); a descriptor's own hits_addend, when set,
+  // replaces it and may be 0 (a read).
+  const std::int64_t request_hits = std::max<std::int64_t>(1, request.hits_addend());
+  std::vector<Planned>& plan = call.plan;
+  plan.resize(n);
+  std::vector<Hit>& hits = call.hits;
+  std::unordered_set<std::string> replacing;
+  std::vector<DescriptorEntry> entries;
+  for (std::size_t i = 0; i < n; ++i) {
+    const auto& d = request.descriptors(static_cast<int>(i));
+    if (rules == nullptr) continue;  // unknown domain: no limit (config_impl.go GetLimit)
+    Planned& p = plan[i];
+    const std::int64_t h = d.has_hits_addend()
+                               ? static_cast<std::int64_t>(std::min<std::uint64_t>(
+                                     d.hits_addend().value(), std::uint64_t{1} << 62))
+                               : request_hits;
+    if (d.has_limit()) {
+      // The caller's own limit: never shadow, never replaced (config_impl.go GetLimit).
+      const auto unit = unit_of_enum(d.limit().unit());
+      if (!unit)
+        return {grpc::StatusCode::INVALID_ARGUMENT,
+                "RateLimitOverride.unit = " + std::to_string(d.limit().unit()) +
+                    ": not a known unit (SECOND, MINUTE, HOUR, DAY, MONTH or YEAR)"};
+      p.unit = *unit;
+      p.limit = d.limit().requests_per_unit();
+      if (settings_.listener) p.metric = request.domain() + ".override";
+      Hit hit{"override:", "", p.limit, unit->window_s, h};
+      append_field(hit.limit_id, request.domain());
+      hit.limit_id += std::to_string(unit->window_s);
+      for (const auto& e : d.entries()) {
+        append_field(hit.key, e.key());
+        append_field(hit.key, e.value());
+      }
+      p.hit = hits.size();
+      hits.push_back(std::move(hit));
+      continue;
+    }
+    entries.clear();
+    for (const auto& e : d.entries()) entries.push_back({e.key(), e.value()});
+    DescriptorMatch m = rules->lookup(std::span<const DescriptorEntry>(entries));
+    replacing.insert(m.replaces.begin(), m.replaces.end());
+    if (m.unlimited) {
+      p.unlimited = true;
+      continue;
+    }
+    if (m.rule == nullptr) continue;
+    const auto unit = unit_of_rule(*m.rule);
+    if (!unit) continue;  // a calendar unit: not served by this server (refused at load)
+    p.rule = m.rule;
+    p.shadow = m.rule->shadow_mode;
+    p.quota = m.rule->quota_mode;
+    p.unit = *unit;
+    p.limit = m.rule->rate.count;
+    p.name = m.rule->given_name;
+    if (settings_.listener)
+      p.metric =
+          RuleSet<>::metric_name(*rules, *m.rule, [&](std::string_view k) -> const std::string* {
+            for (const DescriptorEntry& e : entries)
+              if (e.key == k) return &e.value;
+            return nullptr;
+          });
+    p.hit = hits.size();
+    hits.push_back(Hit{m.rule->id, std::move(m.key), p.limit, unit->window_s, h});
+  }
+  // A limit named in the `replaces` of another applying limit is not applied (ratelimit.go).
+  for (Planned& p : plan)
+    if (p.rule != nullptr && !p.rule->given_name.empty() &&
+        replacing.count(p.rule->given_name) != 0) {
+      hits[*p.hit].hits = -1;  // dropped below
+      p.hit.reset();
+      p.rule = nullptr;
+    }
+  std::vector<std::size_t> index(hits.size());
+  {
+    std::vector<Hit> kept;
+    for (std::size_t k = 0; k < hits.size(); ++k) {
+      index[k] = kept.size();
+      if (hits[k].hits >= 0) kept.push_back(std::move(hits[k]));
+    }
+    hits = std::move(kept);
+    for (Planned& p : plan)
+      if (p.hit) p.hit = index[*p.hit];
+  }
+  return grpc::Status::OK;
+}
+
+namespace {
+
+/// The reference's rule for several descriptors (src/redis/fixed_cache_impl.go, DoLimit): it
+/// first reads every counter; if one would go over its limit, only that one is incremented and
+/// the others are only read. `before` are the reads' decisions.
+void keep_only_the_first_over(std::vector<Hit>& hits, const std::vector<Decision>& before) {
+  for (std::size_t k = 0; k < hits.size(); ++k) {
+    const bool over = !before[k].allowed || before[k].remaining < hits[k].hits;
+    if (!over) continue;
+    for (std::size_t j = 0; j < hits.size(); ++j)
+      if (j != k) hits[j].hits = 0;
+    return;
+  }
+}
+
+std::vector<Hit> reads_of(const std::vector<Hit>& hits) {
+  std::vector<Hit> reads = hits;
+  for (Hit& r : reads) r.hits = 0;
+  return reads;
+}
+
+grpc::Status storage_error(const std::string& what) {
+  return {grpc::StatusCode::UNAVAILABLE, "rate limit storage: " + what};
+}
+
+}  // namespace
+
+grpc::Status Service::should_rate_limit(const pb::RateLimitRequest& request,
+                                        pb::RateLimitResponse& response) {
+  Call call;
+  call.response = &response;
+  if (grpc::Status st = plan(request, call); !st.ok()) return st;
+  call.now = now_();
+  consult_cache(call);
+  std::vector<Decision> ds;
+  try {
+    if (call.plan.size() > 1 && !call.hits.empty() && !call.any_cached)
+      keep_only_the_first_over(call.hits, counters_->count(reads_of(call.hits), call.now));
+    const auto send = to_send(call.hits, call.cached);
+    ds = merged(call, send.empty() ? std::vector<Decision>{} : counters_->count(send, call.now));
+  } catch (const std::exception& e) {
+    return storage_error(e.what());
+  }
+  finish(call, ds);
+  return grpc::Status::OK;
+}
+
+void Service::should_rate_limit_async(const pb::RateLimitRequest& request,
+                                      pb::RateLimitResponse& response,
+                                      std::function<void(grpc::Status)> done) {
+  auto call = std::make_shared<Call>();
+  call->response = &response;
+  if (grpc::Status st = plan(request, *call); !st.ok()) return done(st);
+  call->now = now_();
+  consult_cache(*call);
+  auto counters = counters_;
+  auto count = [this, call, counters, done]() {
+    auto send = to_send(call->hits, call->cached);
+    if (send.empty()) {
+      finish(*call, merged(*call, {}));
+      return done(grpc::Status::OK);
+    }
+    counters->count_async(std::move(send), call->now,
+                          [this, call, done](std::vector<Decision> ds, std::exception_ptr err) {
+                            if (err) return done(storage_error(what(err)));
+                            finish(*call, merged(*call, std::move(ds)));
+                            done(grpc::Status::OK);
+                          });
+  };
+  if (call->plan.size() == 1 || call->hits.empty() || call->any_cached) return count();
+  counters->count_async(reads_of(call->hits), call->now,
+                        [call, done, count](std::vector<Decision> before, std::exception_ptr err) {
+                          if (err) return done(storage_error(what(err)));
+                          keep_only_the_first_over(call->hits, before);
+                          count();
+                        });
+}
+
+namespace {
+
+/// Tells the listener what a counted descriptor came to.
+void report(Listener& listener, const Planned& p, const Decision& d, std::int64_t hits) {
+  DecisionEvent e{};
+  e.name = p.metric;
+  e.decision = d;
+  if (p.shadow && !d.allowed) e.decision.shadow_denied = true;
+  e.outcome = outcome_of(e.decision);
+  e.cost = hits;
+  e.latency = std::chrono::nanoseconds{-1};
+  try {
+    listener.on_decision(e);
+  } catch (...) {  // a listener's failure never fails the call
+  }
+}
+
+}  // namespace
+
+void Service::finish(Call& call, const std::vector<Decision>& ds) const {
+  pb::RateLimitResponse& response = *call.response;
+  const std::vector<Planned>& plan = call.plan;
+  const std::size_t n = plan.size();
+  const auto now = call.now;
+  const std::int64_t now_s = now.count() < 0 ? 0 : now.count() / 1'000'000'000;
+  bool over = false;
+  std::size_t quota_total = 0, quota_over = 0;
+  const pb::RateLimitResponse::DescriptorStatus* closest = nullptr;
+  for (std::size_t i = 0; i < n; ++i) {
+    auto* st = response.add_statuses();
+    const Planned& p = plan[i];
+    if (p.unlimited) {
+      // The reference reports an unlimited descriptor as OK with the most remaining.
+      st->set_code(pb::RateLimitResponse::OK);
+      st->set_limit_remaining(std::numeric_limits<std::uint32_t>::max());
+      continue;
+    }
+    if (!p.hit) {
+      st->set_code(pb::RateLimitResponse::OK);
+      continue;
+    }
+    const Decision& d = ds[*p.hit];
+    set_status(*st, p, d, p.unit.window_s - now_s % p.unit.window_s);
+    if (settings_.listener && call.hits[*p.hit].hits > 0)
+      report(*settings_.listener, p, d, call.hits[*p.hit].hits);
+    const bool denied = st->code() == pb::RateLimitResponse::OVER_LIMIT;
+    if (p.quota) {
+      ++quota_total;
+      if (denied) ++quota_over;
+    } else if (denied) {
+      over = true;
+    }
+    if (closest == nullptr || (denied && closest->code() != pb::RateLimitResponse::OVER_LIMIT) ||
+        (closest->code() == st->code() && st->limit_remaining() < closest->limit_remaining()))
+      closest = st;
+  }
+  // Quota-mode limits deny only all together (the library's rules semantics).
+  if (quota_total > 0 && quota_over == quota_total) over = true;
+  response.set_overall_code(over && !settings_.global_shadow_mode
+                                ? pb::RateLimitResponse::OVER_LIMIT
+                                : pb::RateLimitResponse::OK);
+  if (settings_.response_headers && closest != nullptr) {
+    const auto add = [&](const std::string& key, std::string value) {
+      auto* h = response.add_response_headers_to_add();
+      h->set_key(key);
+      h->set_value(std::move(value));
+    };
+    add(settings_.limit_header, std::to_string(closest->current_limit().requests_per_unit()));
+    add(settings_.remaining_header, std::to_string(closest->limit_remaining()));
+    add(settings_.reset_header, std::to_string(closest->duration_until_reset().seconds()));
+  }
+}
+
+}  // namespace ratelimit::server

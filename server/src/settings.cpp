@@ -1,0 +1,330 @@
+#include "settings.hpp"
+
+#include "counters.hpp"
+
+#ifdef RATELIMIT_SERVER_HAVE_REDIS
+#include <ratelimit/redis/cluster.hpp>
+#include <ratelimit/redis/options.hpp>
+#endif
+
+#include <algorithm>
+#include <cctype>
+#include <map>
+#include <stdexcept>
+#include <string_view>
+#include <tuple>
+#include <utility>
+
+namespace ratelimit::server {
+namespace {
+
+bool parse_bool(const std::string& name, const std::string& v) {
+  // Go's strconv.ParseBool, which the reference's envconfig uses.
+  if (v == "1" || v == "t" || v == "T" || v == "true" || v == "TRUE" || v == "True") return true;
+  if (v == "0" || v == "f" || v == "F" || v == "false" || v == "FALSE" || v == "False")
+    return false;
+  throw std::invalid_argument(name + " = \"" + v + "\": not a boolean (true or false)");
+}
+
+int parse_port(const std::string& name, const std::string& v) {
+  std::size_t used = 0;
+  int port = -1;
+  try {
+    port = std::stoi(v, &used);
+  } catch (const std::exception&) {
+  }
+  if (used != v.size() || port < 0 || port > 65535)
+    throw std::invalid_argument(name + " = \"" + v + "\": not a port (0 to 65535)");
+  return port;
+}
+
+/// A setting of ours: how to store its value.
+using Apply = void (*)(Settings&, const std::string& name, const std::string& value);
+
+const std::map<std::string, Apply, std::less<>>& ours() {
+  static const std::map<std::string, Apply, std::less<>> table{
+      {"GRPC_HOST", [](Settings& s, const std::string&, const std::string& v) { s.grpc_host = v; }},
+      {"GRPC_PORT", [](Settings& s, const std::string& n,
+                       const std::string& v) { s.grpc_port = parse_port(n, v); }},
+      {"HOST", [](Settings& s, const std::string&, const std::string& v) { s.http_host = v; }},
+      {"PORT", [](Settings& s, const std::string& n,
+                  const std::string& v) { s.http_port = parse_port(n, v); }},
+      {"RUNTIME_ROOT",
+       [](Settings& s, const std::string&, const std::string& v) { s.runtime_root = v; }},
+      {"RUNTIME_SUBDIRECTORY",
+       [](Settings& s, const std::string&, const std::string& v) { s.runtime_subdirectory = v; }},
+      {"RUNTIME_APPDIRECTORY",
+       [](Settings& s, const std::string&, const std::string& v) { s.runtime_appdirectory = v; }},
+      {"RUNTIME_WATCH_ROOT", [](Settings& s, const std::string& n,
+                                const std::string& v) { s.runtime_watch_root = parse_bool(n, v); }},
+      {"RUNTIME_IGNOREDOTFILES",
+       [](Settings& s, const std::string& n, const std::string& v) {
+         s.runtime_ignore_dotfiles = parse_bool(n, v);
+       }},
+      {"MERGE_DOMAIN_CONFIG",
+       [](Settings& s, const std::string& n, const std::string& v) {
+         s.merge_domain_config = parse_bool(n, v);
+       }},
+      {"SHADOW_MODE", [](Settings& s, const std::string& n,
+                         const std::string& v) { s.shadow_mode = parse_bool(n, v); }},
+      {"RESPONSE_HEADERS_ENABLED",
+       [](Settings& s, const std::string& n, const std::string& v) {
+         s.response_headers = parse_bool(n, v);
+       }},
+      {"HEADER_RATELIMIT_LIMIT",
+       [](Settings& s, const std::string&, const std::string& v) { s.limit_header = v; }},
+      {"HEADER_RATELIMIT_REMAINING",
+       [](Settings& s, const std::string&, const std::string& v) { s.remaining_header = v; }},
+      {"HEADER_RATELIMIT_RESET",
+       [](Settings& s, const std::string&, const std::string& v) { s.reset_header = v; }},
+      {"HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED",
+       [](Settings& s, const std::string& n, const std::string& v) {
+         s.healthy_with_config_only = parse_bool(n, v);
+       }},
+      {"LOG_LEVEL", [](Settings& s, const std::string&, const std::string& v) { s.log_level = v; }},
+      {"LOG_FORMAT",
+       [](Settings&, const std::string& n, const std::string& v) {
+         if (v != "text" && v != "json")
+           throw std::invalid_argument(n + " = \"" + v + "\": expected text or json");
+       }},
+      {"REDIS_URL", [](Settings& s, const std::string&, const std::string& v) { s.redis_url = v; }},
+      {"REDIS_SOCKET_TYPE",
+       [](Settings& s, const std::string& n, const std::string& v) {
+         if (v != "tcp" && v != "unix")
+           throw std::invalid_argument(n + " = \"" + v + "\": expected tcp or unix");
+         s.redis_socket_type = v;
+       }},
+      {"REDIS_TYPE",
+       [](Settings& s, const std::string& n, const std::string& v) {
+         std::string lower = v;
+         for (char& c : lower) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+         if (lower != "single" && lower != "sentinel" && lower != "cluster")
+           throw std::invalid_argument(n + " = \"" + v +
+                                       "\": expected single, sentinel or cluster");
+         s.redis_type = lower;
+       }},
+      {"REDIS_AUTH",
+       [](Settings& s, const std::string&, const std::string& v) { s.redis_auth = v; }},
+      {"REDIS_TLS", [](Settings& s, const std::string& n,
+                       const std::string& v) { s.redis_tls = parse_bool(n, v); }},
+      {"REDIS_TLS_CACERT",
+       [](Settings& s, const std::string&, const std::string& v) { s.redis_tls_cacert = v; }},
+      {"REDIS_TLS_CLIENT_CERT",
+       [](Settings& s, const std::string&, const std::string& v) { s.redis_tls_client_cert = v; }},
+      {"REDIS_TLS_CLIENT_KEY",
+       [](Settings& s, const std::string&, const std::string& v) { s.redis_tls_client_key = v; }},
+      {"REDIS_POOL_SIZE",
+       [](Settings& s, const std::string& n, const std::string& v) {
+         const int size = parse_port(n, v);
+         if (size < 1 || size > 64)
+           throw std::invalid_argument(n + " = " + v + ": must be 1 to 64");
+         s.redis_pool_size = size;
+       }},
+      // The reference's switches, accepted at the values this server implements.
+      {"BACKEND_TYPE",
+       [](Settings&, const std::string& n, const std::string& v) {
+         if (v != "redis")
+           throw std::invalid_argument(n + " = \"" + v +
+                                       "\": this server implements only redis (with REDIS_URL "
+                                       "unset, the counters stay in this process)");
+       }},
+      {"USE_STATSD",
+       [](Settings&, const std::string& n, const std::string& v) {
+         if (parse_bool(n, v))
+           throw std::invalid_argument(n + " = true: statsd is not implemented");
+       }},
+      {"LOCAL_CACHE_SIZE_IN_BYTES",
+       [](Settings& s, const std::string& n, const std::string& v) {
+         std::size_t used = 0;
+         long long bytes = -1;
+         try {
+           bytes = std::stoll(v, &used);
+         } catch (const std::exception&) {
+         }
+         if (used != v.size() || bytes < 0 || bytes > (1LL << 40))
+           throw std::invalid_argument(n + " = \"" + v + "\": not a size in bytes (0 to 2^40)");
+         s.local_cache_bytes = static_cast<std::size_t>(bytes);
+       }},
+      {"GRACEFUL_SHUTDOWN_SECONDS",
+       [](Settings& s, const std::string& n, const std::string& v) {
+         s.shutdown_grace = std::chrono::seconds{parse_port(n, v)};
+       }},
+  };
+  return table;
+}
+
+/// Prefixes of the reference's variables: such a variable that is not ours is refused rather
+/// than silently ignored.
+/// (gRPC's own GRPC_VERBOSITY, GRPC_TRACE and the like stay gRPC's: only the reference's
+/// GRPC_SERVER_*, GRPC_CLIENT_* and GRPC_MAX_CONNECTION_* are its settings.)
+constexpr std::string_view reference_prefixes[] = {"REDIS_",
+                                                   "RUNTIME_",
+                                                   "MEMCACHE_",
+                                                   "STATSD_",
+                                                   "DEBUG_",
+                                                   "TRACING_",
+                                                   "GOSTATS_",
+                                                   "HEADER_RATELIMIT_",
+                                                   "GRPC_SERVER_",
+                                                   "GRPC_CLIENT_",
+                                                   "GRPC_MAX_CONNECTION_",
+                                                   "CONFIG_"};
+
+bool has_reference_prefix(std::string_view name) {
+  return std::any_of(std::begin(reference_prefixes), std::end(reference_prefixes),
+                     [&](std::string_view p) { return name.substr(0, p.size()) == p; });
+}
+
+}  // namespace
+
+std::filesystem::path Settings::config_dir() const {
+  std::filesystem::path p = runtime_root;
+  if (!runtime_subdirectory.empty()) p /= runtime_subdirectory;
+  if (!runtime_appdirectory.empty()) p /= runtime_appdirectory;
+  return p;
+}
+
+Settings read_settings(const std::function<std::optional<std::string>(const std::string&)>& env,
+                       const std::vector<std::string>& args,
+                       const std::vector<std::string>& environment_names) {
+  Settings s;
+  const auto& table = ours();
+  for (const std::string& name : environment_names) {
+    const auto it = table.find(name);
+    if (it == table.end()) {
+      if (has_reference_prefix(name))
+        throw std::invalid_argument(
+            name +
+            ": a setting of Envoy's rate limit service that this server does not "
+            "implement (see server/README.md for the ones it does)");
+      continue;
+    }
+    if (const auto v = env(name)) it->second(s, name, *v);
+  }
+  for (const std::string& arg : args) {
+    if (arg.rfind("--", 0) != 0 || arg.find('=') == std::string::npos)
+      throw std::invalid_argument("argument \"" + arg + "\": expected --name=value");
+    const auto eq = arg.find('=');
+    std::string name = arg.substr(2, eq - 2);
+    for (char& c : name) c = c == '-' ? '_' : static_cast<char>(std::toupper(c));
+    const auto it = table.find(name);
+    if (it == table.end())
+      throw std::invalid_argument("flag " + arg.substr(0, eq) + ": not a setting of this server");
+    it->second(s, "--" + arg.substr(2, eq - 2), arg.substr(eq + 1));
+  }
+  return s;
+}
+
+namespace {
+
+#ifdef RATELIMIT_SERVER_HAVE_REDIS
+/// "host:port" as the reference's REDIS_URL writes it.
+std::pair<std::string, int> host_port(const std::string& name, const std::string& v) {
+  const auto colon = v.rfind(':');
+  if (colon == std::string::npos || colon == 0)
+    throw std::invalid_argument(name + " = \"" + v + "\": expected host:port");
+  const int port = parse_port(name, v.substr(colon + 1));
+  if (port == 0) throw std::invalid_argument(name + " = \"" + v + "\": port 0");
+  return {v.substr(0, colon), port};
+}
+
+RedisOptions redis_options(const Settings& s) {
+  RedisOptions o;
+  if (s.redis_type == "sentinel") {
+    // "master,host:port,host:port", as the reference's REDIS_URL for sentinel.
+    std::vector<std::string> parts;
+    std::string::size_type start = 0;
+    while (start <= s.redis_url.size()) {
+      const auto comma = s.redis_url.find(',', start);
+      parts.push_back(s.redis_url.substr(
+          start, comma == std::string::npos ? std::string::npos : comma - start));
+      if (comma == std::string::npos) break;
+      start = comma + 1;
+    }
+    if (parts.size() < 2)
+      throw std::invalid_argument("REDIS_URL = \"" + s.redis_url +
+                                  "\": REDIS_TYPE=sentinel expects master,host:port,...");
+    o.sentinel.master_name = parts[0];
+    for (std::size_t i = 1; i < parts.size(); ++i) {
+      (void)host_port("REDIS_URL", parts[i]);
+      o.sentinel.sentinels.push_back(parts[i]);
+    }
+  } else if (s.redis_type == "cluster") {
+    // The seeds are read by make_counters.
+  } else if (s.redis_socket_type == "unix") {
+    o.unix_socket = s.redis_url;
+  } else {
+    std::tie(o.host, o.port) = host_port("REDIS_URL", s.redis_url);
+  }
+  if (!s.redis_auth.empty()) {
+    const auto colon = s.redis_auth.find(':');
+    if (colon == std::string::npos) {
+      o.password = s.redis_auth;
+    } else {
+      o.username = s.redis_auth.substr(0, colon);
+      o.password = s.redis_auth.substr(colon + 1);
+    }
+  }
+  o.tls.enabled = s.redis_tls;
+  o.tls.ca_file = s.redis_tls_cacert;
+  o.tls.cert_file = s.redis_tls_client_cert;
+  o.tls.key_file = s.redis_tls_client_key;
+  o.pool_size = static_cast<std::size_t>(s.redis_pool_size);
+  o.key_prefix = "ratelimit_server:";
+  return o;
+}
+#endif
+
+}  // namespace
+
+std::shared_ptr<Counters> make_counters(const Settings& s, std::shared_ptr<Listener> listener) {
+  if (s.redis_url.empty()) return make_memory_counters();
+#ifdef RATELIMIT_SERVER_HAVE_REDIS
+  RedisOptions o = redis_options(s);
+  if (s.redis_type != "cluster") return make_redis_counters(std::move(o), std::move(listener));
+  // "host:port,host:port": the seeds of the cluster, as the reference's REDIS_URL for a cluster.
+  RedisClusterOptions c;
+  c.seeds.clear();
+  std::string::size_type start = 0;
+  while (start <= s.redis_url.size()) {
+    const auto comma = s.redis_url.find(',', start);
+    std::string seed =
+        s.redis_url.substr(start, comma == std::string::npos ? std::string::npos : comma - start);
+    (void)host_port("REDIS_URL", seed);
+    c.seeds.push_back(std::move(seed));
+    if (comma == std::string::npos) break;
+    start = comma + 1;
+  }
+  c.redis = std::move(o);
+  return make_redis_cluster_counters(std::move(c), std::move(listener));
+#else
+  (void)listener;
+  throw std::invalid_argument(
+      "REDIS_URL: this build of the server has no Redis storage "
+      "(hiredis or OpenSSL was not found)");
+#endif
+}
+
+std::vector<std::filesystem::path> rules_files(const std::filesystem::path& dir,
+                                               bool ignore_dotfiles) {
+  std::vector<std::filesystem::path> out;
+  std::error_code ec;
+  if (!std::filesystem::is_directory(dir, ec)) return out;
+  for (auto it = std::filesystem::recursive_directory_iterator(
+           dir, std::filesystem::directory_options::follow_directory_symlink, ec);
+       !ec && it != std::filesystem::recursive_directory_iterator(); it.increment(ec)) {
+    const auto& p = it->path();
+    const std::string name = p.filename().string();
+    if (ignore_dotfiles && !name.empty() && name[0] == '.') {
+      if (it->is_directory(ec)) it.disable_recursion_pending();
+      continue;
+    }
+    if (!it->is_regular_file(ec)) continue;
+    const auto ext = p.extension().string();
+    if (ext == ".yaml" || ext == ".yml") out.push_back(p);
+  }
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+}  // namespace ratelimit::server

@@ -1,0 +1,84 @@
+#pragma once
+/// @file settings.hpp
+/// The server's settings, named as the reference service (envoyproxy/ratelimit, src/settings)
+/// names its environment variables; each may also be given as a flag `--name=value` (the
+/// variable's name in lower case with '-' for '_', e.g. `--grpc-port=8081`), which wins.
+
+#include <chrono>
+#include <filesystem>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace ratelimit::server {
+
+/// Everything the server reads at start. Thread safety: a plain value.
+struct Settings {
+  std::string grpc_host = "0.0.0.0";  ///< GRPC_HOST
+  int grpc_port = 8081;               ///< GRPC_PORT (0: a free port)
+  std::string http_host = "0.0.0.0";  ///< HOST
+  int http_port = 8080;               ///< PORT (HTTP /json and /healthcheck; 0: a free port)
+  std::string runtime_root = "/srv/runtime_data/current";  ///< RUNTIME_ROOT
+  std::string runtime_subdirectory;                        ///< RUNTIME_SUBDIRECTORY
+  std::string runtime_appdirectory = "config";             ///< RUNTIME_APPDIRECTORY
+  bool runtime_watch_root = true;                          ///< RUNTIME_WATCH_ROOT
+  bool runtime_ignore_dotfiles = false;                    ///< RUNTIME_IGNOREDOTFILES
+  bool merge_domain_config = false;                        ///< MERGE_DOMAIN_CONFIG
+  bool shadow_mode = false;                                ///< SHADOW_MODE
+  bool response_headers = false;                           ///< RESPONSE_HEADERS_ENABLED
+  std::string limit_header = "RateLimit-Limit";            ///< HEADER_RATELIMIT_LIMIT
+  std::string remaining_header = "RateLimit-Remaining";    ///< HEADER_RATELIMIT_REMAINING
+  std::string reset_header = "RateLimit-Reset";            ///< HEADER_RATELIMIT_RESET
+  /// HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED: unhealthy until a rules file loaded.
+  bool healthy_with_config_only = false;
+  std::size_t local_cache_bytes = 0;  ///< LOCAL_CACHE_SIZE_IN_BYTES (the over-limit cache)
+  std::string log_level = "WARN";     ///< LOG_LEVEL
+  /// REDIS_URL: "host:port" (REDIS_SOCKET_TYPE=tcp), a socket path (unix), or for
+  /// REDIS_TYPE=sentinel "master,host:port,...", cluster "host:port,..." (seeds); empty keeps the
+  /// counters in this process.
+  std::string redis_url;
+  std::string redis_socket_type = "tcp";             ///< REDIS_SOCKET_TYPE: tcp or unix
+  std::string redis_type = "single";                 ///< REDIS_TYPE: single, sentinel or cluster
+  std::string redis_auth;                            ///< REDIS_AUTH: "password" or "user:password"
+  bool redis_tls = false;                            ///< REDIS_TLS
+  std::string redis_tls_cacert;                      ///< REDIS_TLS_CACERT: CA bundle (PEM)
+  std::string redis_tls_client_cert;                 ///< REDIS_TLS_CLIENT_CERT
+  std::string redis_tls_client_key;                  ///< REDIS_TLS_CLIENT_KEY
+  int redis_pool_size = 2;                           ///< REDIS_POOL_SIZE (connections)
+  std::chrono::milliseconds shutdown_grace{10'000};  ///< GRACEFUL_SHUTDOWN_SECONDS (ours)
+
+  /// The directory of rules files: RUNTIME_ROOT/RUNTIME_SUBDIRECTORY/RUNTIME_APPDIRECTORY.
+  std::filesystem::path config_dir() const;
+};
+
+/// Reads the settings from `env(name)` (nullopt when unset) and `args` (the flags, without the
+/// program name). Throws `std::invalid_argument` naming the variable or flag: a value that does
+/// not parse, a flag that is not a setting, or a setting of the reference service that this
+/// server does not implement (e.g. BACKEND_TYPE=memcache, USE_STATSD=true), or any variable
+/// with one of the reference's prefixes (REDIS_, RUNTIME_, MEMCACHE_, STATSD_, GRPC_,
+/// HEADER_RATELIMIT_) that is not one of ours.
+Settings read_settings(const std::function<std::optional<std::string>(const std::string&)>& env,
+                       const std::vector<std::string>& args,
+                       const std::vector<std::string>& environment_names);
+
+class Counters;
+}  // namespace ratelimit::server
+namespace ratelimit {
+class Listener;
+}
+namespace ratelimit::server {
+
+/// The counters the settings ask for: on Redis when REDIS_URL is set, else in this process.
+/// Throws `std::invalid_argument` naming the variable for a Redis setting that is invalid or
+/// that this build cannot serve (no Redis storage).
+/// `listener`, when set, hears of the Redis storage's errors (see `make_redis_counters`).
+std::shared_ptr<Counters> make_counters(const Settings& settings,
+                                        std::shared_ptr<Listener> listener = nullptr);
+
+/// The rules files of `dir` (recursively: *.yaml and *.yml, dotfiles skipped when asked), sorted.
+std::vector<std::filesystem::path> rules_files(const std::filesystem::path& dir,
+                                               bool ignore_dotfiles);
+
+}  // namespace ratelimit::server

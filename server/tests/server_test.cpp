@@ -1,0 +1,446 @@
+// The gRPC rate limit server, called over real gRPC on a loopback port by a C++ client built from
+// the same wire schema, with the time from a ManualClock. Each case names the part of the
+// reference service (envoyproxy/ratelimit, Go) it follows; the expected numbers are derived in
+// the comments from the limits and the window arithmetic.
+
+#include <chrono>
+#include <cstdint>
+#include <limits>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include <grpcpp/create_channel.h>
+#include <grpcpp/security/credentials.h>
+#include <catch2/catch.hpp>
+
+#include <ratelimit/ratelimit.hpp>
+#include <ratelimit/rules.hpp>
+
+#include "counters.hpp"
+#ifdef RATELIMIT_SERVER_HAVE_REDIS
+#include "support/redis_backend.hpp"
+#endif
+#include "grpc_server.hpp"
+#include "rls.grpc.pb.h"
+#include "service.hpp"
+
+namespace {
+
+namespace pb = envoy::service::ratelimit::v3;
+using Entries = std::vector<std::pair<std::string, std::string>>;
+using Code = pb::RateLimitResponse;
+
+// 2023-11-15T00:00:00Z: a whole number of days since the epoch (19676 * 86400 s), so every
+// second, minute, hour and day window starts here.
+constexpr std::int64_t day0_s = 19676LL * 86400;
+
+/// One descriptor of a request: entries, and optionally its own limit or hits.
+struct Desc {
+  Entries entries;
+  std::int64_t override_rpu = -1;  ///< >= 0: a RateLimitOverride of this many per override_unit
+  int override_unit = 1;
+  std::int64_t hits = -1;  ///< >= 0: the descriptor's own hits_addend
+};
+
+/// The counters of this run of a test case: each case runs once in process and, in a build with
+/// Redis, once on the Redis server of RATELIMIT_TEST_REDIS (which must be set: see
+/// tests/support/redis_backend.hpp), under a key prefix of its own.
+std::shared_ptr<ratelimit::server::Counters> counters_under_test() {
+#ifdef RATELIMIT_SERVER_HAVE_REDIS
+  const bool redis = GENERATE(false, true);
+  if (redis) {
+    INFO("storage: Redis");
+    return ratelimit::server::make_redis_counters(rltest::test_redis_options("server"));
+  }
+#endif
+  return ratelimit::server::make_memory_counters();
+}
+
+/// A server on a free loopback port serving `yaml`, with a client connected to it.
+struct Fixture {
+  explicit Fixture(const std::string& yaml, ratelimit::server::ServiceSettings settings = {},
+                   std::shared_ptr<ratelimit::server::Counters> counters = counters_under_test()) {
+    clock.set(std::chrono::seconds{day0_s});
+    service = std::make_shared<ratelimit::server::Service>(std::move(counters), settings,
+                                                           [c = clock] { return c.now(); });
+    load(yaml);
+    server = std::make_unique<ratelimit::server::GrpcServer>(service, "127.0.0.1:0");
+    stub = pb::RateLimitService::NewStub(grpc::CreateChannel(
+        "127.0.0.1:" + std::to_string(server->port()), grpc::InsecureChannelCredentials()));
+  }
+
+  void load(const std::string& yaml) {
+    const ratelimit::RulesSource sources[] = {{"test.yaml", yaml}};
+    service->reload(ratelimit::RulesConfig::from_strings(sources));
+  }
+
+  std::pair<grpc::Status, pb::RateLimitResponse> call(const std::string& domain,
+                                                      const std::vector<Desc>& descs,
+                                                      std::uint32_t hits_addend = 0) {
+    pb::RateLimitRequest req;
+    req.set_domain(domain);
+    req.set_hits_addend(hits_addend);
+    for (const Desc& d : descs) {
+      auto* out = req.add_descriptors();
+      for (const auto& [k, v] : d.entries) {
+        auto* e = out->add_entries();
+        e->set_key(k);
+        e->set_value(v);
+      }
+      if (d.override_rpu >= 0) {
+        out->mutable_limit()->set_requests_per_unit(static_cast<std::uint32_t>(d.override_rpu));
+        out->mutable_limit()->set_unit(
+            static_cast<envoy::type::v3::RateLimitUnit>(d.override_unit));
+      }
+      if (d.hits >= 0) out->mutable_hits_addend()->set_value(static_cast<std::uint64_t>(d.hits));
+    }
+    grpc::ClientContext ctx;
+    ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds{10});
+    pb::RateLimitResponse res;
+    const grpc::Status st = stub->ShouldRateLimit(&ctx, req, &res);
+    return {st, res};
+  }
+
+  /// A call expected to succeed.
+  pb::RateLimitResponse ok(const std::string& domain, const std::vector<Desc>& descs,
+                           std::uint32_t hits_addend = 0) {
+    auto [st, res] = call(domain, descs, hits_addend);
+    INFO(st.error_message());
+    REQUIRE(st.ok());
+    REQUIRE(res.statuses_size() == static_cast<int>(descs.size()));
+    return res;
+  }
+
+  ratelimit::ManualClock clock;
+  std::shared_ptr<ratelimit::server::Service> service;
+  std::unique_ptr<ratelimit::server::GrpcServer> server;
+  std::unique_ptr<pb::RateLimitService::Stub> stub;
+};
+
+// The reference README's second example ("messaging"): a nested limit per marketing recipient
+// and a top-level limit per recipient.
+const std::string messaging = R"(
+domain: messaging
+descriptors:
+  - key: message_type
+    value: marketing
+    descriptors:
+      - key: to_number
+        rate_limit:
+          unit: day
+          requests_per_unit: 5
+  - key: to_number
+    rate_limit:
+      unit: day
+      requests_per_unit: 100
+)";
+
+}  // namespace
+
+TEST_CASE("A descriptor within its limit is OK with the limit, the remaining and the reset",
+          "[server]") {
+  // Source: the reference README, example "messaging" (5 marketing messages a day per number).
+  Fixture f(messaging);
+  f.clock.advance(std::chrono::seconds{3600});  // 01:00: the day window ends in 23 h
+  const auto res =
+      f.ok("messaging", {{{{"message_type", "marketing"}, {"to_number", "2061111111"}}}});
+  CHECK(res.overall_code() == Code::OK);
+  const auto& s = res.statuses(0);
+  CHECK(s.code() == Code::OK);
+  CHECK(s.current_limit().requests_per_unit() == 5);
+  CHECK(s.current_limit().unit() == pb::RateLimitResponse::RateLimit::DAY);
+  CHECK(s.limit_remaining() == 4);                            // 5 - 1 hit
+  CHECK(s.duration_until_reset().seconds() == 86400 - 3600);  // the day's end - 01:00
+}
+
+TEST_CASE("The sixth message of a day is over the limit, and every hit is counted", "[server]") {
+  // Source: the reference README, "messaging": 5 per day; fixed_cache_impl.go counts each hit
+  // with INCRBY whether or not it is over, so the count keeps rising past the limit.
+  Fixture f(messaging);
+  const Desc d{{{"message_type", "marketing"}, {"to_number", "2061111111"}}};
+  for (int i = 1; i <= 5; ++i) {
+    const auto res = f.ok("messaging", {d});
+    CHECK(res.overall_code() == Code::OK);
+    CHECK(res.statuses(0).limit_remaining() == static_cast<std::uint32_t>(5 - i));
+  }
+  const auto sixth = f.ok("messaging", {d});
+  CHECK(sixth.overall_code() == Code::OVER_LIMIT);
+  CHECK(sixth.statuses(0).code() == Code::OVER_LIMIT);
+  CHECK(sixth.statuses(0).limit_remaining() == 0);
+  // Seven hits are counted (5 + the refused 6th + this read's 0): a read with hits_addend 0 sees
+  // 6 > 5, still over. A request-wide limit override of 7/day on the same entries is another
+  // counter, so it is no witness; the read is.
+  Desc read = d;
+  read.hits = 0;
+  CHECK(f.ok("messaging", {read}).statuses(0).code() == Code::OVER_LIMIT);
+  // The next day the window is fresh: 5 - 1 = 4 remain.
+  f.clock.advance(std::chrono::seconds{86400});
+  CHECK(f.ok("messaging", {d}).statuses(0).limit_remaining() == 4);
+}
+
+TEST_CASE("Nested descriptors and several descriptors in one request are decided each",
+          "[server]") {
+  // Source: the reference README, "messaging": the request carries two descriptors, the
+  // marketing one (5/day) and the plain recipient one (100/day).
+  Fixture f(messaging);
+  const Desc marketing{{{"message_type", "marketing"}, {"to_number", "2061111111"}}};
+  const Desc number{{{"to_number", "2061111111"}}};
+  const auto res = f.ok("messaging", {marketing, number});
+  CHECK(res.statuses(0).current_limit().requests_per_unit() == 5);
+  CHECK(res.statuses(0).limit_remaining() == 4);  // 5 - 1
+  CHECK(res.statuses(1).current_limit().requests_per_unit() == 100);
+  CHECK(res.statuses(1).limit_remaining() == 99);  // 100 - 1
+  // Another number has its own counters (the descriptor has no value: one per value).
+  const auto other = f.ok("messaging", {{{{"to_number", "2062222222"}}}});
+  CHECK(other.statuses(0).limit_remaining() == 99);
+}
+
+TEST_CASE("An unknown domain and an unmatched descriptor are OK without a limit", "[server]") {
+  // Source: config_impl.go GetLimit returns no limit for an unknown domain or a descriptor that
+  // leaves the tree; ratelimit.go then reports OK with no current_limit.
+  Fixture f(messaging);
+  const auto unknown = f.ok("nowhere", {{{{"to_number", "1"}}}});
+  CHECK(unknown.overall_code() == Code::OK);
+  CHECK(unknown.statuses(0).code() == Code::OK);
+  CHECK_FALSE(unknown.statuses(0).has_current_limit());
+  const auto unmatched = f.ok("messaging", {{{{"message_type", "marketing"}}}});
+  CHECK(unmatched.statuses(0).code() == Code::OK);  // lands on a descriptor without a limit
+  CHECK_FALSE(unmatched.statuses(0).has_current_limit());
+}
+
+TEST_CASE("An empty domain or descriptor list is the reference's error", "[server]") {
+  // Source: ratelimit.go shouldRateLimitWorker: checkServiceErr panics with these messages and
+  // ShouldRateLimit returns them as a Go error, which grpc-go reports as UNKNOWN.
+  Fixture f(messaging);
+  const auto [no_domain, r1] = f.call("", {{{{"to_number", "1"}}}});
+  CHECK(no_domain.error_code() == grpc::StatusCode::UNKNOWN);
+  CHECK(no_domain.error_message() == "rate limit domain must not be empty");
+  const auto [no_desc, r2] = f.call("messaging", {});
+  CHECK(no_desc.error_code() == grpc::StatusCode::UNKNOWN);
+  CHECK(no_desc.error_message() == "rate limit descriptor list must not be empty");
+}
+
+TEST_CASE("Wildcards and exact values pick the most specific limit", "[server]") {
+  // Source: the reference README, "Example 3" (a per-IP limit with a stricter one for one
+  // address) and its section on wildcard values ("value: /foo/*").
+  Fixture f(R"(
+domain: edge_proxy_per_ip
+descriptors:
+  - key: remote_address
+    rate_limit: {unit: second, requests_per_unit: 10}
+  - key: remote_address
+    value: 50.0.0.5
+    rate_limit: {unit: second, requests_per_unit: 1}
+  - key: path
+    value: /foo/*
+    rate_limit: {unit: minute, requests_per_unit: 3}
+)");
+  CHECK(f.ok("edge_proxy_per_ip", {{{{"remote_address", "10.0.0.1"}}}})
+            .statuses(0)
+            .limit_remaining() == 9);  // 10 - 1
+  const auto strict = f.ok("edge_proxy_per_ip", {{{{"remote_address", "50.0.0.5"}}}});
+  CHECK(strict.statuses(0).current_limit().requests_per_unit() == 1);
+  CHECK(strict.statuses(0).limit_remaining() == 0);  // 1 - 1
+  CHECK(f.ok("edge_proxy_per_ip", {{{{"remote_address", "50.0.0.5"}}}}).overall_code() ==
+        Code::OVER_LIMIT);  // 2 > 1
+  const auto wild = f.ok("edge_proxy_per_ip", {{{{"path", "/foo/bar"}}}});
+  CHECK(wild.statuses(0).current_limit().requests_per_unit() == 3);
+  CHECK(wild.statuses(0).limit_remaining() == 2);  // 3 - 1
+  CHECK_FALSE(f.ok("edge_proxy_per_ip", {{{{"path", "/bar"}}}}).statuses(0).has_current_limit());
+}
+
+TEST_CASE("An unlimited descriptor is OK with the most remaining", "[server]") {
+  // Source: the reference README, "unlimited" limits; ratelimit.go reports them OK with
+  // limit_remaining = MaxUint32 and never counts them.
+  Fixture f(R"(
+domain: internal
+descriptors:
+  - key: service
+    value: health
+    rate_limit: {unlimited: true}
+)");
+  for (int i = 0; i < 3; ++i) {
+    const auto res = f.ok("internal", {{{{"service", "health"}}}});
+    CHECK(res.statuses(0).code() == Code::OK);
+    CHECK(res.statuses(0).limit_remaining() == std::numeric_limits<std::uint32_t>::max());
+    CHECK_FALSE(res.statuses(0).has_current_limit());
+  }
+}
+
+TEST_CASE("A limit named in another applying limit's replaces is not applied", "[server]") {
+  // Source: the reference README, "replaces": when both apply, only the replacing one counts.
+  Fixture f(R"(
+domain: example
+descriptors:
+  - key: key1
+    rate_limit: {name: one, unit: minute, requests_per_unit: 1}
+  - key: key2
+    rate_limit:
+      unit: minute
+      requests_per_unit: 10
+      replaces: [{name: one}]
+)");
+  const auto both = f.ok("example", {{{{"key1", "a"}}}, {{{"key2", "b"}}}});
+  CHECK_FALSE(both.statuses(0).has_current_limit());  // replaced: OK, no limit
+  CHECK(both.statuses(1).limit_remaining() == 9);     // 10 - 1
+  // Alone, key1's limit applies, and it was not counted above: 1 - 1 = 0 remain.
+  const auto alone = f.ok("example", {{{{"key1", "a"}}}});
+  CHECK(alone.statuses(0).code() == Code::OK);
+  CHECK(alone.statuses(0).limit_remaining() == 0);
+}
+
+TEST_CASE("A shadow-mode limit reports OK when over, the global shadow mode keeps the statuses",
+          "[server]") {
+  // Source: the reference README, "Shadow mode" (per descriptor: base_limiter.go reports OK,
+  // remaining 0) and the SHADOW_MODE setting (ratelimit.go: statuses as they are, overall OK).
+  const std::string yaml = R"(
+domain: shadow
+descriptors:
+  - key: user
+    shadow_mode: true
+    rate_limit: {unit: second, requests_per_unit: 1}
+  - key: team
+    rate_limit: {unit: second, requests_per_unit: 1}
+)";
+  {
+    Fixture f(yaml);
+    f.ok("shadow", {{{{"user", "u"}}}});
+    const auto res = f.ok("shadow", {{{{"user", "u"}}}});  // 2 > 1, in shadow mode
+    CHECK(res.overall_code() == Code::OK);
+    CHECK(res.statuses(0).code() == Code::OK);
+    CHECK(res.statuses(0).limit_remaining() == 0);
+  }
+  {
+    ratelimit::server::ServiceSettings settings;
+    settings.global_shadow_mode = true;
+    Fixture f(yaml, settings);
+    f.ok("shadow", {{{{"team", "t"}}}});
+    const auto res = f.ok("shadow", {{{{"team", "t"}}}});  // 2 > 1
+    CHECK(res.statuses(0).code() == Code::OVER_LIMIT);
+    CHECK(res.overall_code() == Code::OK);
+  }
+}
+
+TEST_CASE("hits_addend spends several units, and 0 on a descriptor only reads", "[server]") {
+  // Source: the request's hits_addend (rls.proto; fixed_cache_impl.go uses max(1, hits_addend))
+  // and the descriptor's own hits_addend, which replaces it.
+  Fixture f(messaging);
+  const Desc d{{{"to_number", "206"}}};
+  CHECK(f.ok("messaging", {d}, 40).statuses(0).limit_remaining() == 60);  // 100 - 40
+  Desc read = d;
+  read.hits = 0;
+  CHECK(f.ok("messaging", {read}).statuses(0).limit_remaining() == 60);  // 100 - 40 - 0
+  Desc many = d;
+  many.hits = 70;
+  const auto over = f.ok("messaging", {many});  // 40 + 70 = 110 > 100
+  CHECK(over.statuses(0).code() == Code::OVER_LIMIT);
+  // The refused 70 were counted: 110 > 100 is still over on a read.
+  CHECK(f.ok("messaging", {read}).statuses(0).code() == Code::OVER_LIMIT);
+}
+
+TEST_CASE("A descriptor's limit override replaces the configured limit", "[server]") {
+  // Source: the reference README, "Rate limit override" (config_impl.go GetLimit: the
+  // descriptor's limit, never in shadow mode).
+  Fixture f(messaging);
+  Desc d{{{"to_number", "206"}}};
+  d.override_rpu = 2;
+  d.override_unit = 2;  // MINUTE
+  f.clock.advance(std::chrono::seconds{15});
+  const auto first = f.ok("messaging", {d});
+  CHECK(first.statuses(0).current_limit().requests_per_unit() == 2);
+  CHECK(first.statuses(0).current_limit().unit() == pb::RateLimitResponse::RateLimit::MINUTE);
+  CHECK(first.statuses(0).limit_remaining() == 1);                  // 2 - 1
+  CHECK(first.statuses(0).duration_until_reset().seconds() == 45);  // 60 - 15
+  f.ok("messaging", {d});
+  CHECK(f.ok("messaging", {d}).overall_code() == Code::OVER_LIMIT);  // 3 > 2
+  // The configured 100/day counter was not touched: 100 - 1 = 99 after one plain hit.
+  CHECK(f.ok("messaging", {{{{"to_number", "206"}}}}).statuses(0).limit_remaining() == 99);
+  // An unknown unit is refused, naming the field.
+  Desc bad = d;
+  bad.override_unit = 9;
+  const auto [st, res] = f.call("messaging", {bad});
+  CHECK(st.error_code() == grpc::StatusCode::INVALID_ARGUMENT);
+  CHECK_THAT(st.error_message(), Catch::Contains("RateLimitOverride.unit = 9"));
+}
+
+TEST_CASE("Response headers name the descriptor closest to its limit", "[server]") {
+  // Source: the reference README, RESPONSE_HEADERS_ENABLED: RateLimit-Limit, -Remaining and
+  // -Reset of the descriptor with the least remaining.
+  ratelimit::server::ServiceSettings settings;
+  settings.response_headers = true;
+  Fixture f(messaging, settings);
+  f.clock.advance(std::chrono::seconds{86400 - 10});  // 10 s before the day ends
+  const auto res = f.ok(
+      "messaging", {{{{"message_type", "marketing"}, {"to_number", "1"}}}, {{{"to_number", "1"}}}});
+  REQUIRE(res.response_headers_to_add_size() == 3);
+  CHECK(res.response_headers_to_add(0).key() == "RateLimit-Limit");
+  CHECK(res.response_headers_to_add(0).value() == "5");  // the 5/day limit: 4 left < 99
+  CHECK(res.response_headers_to_add(1).value() == "4");
+  CHECK(res.response_headers_to_add(2).value() == "10");
+}
+
+TEST_CASE("A reload keeps the counts of unchanged limits", "[server]") {
+  // Source: the reference reloads its runtime directory on change (ratelimit.go reloadConfig);
+  // here a limit keeps its counters while its path and unit are unchanged.
+  Fixture f(messaging);
+  const Desc d{{{"to_number", "206"}}};
+  f.ok("messaging", {d}, 10);  // 100 - 10 = 90 left
+  f.load(messaging + R"(
+  - key: other
+    rate_limit: {unit: day, requests_per_unit: 1}
+)");
+  CHECK(f.ok("messaging", {d}).statuses(0).limit_remaining() == 89);  // 90 - 1
+}
+
+TEST_CASE("A request of 10,000 descriptors is answered whole", "[server]") {
+  // Hostile input: the reference sets no bound on the descriptors of a request; the server
+  // answers each (every one within 100/day: 100 - 1 = 99 remain on each number's counter).
+  Fixture f(messaging);
+  std::vector<Desc> many;
+  for (int i = 0; i < 10'000; ++i) many.push_back(Desc{{{"to_number", std::to_string(i)}}});
+  const auto res = f.ok("messaging", many);
+  CHECK(res.overall_code() == Code::OK);
+  CHECK(res.statuses(0).limit_remaining() == 99);
+  CHECK(res.statuses(9'999).limit_remaining() == 99);
+}
+
+TEST_CASE("NUL bytes in values are values like any other", "[server]") {
+  // Regression guard: a counter key built by joining values with a separator would let
+  // "a\0b" and "a" + "b" share a counter; the key is length-prefixed, so they do not.
+  Fixture f(R"(
+domain: d
+descriptors:
+  - key: k
+    descriptors:
+      - key: j
+        rate_limit: {unit: minute, requests_per_unit: 1}
+)");
+  const std::string nul("a\0b", 3);
+  CHECK(f.ok("d", {{{{"k", nul}, {"j", ""}}}}).statuses(0).limit_remaining() == 0);  // 1 - 1
+  CHECK(f.ok("d", {{{{"k", "a"}, {"j", std::string("\0b", 2)}}}}).statuses(0).limit_remaining() ==
+        0);  // its own counter: 1 - 1
+}
+
+TEST_CASE("The over-limit cache answers a counter over its limit without counting", "[server]") {
+  // Source: the reference's local cache (LOCAL_CACHE_SIZE_IN_BYTES; base_limiter.go and
+  // fixed_cache_impl.go): a key over its limit is remembered for its window; a later call on
+  // it is OVER_LIMIT without INCRBY, and the call's other descriptors are only read.
+  ratelimit::server::ServiceSettings settings;
+  settings.over_limit_cache_bytes = 1 << 20;
+  Fixture f(messaging, settings);
+  const Desc marketing{{{"message_type", "marketing"}, {"to_number", "1"}}};  // 5 per day
+  const Desc number{{{"to_number", "2"}}};                                    // 100 per day
+  f.ok("messaging", {marketing}, 6);  // 6 > 5: over, remembered
+  const auto res = f.ok("messaging", {marketing, number});
+  CHECK(res.overall_code() == Code::OVER_LIMIT);
+  CHECK(res.statuses(0).code() == Code::OVER_LIMIT);
+  CHECK(res.statuses(0).limit_remaining() == 0);
+  CHECK(res.statuses(1).limit_remaining() == 100);  // only read: 100 - 0
+  // Without a cached counter in the call, it is counted again: 100 - 1 = 99.
+  CHECK(f.ok("messaging", {number}).statuses(0).limit_remaining() == 99);
+  // The next day the entry has expired with its window: 5 - 1 = 4 remain.
+  f.clock.advance(std::chrono::seconds{86400});
+  CHECK(f.ok("messaging", {marketing}).statuses(0).limit_remaining() == 4);
+}
