@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The README's first command: installs what is missing, builds the compare_algorithms example
+# The README's second demo: installs what is missing, builds the compare_algorithms example
 # in Release (no tests, no benchmarks) and runs it.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
