@@ -65,10 +65,10 @@ namespace ratelimit {
 /// window over) is no longer held once the first keyed decision on its table (any key, any
 /// shard, any thread; `decide_all` included) stamped at or after t + 10 minutes
 /// (`detail::Table::pace_period`) and the L - 1 after it have returned, unless its shard holds
-/// at most 8 keys; L is about one decision per 900 keys the table holds (exactly: see
-/// detail/table.hpp; about 1,850 for 1,100,000 keys). For that, every 9.375 s of the decisions'
-/// clock one of the 64 shards is due to be swept whole, in turn; while a sweep is due, each
-/// keyed decision does at most 4096 slots' worth of it (`detail::Table::pace_budget`, in lock
+/// at most 8 keys; L is about one decision per 650 keys the table holds (exactly: see
+/// detail/table.hpp; about 1,600 for 1,100,000 keys in 1.8 M slots). For that, every 9.375 s of the
+/// decisions' clock one of the 64 shards is due to be swept whole, in turn; while a sweep is due,
+/// each keyed decision does at most 4096 slots' worth of it (`detail::Table::pace_budget`, in lock
 /// holds of at most 1024 slots; measured at most 0.15 ms of CPU, where catching up a whole
 /// 1,100,000-key table in one decision took 35 ms), and otherwise only reads one word and
 /// compares. A decision that finds another thread pacing goes on without waiting. This holds

@@ -135,47 +135,41 @@ struct TableStats {
 ///   lock (K < 7/10 C), whatever the insert rate (inserts take the lock); a shard under 1/5
 ///   full after a pass shrinks. A shard holding at most `keep` keys is not swept.
 ///   `reclaim(now)` sweeps everything at once, in chunks of `chunk` slots per lock hold.
-/// - Reclamation is also paced by time, since the sweeps above follow decisions: a shard that
-///   light traffic seldom reaches would keep its dead keys for ever (after 1,100,000 one-shot
-///   keys, 72 hours of one decision a minute on four keys left 1,094,385 of them). The table keeps
-///   a schedule of steps, one every `pace_step` (9.375 s) of the decisions' clock; a step sweeps
-///   one shard whole, in turn, as `reclaim` does but keeping `keep` keys (the rest of a resize,
-///   the overflow map, every slot, then one shrink if the shard is sparse). Every keyed decision
-///   first checks the schedule (`pace`: one relaxed load, beside `id_`, and a compare). While a
-///   step is due or under way, each keyed decision does at most `pace_budget` (4096) units of
-///   it and the steps after it (a unit: a slot or overflow entry examined, a slot examined again
-///   after a drop, a step begun), in lock holds of at most `chunk` slots, and the next decision
-///   resumes from a cursor. So no decision pays for more than 4096 units (measured: at most
-///   0.15 ms of CPU, 36 us typical, where catching up a whole 1,100,000-key table in one
-///   decision took 35 ms). At most `shard_count` steps are owed: more would sweep a shard twice.
-///   The bound has a time term and a decisions term. A key whose state is fresh from t (its
-///   model's `fresh_at`) is no longer held, unless its shard holds at most `keep` keys, once
-///   the first keyed decision on its table stamped at or after t + `pace_period` (10 minutes)
-///   and the L - 1 keyed decisions after it have returned, where
+/// - Reclamation is also paced by time, since the sweeps above follow decisions (a shard that
+///   light traffic seldom reaches kept its dead keys for ever). A schedule of steps, one every
+///   `pace_step` (9.375 s) of the decisions' clock; a step sweeps one shard whole, in turn, as
+///   `reclaim` does but keeping `keep` keys (the rest of a resize, the overflow map, every slot,
+///   one shrink if sparse). Every keyed decision checks it (`pace`: one relaxed load, beside `id_`,
+///   and a compare); while a step is due or under way, each does at most `pace_budget` (4096) units
+///   of it and the next (a unit: a slot or overflow entry examined, a slot examined again after a
+///   drop, a step begun), in lock holds of at most `chunk` slots, and leaves a cursor for the next
+///   (measured: at most 0.15 ms of CPU, where catching up a 1,100,000-key table in one decision
+///   took 35 ms). At most `shard_count` steps are owed: more would sweep a shard twice. The bound,
+///   a time term and a decisions term: a key whose state is fresh from t (its model's `fresh_at`)
+///   is no longer held, unless its shard holds at most `keep` keys, once the first keyed decision
+///   on its table stamped at or after t + `pace_period` (10 minutes) and the L - 1 keyed decisions
+///   after it have returned, where
 ///     L = ceil((U + U1) / pace_budget),  U = 64 + F + K + 3 S,  U1 = 1 + F + K1 + 3 S1,
 ///   S the table's slots (both arrays of a resize), K its keys, F its overflow keys, S1 and K1
-///   those of its largest shard, each the most held from t on (a resize that other decisions
-///   begin on a shard during its step counts its array's slots once more). That is about one
-///   decision per 900 keys held at 1.8 slots a key (4.4 M units for 1.1 M keys: 1,100 decisions).
-///   Why: (1) time: after any grant at time c the next step is due in (c, c + pace_step], so
-///   the 64 steps after the one under way at t (if any) are all due by t + pace_period, and a
-///   decision stamped at or after that owes them all: one per shard, each begun after t (stamps
-///   in order), so each examines every key of its shard at a time at or after t and drops the
-///   fresh ones. (2) decisions: a step over a shard of C slots (at most), F overflow and K keys
-///   takes at most 1 + F + K + 3 C units: F overflow entries, C slots and K re-examinations after
-///   drops in the pass, then its shrink's move of C slots; a resize begun meanwhile ends the
-///   pass (its move examines what the pass had not) and adds at most one more move of C. The
-///   step under way at t and the 64 owed are at most a lap (U) and one shard (U1), and every
-///   decision with work owed does a full budget of it but the last: hence L. It assumes
-///   decisions stamped in the order they run (one thread, a clock that never steps back);
-///   with several threads, a decision that finds another doing pacing work does none (try_lock)
-///   and a step may run at an earlier stamp than t, so a key may wait for the next lap.
-///   Stamps out of order: the schedule moves only forward with the stamps it sees. A decision
-///   stamped more than a period before the next step (a time far ahead came first) restarts it
-///   from its own time, owing nothing more, but at most once per period of such times (not
-///   before the last restart's time + pace_period; earlier ones are not paced): explicit times
-///   alternating far apart thus cost at most one lap of pacing work per restart, not a sweep
-///   per decision. With no decision at all nothing runs (there is no thread): call `reclaim`.
+///   those of its largest shard, each the most held from t on. At 1.6 to 1.8 slots a key, about
+///   one decision per 650 keys (1,100,000 keys in 1.8 M slots: L is about 1,600; a lap measured
+///   4.7 M units, 1,147 decisions). Why: (1) after any grant at time c the next step is due in
+///   (c, c + pace_step], so the 64 steps after the one under way at t are all due by t +
+///   pace_period, and a decision stamped at or after that owes them all: one per shard, each
+///   begun after t, so each examines every key of its shard at a stamp at or after t. (2) A
+///   step over a shard of at most C slots, F overflow and K keys takes at most 1 + F + K + 3 C
+///   units: the pass's C slots and K re-examinations after drops, then its shrink's move of C;
+///   a resize others begin meanwhile ends the pass (its move examines what the pass had not)
+///   and adds one move of C. The step under way at t and the 64 owed are at most a lap (U) and
+///   a shard (U1), and every decision with work owed does a full budget but the last: hence
+///   L. It assumes stamps in the order decisions run (one thread, a clock that never steps
+///   back); with threads, one that finds another pacing does none (try_lock), and a key may
+///   wait for the next lap. Stamps out of order: the schedule only moves forward. A decision
+///   stamped more than a period before the next step (after a time far ahead) restarts it from
+///   its own time, owing nothing more, but at most once per period of such stamps (not before
+///   the last restart's + pace_period; earlier ones are not paced): times alternating far
+///   apart cost at most a lap of work per restart, never a sweep per decision. With no
+///   decision at all nothing runs (there is no thread): call `reclaim`.
 ///
 /// Decisions on a key already held in its shard's current array, for models whose state is
 /// trivially copyable (all but the sliding log), take no lock: a compare-and-swap sets the
@@ -557,8 +551,7 @@ class Table : public TableConstants {
         pace_next_ = (pace_next_ + 1) % shard_count;
       }
     }
-    const std::size_t work = pace_budget - budget;
-    if (work != 0) {
+    if (const std::size_t work = pace_budget - budget; work != 0) {
       pace_work_ += work;
       pace_most_ = std::max(pace_most_, work);
       ++pace_decisions_;
@@ -604,9 +597,8 @@ class Table : public TableConstants {
   bool stepping_ = false;          ///< a step is under way on pace_next_, at cursor_
   std::size_t pace_next_ = 0;      ///< the shard the current or next step sweeps
   PaceCursor cursor_;
-  std::uint64_t pace_work_ = 0;  ///< TableStats::pace_work
-  std::size_t pace_most_ = 0;    ///< TableStats::pace_most
-  std::uint64_t pace_decisions_ = 0;
+  std::uint64_t pace_work_ = 0, pace_decisions_ = 0;  ///< as TableStats says
+  std::size_t pace_most_ = 0;
 };
 
 }  // namespace ratelimit::detail
