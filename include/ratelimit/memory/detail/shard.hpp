@@ -49,20 +49,37 @@ struct TableConstants {
   /// Every this many decisions a shard also sweeps `foreign_step` slots of an idle shard.
   static constexpr std::size_t foreign_every = 64;  // a multiple of sweep_every
   static constexpr std::size_t foreign_step = 64;
-  /// Slots per lock hold in `reclaim`.
+  /// Slots per lock hold in `reclaim` and in the pace's sweeps.
   static constexpr std::size_t chunk = 1024;
+  /// The most pacing work one decision does (Table::pace), in units: a slot or overflow entry
+  /// examined (a slot examined again after a drop counts again), and one per shard step
+  /// begun. In lock holds of at most `chunk` slots; a step left unfinished resumes at the next
+  /// decision.
+  static constexpr std::size_t pace_budget = 4 * chunk;
   /// A shard holding at most this many keys is not swept (`reclaim` ignores it): so a small
   /// table never forgets, and decides exactly as if no key were ever dropped even when the
   /// clock steps back.
   static constexpr std::size_t keep = 8;
   /// The time bound on a dead key (Table::pace): every pace_step of the decisions' clock, one
-  /// keyed decision sweeps one shard whole, in turn, so every shard is swept once per
-  /// pace_period = shard_count x pace_step whatever the traffic on it.
+  /// step of sweeping a shard whole, in turn (spread over decisions, pace_budget units each),
+  /// so every shard is swept once per pace_period = shard_count x pace_step plus the
+  /// decisions that work takes, whatever the traffic on it.
   static constexpr std::chrono::nanoseconds pace_period = std::chrono::minutes{10};
   static constexpr std::chrono::nanoseconds pace_step = pace_period / shard_count;  // 9.375 s
   /// The drop filter: its bits, in 64-bit words, and the drops it holds before it is cleared.
   static constexpr std::size_t filter_words = 4096 / 64;
   static constexpr std::size_t filter_keys = 512;
+};
+
+/// Where the table's pace stands in the shard it is sweeping: the pace sweeps a shard over
+/// several decisions (each does at most `pace_budget` units), so it resumes from here.
+struct PaceCursor {
+  static constexpr std::uint64_t none = ~std::uint64_t{0};
+  std::uint64_t array = none;  ///< `Shard::arrays` of the array `at` indexes (none: not begun)
+  std::size_t at = 0;          ///< the next `cur` slot to examine
+  Hash128 overflow_at;         ///< the next overflow entry (the first hash >= it)
+  bool overflow_done = false;  ///< the overflow map was swept
+  bool shrunk = false;         ///< a shrink was started (once per step)
 };
 
 /// One shard of a `Table<M>`. Thread safety: every member is for the holder of `mutex`, but
@@ -390,6 +407,76 @@ struct alignas(64) Shard : TableConstants {
         return dropped;
       }
       dropped += before - live();
+    }
+  }
+
+  /// One lock hold of the table's pace step over this shard (see Table::pace): at most
+  /// min(`budget`, chunk) units (a slot or overflow entry examined), taken from `budget`. In
+  /// order: the rest of a resize, the overflow map, every `cur` slot (a slot examined again
+  /// after a drop counts again), then one shrink if the shard is sparse, whose move is the
+  /// first part again. Drops keys fresh at `now` while the shard holds more than `floor`.
+  /// Returns true once the step is done; `c` is where the next call resumes.
+  bool pace_slice(PaceCursor& c, std::chrono::nanoseconds now, std::size_t floor,
+                  std::size_t& budget) {
+    std::lock_guard lock(mutex);
+    if (!has_params) return true;  // never decided: nothing held
+    std::size_t n = std::min(budget, chunk);
+    budget -= n;
+    const bool done = pace_work(c, now, floor, n);
+    budget += n;  // what was left
+    return done;
+  }
+
+  /// pace_slice's work under the lock, `n` units at most (spent from `n`).
+  bool pace_work(PaceCursor& c, std::chrono::nanoseconds now, std::size_t floor, std::size_t& n) {
+    for (;;) {
+      if (old.capacity != 0) {
+        if (n == 0) return false;
+        const std::size_t k = std::min(n, old.capacity - migrate_at);
+        migrate(params, now, k, floor);
+        finish_migration();
+        n -= k;
+      } else if (!c.overflow_done) {
+        auto it = overflow.lower_bound(c.overflow_at);
+        for (; n > 0 && it != overflow.end(); --n) {
+          if (live() > floor && fresh(params, it->second, now)) {
+            record_drop(params, it->first.first, it->second);
+            it = overflow.erase(it);
+          } else {
+            ++it;
+          }
+        }
+        if (it != overflow.end()) {
+          c.overflow_at = it->first;
+          return false;
+        }
+        c.overflow_done = true;
+      } else if (c.array != arrays || c.at < cur.capacity) {
+        if (c.array != arrays) {
+          // The pass begins, or a resize began since it did: the migration just finished (the
+          // first branch) examined every key the pass had not, dropping the fresh ones, and
+          // the new array holds only keys that were not fresh when moved, or inserted since.
+          c.at = c.array == PaceCursor::none ? 0 : cur.capacity;
+          c.array = arrays;
+        }
+        for (; n > 0 && c.at < cur.capacity; --n) {
+          Slot& s = cur.slots[c.at];
+          if (load_tag(s) != 0 && live() > floor && fresh(params, s.state(), now)) {
+            record_drop(params, key_tag(s), s.state());
+            cur.erase_at(c.at);
+          } else {
+            ++c.at;
+          }
+        }
+        if (c.at < cur.capacity) return false;
+      } else if (!c.shrunk && sparse()) {
+        c.shrunk = true;
+        start_resize(chunk);
+        c.array = arrays;
+        c.at = cur.capacity;  // the new array holds only kept keys
+      } else {
+        return true;
+      }
     }
   }
 };
