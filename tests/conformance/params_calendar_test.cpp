@@ -5,8 +5,8 @@
 #include <chrono>
 #include <cstdint>
 
-#include <catch2/catch.hpp>
 #include <date/date.h>
+#include <catch2/catch.hpp>
 #include <ratelimit/calendar.hpp>
 #include <ratelimit/ratelimit.hpp>
 
@@ -21,9 +21,10 @@ using ratelimit::ManualClock;
 using rltest::admitted;
 using rltest::denied;
 
-TEMPLATE_LIST_TEST_CASE("A calendar quota counted under other parameters is decided under the "
-                        "new ones",
-                        "[conformance][any_storage][params][calendar]", Backends) {
+TEMPLATE_LIST_TEST_CASE(
+    "A calendar quota counted under other parameters is decided under the "
+    "new ones",
+    "[conformance][any_storage][params][calendar]", Backends) {
   using Quota = CalendarQuota<ManualClock, typename TestType::Storage>;
   INFO(TestType::name);
   // 2024-03-10 12:00 UTC: that UTC day ends in 12 h.
@@ -34,7 +35,8 @@ TEMPLATE_LIST_TEST_CASE("A calendar quota counted under other parameters is deci
   auto storage = TestType::make();
   Quota five({.limit = 5, .unit = CalendarUnit::day, .time_zone = "UTC"}, storage, clock, "q");
   // Three keys spend 4 of 5: remaining 1, the day ends in 12 h.
-  for (const char* key : {"up", "down", "week"}) CHECK(five.try_acquire(key, 4) == admitted(5, 1, 12h));
+  for (const char* key : {"up", "down", "week"})
+    CHECK(five.try_acquire(key, 4) == admitted(5, 1, 12h));
 
   clock.set(noon + 6h);  // 18:00, the day ends in 6 h
   // N = 10: c = 4 of 10, remaining 6; cost 6 brings c to 10.

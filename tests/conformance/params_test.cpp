@@ -2,7 +2,7 @@
 // written under other parameters (a rules reload or a deploy that changed a rate, a limit or a
 // window; a limiter of the same name built with another rate) is decided under the new ones: never
 // degraded, and never with more than a fresh key would get. Written once over every
-// Case<Algo, Backend> (conformance.hpp) with the table's `change` rows, plus the two algorithms
+// Case<Algo, Backend> (conformance.hpp) with the rows of change_table.hpp, plus the two algorithms
 // outside that list (the concurrency limit here; the calendar quota in params_calendar_test.cpp),
 // and the fault that was reproduced in production, by name.
 #include <chrono>
@@ -12,6 +12,7 @@
 #include <catch2/catch.hpp>
 #include <ratelimit/ratelimit.hpp>
 
+#include "change_table.hpp"
 #include "conformance.hpp"
 #include "support/backends.hpp"
 
@@ -25,7 +26,7 @@ using rltest::conformance::Cases;
 TEMPLATE_LIST_TEST_CASE("A key spent under other parameters is decided under the new ones",
                         "[conformance][any_storage][params]", Cases) {
   using Algo = typename TestType::Algo;
-  constexpr auto row = TestType::Row::change;
+  constexpr auto row = rltest::conformance::Change<Algo>::row;
   INFO(TestType::label());
   ManualClock clock;
   auto storage = TestType::Backend::make();
