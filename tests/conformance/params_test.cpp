@@ -74,11 +74,11 @@ TEMPLATE_LIST_TEST_CASE(
 
   Bucket slow({10, ratelimit::per_hour(10)}, storage, clock, "api");
   // The instant 1/3 s was written in thirds of a ns; 10 per hour counts in whole ns (count 1
-  // per 360 s), so the remainder is rounded up: to the next ns in process, to the next us on
-  // Redis (whose remainder, 1000 thirds of a ns past 333333 us, is not below its unit of
-  // 1000). Never earlier than written: at most what the key had.
-  const std::int64_t res = TestType::resolution.count();
-  const std::chrono::nanoseconds at{(333'333'333 / res + 1) * res};
+  // per 360 s), so the remainder cannot be read and the instant is rounded up to the next whole
+  // us on every storage: in process the remainder's width (2 bits) is not the new one (0), on
+  // Redis the remainder, 1000 thirds of a ns past 333333 us, is not below the new unit of 1000.
+  // Never earlier than written: at most what the key had.
+  const std::chrono::nanoseconds at = 333'334us;
   // Backlog `at` < 360 s: one token missing of 10 (remaining 9), reset `at`.
   const Decision peek = slow.peek("k");
   CHECK_FALSE(peek.degraded);

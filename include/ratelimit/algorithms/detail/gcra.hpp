@@ -49,8 +49,8 @@ struct GcraParams {
 /// `frac_bits`: at most 30, as count <= 10^9); bits 0 to w - 1 the remainder; bits w to 57 the
 /// lag at_ns - last() >= 0. w is stored rather than taken from the parameters so that the
 /// fields split where they were written; the remainder's unit, 1/count ns, is not stored: under
-/// other parameters (a reloaded rule's) gcra_apply rounds `at` up to the next ns when the
-/// remainder is not in the new unit's range (see gcra_read_at).
+/// other parameters (a reloaded rule's) gcra_apply rounds `at` up to the next whole us when the
+/// remainder cannot be one of the new unit (see gcra_read_at).
 /// A lag of 2^(58 - w) - 1 ns or more (9 years when count is 1, 275 s at count 10^6, 0.27 s at
 /// 10^9; count is reduced, so a rate per second, minute or hour has a small one) is not kept:
 /// the field is then all ones and last() is 0, so a request stamped before the latest
@@ -132,12 +132,14 @@ struct GcraAt {
 /// The instant `s` holds, read under `p`. A state written under another count (a reloaded
 /// rule's, a limiter of the same name with another rate) holds its remainder in 1/count ns of
 /// that count, which the state does not keep: a remainder that cannot be one of `p` (its width
-/// or its value out of p's range) rounds `at` up to the next ns, which is never before the
-/// instant written (every remainder is below one ns). Never more capacity than the state had:
-/// the bucket is full again at the same instant, or up to 1 ns later.
+/// or its value out of p's range) rounds `at` up to the next whole us, as lua/gcra.lua does
+/// with a remainder out of its range, so both storages read such a bucket alike. Never before
+/// the instant written (the remainder is a fraction of a ns past at_ns), so never more capacity
+/// than the state had.
 constexpr GcraAt gcra_read_at(const GcraParams& p, const GcraState& s) noexcept {
   const std::int64_t frac = s.frac();
-  if (frac != 0 && (frac >= p.count || s.width() != p.frac_bits)) return {s.at_ns + 1, 0};
+  if (frac != 0 && (frac >= p.count || s.width() != p.frac_bits))
+    return {(s.at_ns / 1000 + 1) * 1000, 0};  // at_ns >= 0, as every time a state holds
   return {s.at_ns, frac};
 }
 
@@ -216,11 +218,12 @@ Decision gcra_apply(const GcraParams& p, GcraState& s, std::chrono::nanoseconds 
   return gcra_decide<Shaping, i128>(p, s, t, at, ahead, op);
 }
 
-/// When the bucket is full (token) or the queue empty (leaky) again: `at`, or the nanosecond
-/// after it if a fraction of a nanosecond is still owed. Never before the latest admission,
-/// since at >= last.
-constexpr std::chrono::nanoseconds gcra_fresh_at(const GcraParams&, const GcraState& s) noexcept {
-  return std::chrono::nanoseconds{s.at_ns + (s.frac() > 0 ? 1 : 0)};
+/// When the bucket is full (token) or the queue empty (leaky) again: `at` as `p` reads it, or
+/// the nanosecond after it if a fraction of a nanosecond is still owed. Never before the latest
+/// admission, since at >= last.
+constexpr std::chrono::nanoseconds gcra_fresh_at(const GcraParams& p, const GcraState& s) noexcept {
+  const GcraAt at = gcra_read_at(p, s);
+  return std::chrono::nanoseconds{at.ns + (at.frac > 0 ? 1 : 0)};
 }
 
 }  // namespace ratelimit::detail
