@@ -56,7 +56,7 @@ struct AnchoredWindowModel {
     const std::int64_t c = s.count > 0 && t < end ? s.count : 0;
     ratelimit::Decision d{};
     d.limit = p.limit;
-    d.remaining = p.limit - c;
+    d.remaining = c < p.limit ? p.limit - c : 0;  // c > N: counted under a higher limit
     d.reset_after = std::chrono::nanoseconds{c > 0 ? end - t : 0};
     if (op.cost > p.limit) {
       d.retry_after = ratelimit::Decision::never;
@@ -109,7 +109,9 @@ struct AnchoredWindowModel {
       const auto admitted = ratelimit::detail::wire_reply_admitted(r, 0);
       const auto t = ratelimit::detail::wire_reply_time_ns(r, 1);
       const auto start = ratelimit::detail::wire_reply_time_ns(r, 2);
-      if (!admitted || !t || !start || r.size() < 4 || r[3] < 0 || r[3] > p.limit)
+      // c may exceed this N (counted under a higher one), never the largest N.
+      if (!admitted || !t || !start || r.size() < 4 || r[3] < 0 ||
+          r[3] > ratelimit::detail::max_count)
         return std::nullopt;
       State s{*start, static_cast<std::int64_t>(r[3]), *t};
       const ratelimit::Decision d = apply(p, s, std::chrono::nanoseconds{*t}, op);

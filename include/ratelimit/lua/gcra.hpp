@@ -22,14 +22,19 @@ inline constexpr std::string_view gcra = R"lua(-- gcra.lua: one token bucket or 
 -- and 0 <= rem < U. The us parts stay below 2^53: at <= t + a whole refill (<= 100 years).
 -- The client sends the request's worth and the slack (limit - n) x period/count as pairs, so
 -- the test D + n <= limit is D <= slack, a comparison of pairs.
+-- A key written under other parameters (a reloaded rule's, a limiter of the same name with
+-- another rate) holds its remainder in the writer's unit, which the state does not keep: one
+-- that is not below this U is rounded up, at <- the next whole us. Every remainder is below
+-- one us, so that is never before the instant written: never more capacity than it had.
 --
 -- KEY      string, struct '<ddd': at_us, at_rem, last (latest admitted time, us: a request
 --          stamped earlier is decided then)
 -- ARGV     now_us ('' = Redis TIME) | U | n_us | n_rem | slack_us | slack_rem (-1 when n > limit)
 --          | peek ('1' changes nothing) | TTL margin ms | wait_us | wait_rem (max_wait x count
 --          as a pair; wait_us '' for no bound, -1 when max_wait < 0)
--- Returns  { admitted (0|1), decision time (us), at_us, at_rem } before the decision: the
---          client derives remaining, retry_after, reset_after and delay with the C++ model.
+-- Returns  { admitted (0|1), decision time (us), at_us, at_rem } before the decision (the
+--          remainder rounded up as above when it was not below U): the client derives
+--          remaining, retry_after, reset_after and delay with the C++ model.
 -- TTL      until the bucket is full again (the state then decides like a fresh key).
 
 -- (a_us, a_rem) <= (b_us, b_rem), remainders normalized.
@@ -40,6 +45,7 @@ end
 local function decide(key, A, o)
   local at, rem, last = load_state(key, '<ddd', 24)
   if not at then at, rem, last = 0, 0, 0 end
+  if rem >= tonumber(A[o + 2]) then at, rem = at + 1, 0 end
   local t = now_us(A[o + 1])
   if last > t then t = last end
   local d_us, d_rem = 0, 0

@@ -47,8 +47,10 @@ struct GcraParams {
 ///
 /// `packed`: bits 58 to 63 hold w, the remainder's width when it was written (the parameters'
 /// `frac_bits`: at most 30, as count <= 10^9); bits 0 to w - 1 the remainder; bits w to 57 the
-/// lag at_ns - last() >= 0. w is stored rather than taken from the parameters, so a state
-/// decided under other parameters (a fallback's, a reloaded rule's) still decodes as written.
+/// lag at_ns - last() >= 0. w is stored rather than taken from the parameters so that the
+/// fields split where they were written; the remainder's unit, 1/count ns, is not stored: under
+/// other parameters (a reloaded rule's) gcra_apply rounds `at` up to the next whole us when the
+/// remainder cannot be one of the new unit (see gcra_read_at).
 /// A lag of 2^(58 - w) - 1 ns or more (9 years when count is 1, 275 s at count 10^6, 0.27 s at
 /// 10^9; count is reduced, so a rate per second, minute or hour has a small one) is not kept:
 /// the field is then all ones and last() is 0, so a request stamped before the latest
@@ -64,9 +66,11 @@ struct GcraState {
 
   /// The remainder of `at`, in [0, count) of the parameters it was written with.
   constexpr std::int64_t frac() const noexcept {
-    const auto w = static_cast<int>(packed >> width_shift);
+    const auto w = width();
     return static_cast<std::int64_t>(packed & ((std::uint64_t{1} << w) - 1));
   }
+  /// w: the writer's `frac_bits`.
+  constexpr int width() const noexcept { return static_cast<int>(packed >> width_shift); }
   /// ns: the latest admission's time; 0 if its lag did not fit (see above).
   constexpr std::int64_t last() const noexcept {
     const auto w = static_cast<int>(packed >> width_shift);
@@ -119,13 +123,35 @@ constexpr bool admit_within_wait(Decision& d, std::chrono::nanoseconds delay,
   return true;
 }
 
-/// gcra_apply's arithmetic at time t >= s.last(), `frac` = s.frac(), with intermediates of type I:
-/// std::int64_t when every product fits (see gcra_apply), i128 otherwise. The same code either way.
+/// `at` as parameters `p` read it: whole ns and a remainder in [0, p.count).
+struct GcraAt {
+  std::int64_t ns;
+  std::int64_t frac;
+};
+
+/// The instant `s` holds, read under `p`. A state written under another count (a reloaded
+/// rule's, a limiter of the same name with another rate) holds its remainder in 1/count ns of
+/// that count, which the state does not keep: a remainder that cannot be one of `p` (its width
+/// or its value out of p's range) rounds `at` up to the next whole us, as lua/gcra.lua does
+/// with a remainder out of its range, so both storages read such a bucket alike. Never before
+/// the instant written (the remainder is a fraction of a ns past at_ns), so never more capacity
+/// than the state had.
+constexpr GcraAt gcra_read_at(const GcraParams& p, const GcraState& s) noexcept {
+  const std::int64_t frac = s.frac();
+  if (frac != 0 && (frac >= p.count || s.width() != p.frac_bits))
+    return {(s.at_ns / 1000 + 1) * 1000, 0};  // at_ns >= 0, as every time a state holds
+  return {s.at_ns, frac};
+}
+
+/// gcra_apply's arithmetic at time t >= s.last(), `at` read by gcra_read_at, with intermediates
+/// of type I: std::int64_t when every product fits (see gcra_apply), i128 otherwise. The same
+/// code either way.
 template <bool Shaping, class I>
-Decision gcra_decide(const GcraParams& p, GcraState& s, std::int64_t t, std::int64_t frac,
-                     bool ahead, const Operation& op) noexcept {
+Decision gcra_decide(const GcraParams& p, GcraState& s, std::int64_t t, GcraAt at, bool ahead,
+                     const Operation& op) noexcept {
+  const std::int64_t frac = at.frac;
   // Backlog D * count = (at - t) * count, from at's whole ns and remainder: no 128-bit division.
-  const I backlog = ahead ? I{s.at_ns - t} * p.count + frac : 0;  // in 1/count ns
+  const I backlog = ahead ? I{at.ns - t} * p.count + frac : 0;  // in 1/count ns
   const I full = I{p.limit} * p.period;  // B (or Q) in the same unit as D*count
   const std::int64_t n = op.cost;
 
@@ -163,8 +189,8 @@ Decision gcra_decide(const GcraParams& p, GcraState& s, std::int64_t t, std::int
         rem = static_cast<I>(r);
       }
       // One call site: called from each branch, `set` kept gcra_decide out of its caller.
-      s.set((ahead ? s.at_ns : t) + static_cast<std::int64_t>(whole),
-            static_cast<std::int64_t>(rem), t, p.frac_bits);
+      s.set((ahead ? at.ns : t) + static_cast<std::int64_t>(whole), static_cast<std::int64_t>(rem),
+            t, p.frac_bits);
       after = needed;
     }
   }
@@ -180,23 +206,24 @@ Decision gcra_apply(const GcraParams& p, GcraState& s, std::chrono::nanoseconds 
                     const Operation& op) noexcept {
   const std::int64_t last = s.last();
   const std::int64_t t = now.count() > last ? now.count() : last;
-  const std::int64_t frac = s.frac();
-  const bool ahead = s.at_ns > t || (s.at_ns == t && frac > 0);
+  const GcraAt at = gcra_read_at(p, s);
+  const bool ahead = at.ns > t || (at.ns == t && at.frac > 0);
   // In 64 bits when every intermediate stays below 2^62: full = limit x period <= 2^60
   // (p.fits_64), the cost's n x period <= full, and the backlog (at - t) x count + frac
   // <= 2^61 (checked here: a key spent under other parameters may hold more than full). Then
   // needed <= 2^61 + 2^60 and advance <= count + full. Most limits fit; the 128-bit
   // arithmetic, spilled to the stack, cost as much as the rest of the decision.
-  if (p.fits_64 && (!ahead || s.at_ns - t <= p.max_ahead_64))
-    return gcra_decide<Shaping, std::int64_t>(p, s, t, frac, ahead, op);
-  return gcra_decide<Shaping, i128>(p, s, t, frac, ahead, op);
+  if (p.fits_64 && (!ahead || at.ns - t <= p.max_ahead_64))
+    return gcra_decide<Shaping, std::int64_t>(p, s, t, at, ahead, op);
+  return gcra_decide<Shaping, i128>(p, s, t, at, ahead, op);
 }
 
-/// When the bucket is full (token) or the queue empty (leaky) again: `at`, or the nanosecond
-/// after it if a fraction of a nanosecond is still owed. Never before the latest admission,
-/// since at >= last.
-constexpr std::chrono::nanoseconds gcra_fresh_at(const GcraParams&, const GcraState& s) noexcept {
-  return std::chrono::nanoseconds{s.at_ns + (s.frac() > 0 ? 1 : 0)};
+/// When the bucket is full (token) or the queue empty (leaky) again: `at` as `p` reads it, or
+/// the nanosecond after it if a fraction of a nanosecond is still owed. Never before the latest
+/// admission, since at >= last.
+constexpr std::chrono::nanoseconds gcra_fresh_at(const GcraParams& p, const GcraState& s) noexcept {
+  const GcraAt at = gcra_read_at(p, s);
+  return std::chrono::nanoseconds{at.ns + (at.frac > 0 ? 1 : 0)};
 }
 
 }  // namespace ratelimit::detail

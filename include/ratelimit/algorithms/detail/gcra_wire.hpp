@@ -79,7 +79,9 @@ struct GcraWire {
     }
   }
 
-  /// Reply: {admitted, t_us, at_us, at_rem}: the key's whole state at t (see WireState).
+  /// Reply: {admitted, t_us, at_us, at_rem}: the key's whole state at t (see WireState). The
+  /// script has already rounded a remainder written under another count into this U, so one
+  /// out of range here is a protocol error.
   static std::optional<WireState<GcraState>> state(const GcraParams& p, std::span<const i128> r,
                                                    const Operation&) {
     const auto t = wire_reply_time_ns(r, 1);
