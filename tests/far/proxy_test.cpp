@@ -51,7 +51,7 @@ TEST_CASE("A partitioned proxy drops every byte until it is healed", "[far][prox
     ratelimit::detail::RedisConnectionSettings s;
     s.connect_timeout = std::chrono::seconds{2};
     s.command_timeout = std::chrono::milliseconds{200};
-    auto conn = ratelimit::detail::RedisConnection::open({"127.0.0.1", proxy.port()}, s);
+    auto conn = rltest::BlockingConnection::open({"127.0.0.1", proxy.port()}, s);
     proxy.set_partitioned(true);
     // The command is lost on the way: no reply within the timeout, and it never ran.
     CHECK_THROWS(conn.pipeline({{"INCR", "cut"}}));
