@@ -63,7 +63,7 @@ struct CommandStats {
 struct Heard : ratelimit::Listener {
   std::mutex mutex;
   int round_trips = 0;
-  std::vector<ratelimit::ConnectEvent> connects;  // `node` pointing into `nodes`
+  std::vector<ratelimit::ConnectEvent> connects;    // `node` pointing into `nodes`
   std::vector<std::unique_ptr<std::string>> nodes;  // an event's views last only its call
   std::vector<ratelimit::FirstDecisionEvent> firsts;
   void on_round_trip(const ratelimit::RoundTripEvent&) override {
