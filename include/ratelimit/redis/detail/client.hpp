@@ -434,66 +434,18 @@ class RedisClient : public std::enable_shared_from_this<RedisClient> {
 
   /// Tells the listeners about the storage's first decision (the first call that runs a
   /// script), once. Its start is its deadline less command_timeout (`deadline_from_now`).
-  void first_decision(const Op& op) noexcept {
-    const bool decision = std::any_of(op.calls.begin(), op.calls.end(),
-                                      [](const RedisCall& c) { return c.script != nullptr; });
-    if (!decision || first_reported_.exchange(true, std::memory_order_relaxed)) return;
-    const auto now = std::chrono::steady_clock::now();
-    const FirstDecisionEvent ev{
-        now - created_, now - (op.deadline - options_.command_timeout),
-        std::none_of(op.results.begin(), op.results.end(),
-                     [](const RedisResult& r) { return r.failure.has_value(); })};
-    if (const ObserverSet* obs = observers.current())
-      Observers::each(*obs, [&](Listener& l, bool) { l.on_first_decision(ev); });
-  }
+  void first_decision(const Op& op) noexcept;
 
   /// `warm_up`'s work: SCRIPT LOAD of `scripts` where every call goes (one node, or the
   /// primary Sentinel names), remembered on that node. A cluster loads them on every primary.
   virtual bool load_scripts(const std::vector<const RedisScript*>& scripts,
-                            std::chrono::steady_clock::time_point deadline) {
-    std::vector<RedisCall> calls;
-    for (const RedisScript* s : scripts) calls.push_back(load_call(*s));
-    const auto results = execute(std::move(calls), deadline);
-    RedisNodeClient* node = node_of_every_key();
-    bool ok = true;
-    for (std::size_t i = 0; i < results.size(); ++i) {
-      ok = ok && !results[i].failure;
-      if (!results[i].failure && node != nullptr) node->scripts.learned(*scripts[i]);
-    }
-    return ok;
-  }
+                            std::chrono::steady_clock::time_point deadline);
 
   /// SCRIPT LOAD of every script of `scripts` on each of `nodes`, pipelined per node, all
   /// nodes at once, by `deadline`; each node remembers what it loaded. True if all loaded.
   bool load_on(const std::vector<RedisNodeClient*>& nodes,
                const std::vector<const RedisScript*>& scripts,
-               std::chrono::steady_clock::time_point deadline) {
-    if (nodes.empty()) return false;
-    auto op = std::make_shared<Op>();
-    op->client = shared_from_this();
-    op->deadline = deadline;
-    for (std::size_t k = 0; k < nodes.size(); ++k)
-      for (const RedisScript* s : scripts) op->calls.push_back(load_call(*s));
-    op->results.resize(op->calls.size());
-    auto done = std::make_shared<OneShot>();
-    op->outstanding.store(nodes.size(), std::memory_order_relaxed);
-    for (std::size_t k = 0; k < nodes.size(); ++k) {
-      std::vector<std::size_t> indexes(scripts.size());
-      for (std::size_t i = 0; i < scripts.size(); ++i) indexes[i] = k * scripts.size() + i;
-      send(*nodes[k], op, std::move(indexes), false, [done](const OpPtr& o, auto&&) {
-        if (o->outstanding.fetch_sub(1, std::memory_order_acq_rel) == 1) done->notify();
-      });
-    }
-    done->wait();
-    bool ok = true;
-    for (std::size_t k = 0; k < nodes.size(); ++k)
-      for (std::size_t i = 0; i < scripts.size(); ++i) {
-        const bool loaded = !op->results[k * scripts.size() + i].failure;
-        ok = ok && loaded;
-        if (loaded) nodes[k]->scripts.learned(*scripts[i]);
-      }
-    return ok;
-  }
+               std::chrono::steady_clock::time_point deadline);
 
   /// SCRIPT LOAD of `s` (a plain command: it caches the script without running it).
   static RedisCall load_call(const RedisScript& s) {
@@ -631,3 +583,4 @@ class RedisClient : public std::enable_shared_from_this<RedisClient> {
 
 // The per-node step's definitions (they need the class complete).
 #include "client_send.hpp"  // IWYU pragma: export
+#include "client_warm.hpp"  // IWYU pragma: export
