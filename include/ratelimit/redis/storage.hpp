@@ -206,8 +206,10 @@ class RedisStorage {
 
   /// Attaches a listener to this storage (and every copy): it hears of storage errors
   /// (`on_storage_error`, with what `on_failure` gets), each node's circuit breaker opening or
-  /// closing, every pipelined round trip to a node (`on_round_trip`, from the I/O thread) and
-  /// every over-limit cache hit (with the key only if `options.with_keys`). Decisions are
+  /// closing, every pipelined round trip to a node (`on_round_trip`, from the I/O thread),
+  /// every new connection (`on_connect`: TCP connect, TLS handshake, the whole), the storage's
+  /// first decision (`on_first_decision`, once) and every over-limit cache hit (with the key
+  /// only if `options.with_keys`). Decisions are
   /// reported by limiters and rule sets, not here. What it throws is swallowed. Attaching and
   /// detaching keep about 40 B plus 24 B per listener each, until the storage is destroyed.
   /// Thread safety: safe from many threads, also while deciding.

@@ -42,8 +42,8 @@ inline bool RedisClient::load_scripts(const std::vector<const RedisScript*>& scr
 }
 
 inline bool RedisClient::load_on(const std::vector<RedisNodeClient*>& nodes,
-             const std::vector<const RedisScript*>& scripts,
-             std::chrono::steady_clock::time_point deadline) {
+                                 const std::vector<const RedisScript*>& scripts,
+                                 std::chrono::steady_clock::time_point deadline) {
   if (nodes.empty()) return false;
   auto op = std::make_shared<Op>();
   op->client = shared_from_this();
