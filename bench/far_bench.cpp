@@ -14,9 +14,19 @@
 ///    and on a Redis behind the delay (the far round trip); a leased decision on the far Redis.
 /// 4. Cold start: a fresh leased storage's first decision on the far Redis with an empty script
 ///    cache, without and with warm_up().
+/// 5. Cold start of RedisStorage, on the region's own Redis (local) and on the far one: a fresh
+///    process (this program again, `--cold-child`) constructs a storage and makes one decision,
+///    with an empty script cache, without and with `RedisOptions::warm_up`; the parent times
+///    process start to first decision, the child construction to first decision and the first
+///    decision alone, beside the round trip (PING) on the same path. Redis counts the commands
+///    (INFO commandstats): one script call per start, no NOSCRIPT.
 ///
 ///   far_bench --ports P0,P1,P2 [--delay MS] [--quick]     writes markdown to stdout
+///   far_bench --cold-child PORT WARM                      one cold start (used by 5.)
 #include <hiredis/hiredis.h>
+#include <spawn.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
@@ -115,9 +125,124 @@ std::vector<double> latencies_us(int n, F decide) {
   return out;
 }
 
+std::int64_t steady_ns() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(
+             std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
+
+/// One command on a fresh hiredis connection to `port`; the reply's text or integer.
+std::string command(int port, const std::vector<std::string>& args) {
+  redisContext* c = redisConnect("127.0.0.1", port);
+  std::string out;
+  if (c != nullptr && c->err == 0) {
+    std::vector<const char*> argv;
+    std::vector<std::size_t> lens;
+    for (const auto& a : args) {
+      argv.push_back(a.data());
+      lens.push_back(a.size());
+    }
+    auto* r = static_cast<redisReply*>(
+        redisCommandArgv(c, static_cast<int>(argv.size()), argv.data(), lens.data()));
+    if (r != nullptr && (r->type == REDIS_REPLY_STRING || r->type == REDIS_REPLY_STATUS))
+      out.assign(r->str, r->len);
+    if (r != nullptr) freeReplyObject(r);
+  }
+  if (c != nullptr) redisFree(c);
+  return out;
+}
+
+/// `calls=` of `cmdstat_<name>:` in an INFO commandstats text (0 if absent).
+long long calls_of(const std::string& info, const std::string& name) {
+  const auto at = info.find("cmdstat_" + name + ":calls=");
+  return at == std::string::npos ? 0 : std::atoll(info.c_str() + at + name.size() + 15);
+}
+
+/// The round trip on `port` (a PING on an open connection), median of 21, ms.
+double ping_ms(int port) {
+  redisContext* c = redisConnect("127.0.0.1", port);
+  std::vector<double> v;
+  for (int i = 0; c != nullptr && c->err == 0 && i < 21; ++i) {
+    const auto a = std::chrono::steady_clock::now();
+    if (auto* r = redisCommand(c, "PING")) freeReplyObject(r);
+    v.push_back(
+        std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - a).count());
+  }
+  if (c != nullptr) redisFree(c);
+  return pct(v, 0.5);
+}
+
+/// The child of 5.: constructs a storage on `port` (warm-up on or off), makes one decision, and
+/// prints the steady clock (ns) before construction, after it, and after the decision, and
+/// whether the decision was degraded.
+int cold_child(int port, bool warm) {
+  const std::int64_t t0 = steady_ns();
+  auto o = redis_at(port, prefix_of("coldchild"));
+  o.warm_up = warm;
+  ratelimit::RedisStorage storage(o);
+  const std::int64_t t1 = steady_ns();
+  ratelimit::FixedWindow<ratelimit::SystemClock, ratelimit::RedisStorage> limiter(
+      ratelimit::Rate{1'000'000, 1s}, storage);
+  const ratelimit::Decision d = limiter.try_acquire("k");
+  const std::int64_t t2 = steady_ns();
+  std::printf("%lld %lld %lld %d\n", static_cast<long long>(t0), static_cast<long long>(t1),
+              static_cast<long long>(t2), d.degraded ? 1 : 0);
+  return 0;
+}
+
+/// One cold start of RedisStorage in a fresh process (5.).
+struct ColdRun {
+  double exec_ms = 0, process_ms = 0, construction_ms = 0, first_ms = 0;
+  long long eval = 0, evalsha = 0, loads = 0;
+  bool degraded = false;
+};
+
+/// Runs `self --cold-child port warm` with `server`'s script cache flushed and its command
+/// counters reset first; `port` leads to `server` (directly or through a proxy).
+ColdRun cold_run(const char* self, int port, int server, bool warm) {
+  (void)command(server, {"SCRIPT", "FLUSH"});
+  (void)command(server, {"CONFIG", "RESETSTAT"});
+  int out[2];
+  ColdRun r;
+  if (::pipe(out) != 0) return r;
+  posix_spawn_file_actions_t fa;
+  posix_spawn_file_actions_init(&fa);
+  posix_spawn_file_actions_adddup2(&fa, out[1], 1);
+  posix_spawn_file_actions_addclose(&fa, out[0]);
+  std::string p = std::to_string(port), w = warm ? "1" : "0";
+  char* args[] = {const_cast<char*>(self), const_cast<char*>("--cold-child"), p.data(), w.data(),
+                  nullptr};
+  const std::int64_t spawned = steady_ns();
+  pid_t pid = -1;
+  const int rc = posix_spawn(&pid, self, &fa, nullptr, args, environ);
+  posix_spawn_file_actions_destroy(&fa);
+  ::close(out[1]);
+  std::string text;
+  char buf[256];
+  for (ssize_t n; rc == 0 && (n = ::read(out[0], buf, sizeof buf)) > 0;)
+    text.append(buf, static_cast<std::size_t>(n));
+  ::close(out[0]);
+  if (rc == 0) ::waitpid(pid, nullptr, 0);
+  long long t0 = 0, t1 = 0, t2 = 0;
+  int degraded = 1;
+  if (std::sscanf(text.c_str(), "%lld %lld %lld %d", &t0, &t1, &t2, &degraded) != 4) return r;
+  r.exec_ms = static_cast<double>(t0 - spawned) / 1e6;
+  r.process_ms = static_cast<double>(t2 - spawned) / 1e6;
+  r.construction_ms = static_cast<double>(t2 - t0) / 1e6;
+  r.first_ms = static_cast<double>(t2 - t1) / 1e6;
+  r.degraded = degraded != 0;
+  const std::string info = command(server, {"INFO", "commandstats"});
+  r.eval = calls_of(info, "eval");
+  r.evalsha = calls_of(info, "evalsha");
+  r.loads = calls_of(info, "script|load");
+  return r;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
+  if (argc == 4 && !std::strcmp(argv[1], "--cold-child"))
+    return cold_child(std::atoi(argv[2]), std::atoi(argv[3]) != 0);
   for (int i = 1; i < argc; ++i) {
     if (!std::strcmp(argv[i], "--ports") && i + 1 < argc) {
       for (char* p = std::strtok(argv[++i], ","); p; p = std::strtok(nullptr, ","))
@@ -292,6 +417,62 @@ int main(int argc, char** argv) {
         "| | ms |\n|---|---|\n| construction to first decision, no warm-up | %.1f |\n"
         "| warm_up() at construction | %.1f |\n| first decision after warm_up | %.1f |\n",
         delay_ms, 2 * delay_ms, cold, warm_up, after);
+  }
+  // 5. Cold start of RedisStorage in a fresh process, local and far.
+  {
+    const int runs = quick ? 2 : 5;
+    std::printf(
+        "\n## Cold start of RedisStorage: a fresh process's first decision\n\n"
+        "Each row: the median of %d fresh processes (this program, `--cold-child`), Redis's "
+        "script cache flushed before each. Goal: the first decision within one round trip plus "
+        "5 ms. The proxy delays data, not the TCP handshake: a real far connect adds one round "
+        "trip (two or three with TLS) to the rows without a warm-up.\n\n"
+        "Times in ms. *exec*: process start to `main` (exec, dynamic loading: no library "
+        "code). *over one round trip*: the first decision's wait less the round trip, where the "
+        "wait is from construction without a warm-up (connect and decision) and the decision "
+        "alone after one (the warm-up ran at start-up, before traffic); then from process "
+        "start, less one more round trip with a warm-up (its SCRIPT LOAD).\n\n"
+        "| Redis | warm-up | round trip (PING) | exec | process start to first decision | "
+        "construction to first decision | first decision alone | over one round trip | from "
+        "process start | EVAL / EVALSHA / SCRIPT LOAD per start | degraded |\n"
+        "|---|---|---|---|---|---|---|---|---|---|---|\n",
+        runs);
+    struct Path {
+      const char* name;
+      int port, server;
+    };
+    const Path paths[] = {{"local", ports[0], ports[0]}, {"far", proxies[0][1]->port(), ports[1]}};
+    for (const Path& path : paths) {
+      const double rtt = ping_ms(path.port);
+      for (const bool warm : {false, true}) {
+        std::vector<double> exec, process, construction, first;
+        long long eval = 0, evalsha = 0, loads = 0;
+        int degraded = 0;
+        for (int i = 0; i < runs; ++i) {
+          const ColdRun r = cold_run(argv[0], path.port, path.server, warm);
+          exec.push_back(r.exec_ms);
+          process.push_back(r.process_ms);
+          construction.push_back(r.construction_ms);
+          first.push_back(r.first_ms);
+          eval = std::max(eval, r.eval);
+          evalsha = std::max(evalsha, r.evalsha);
+          loads = std::max(loads, r.loads);
+          degraded += r.degraded ? 1 : 0;
+        }
+        // Without a warm-up the first decision is the whole cold start; with one, the decision
+        // alone is what the user waits for once the storage is built.
+        const double decision = warm ? pct(first, 0.5) : pct(construction, 0.5);
+        // From process start the warm-up's own round trip (SCRIPT LOAD) counts too.
+        const double from_start = pct(process, 0.5) - (warm ? rtt : 0.0);
+        std::printf(
+            "| %s | %s | %.2f | %.2f | %.2f | %.2f | %.2f | %+.2f (%s) | %+.2f (%s) | %lld / %lld "
+            "/ %lld | %d |\n",
+            path.name, warm ? "on" : "off", rtt, pct(exec, 0.5), pct(process, 0.5),
+            pct(construction, 0.5), pct(first, 0.5), decision - rtt,
+            decision - rtt <= 5.0 ? "within 5" : "OVER 5", from_start - rtt,
+            from_start - rtt <= 5.0 ? "within 5" : "OVER 5", eval, evalsha, loads, degraded);
+      }
+    }
   }
   return 0;
 }

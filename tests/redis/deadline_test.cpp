@@ -221,8 +221,8 @@ TEST_CASE(
     "A 20,000-entry batch with time to spare is decided in full, replies overlapping the write",
     "[redis][batch]") {
   // Redis answers the first commands of a 6 MB pipeline while the rest is still being written
-  // (and, on a fresh server, answers NOSCRIPT to all of them first): every reply must still
-  // reach its own decision.
+  // (and, its script cache flushed after the storage's first decision, answers NOSCRIPT to all
+  // of them first): every reply must still reach its own decision.
   rltest::ThrowawayRedis server;
   auto o = rltest::test_redis_options("bigbatch");
   o.port = server.endpoint().port;
@@ -230,6 +230,10 @@ TEST_CASE(
   ratelimit::RedisStorage storage(o);
   ratelimit::ManualClock clock;
   Bucket tb({10, ratelimit::per_second(1)}, storage, clock);
+  // The first decision sends the script with EVAL, so the node is known to hold it; the flush
+  // then makes every EVALSHA of the batch answer NOSCRIPT.
+  REQUIRE(!tb.try_acquire("first").degraded);
+  rltest::RedisAdmin(server.endpoint()).run({"SCRIPT", "FLUSH"});
   const auto d = decide_batch(storage, tb, "big", 20'000);
   REQUIRE(d.size() == 20'000u);
   // Distinct keys, capacity 10: each first request is admitted with 10 - 1 = 9 left.

@@ -4,6 +4,8 @@
 // each node. A storage trusting another CA is refused by every node.
 #include <algorithm>
 #include <chrono>
+#include <cstdint>
+#include <cstring>
 #include <memory>
 #include <set>
 #include <string>
@@ -99,6 +101,40 @@ TEST_CASE("TLS on Redis Cluster: the map is learned over TLS and every node is v
   for (const auto& n : nodes) tls_addresses.insert("127.0.0.1:" + std::to_string(n->tls_port));
   for (const auto& address : seen_nodes) CHECK(tls_addresses.count(address) == 1);
   CHECK(storage.stats().degraded_decisions == 0);
+
+  // Warmed up at construction, a storage loads every algorithm's script on every primary (it
+  // learns the map first), so its first decision on any node names the script (EVALSHA): no
+  // EVAL, no NOSCRIPT, whichever node a key lands on. Counted by each node (INFO
+  // commandstats, on its plain port).
+  const auto calls = [&](const std::string& command, const char* field) {
+    std::int64_t sum = 0;
+    for (const auto& n : nodes) {
+      const std::string info = rltest::reply_text(
+          rltest::RedisAdmin(n->server.endpoint()).run({"INFO", "commandstats"}).get());
+      const auto at = info.find("cmdstat_" + command + ":");
+      if (at == std::string::npos) continue;
+      const auto f = info.find(std::string(field) + "=", at);
+      sum += std::stoll(info.substr(f + std::strlen(field) + 1));
+    }
+    return sum;
+  };
+  const std::int64_t loads_before = calls("script|load", "calls");
+  auto warm_options = o;
+  warm_options.redis.warm_up = true;
+  warm_options.redis.key_prefix = rltest::unique_prefix("tlscluster-warm");
+  ratelimit::RedisClusterStorage warm(warm_options);
+  // One SCRIPT LOAD per algorithm of the registry on each of the 3 primaries.
+  CHECK(calls("script|load", "calls") - loads_before ==
+        3 * static_cast<std::int64_t>(ratelimit::Algorithms::size));
+  const std::int64_t eval_before = calls("eval", "calls");
+  const std::int64_t failed_before = calls("evalsha", "failed_calls");
+  ratelimit::TokenBucket<ratelimit::ManualClock, ratelimit::RedisStorage> warm_bucket(
+      {3, ratelimit::per_hour(3)}, warm, clock);
+  for (int k = 0; k < 30; ++k)
+    CHECK(warm_bucket.try_acquire("k" + std::to_string(k)).remaining == 2);  // 3 - 1
+  CHECK(calls("eval", "calls") == eval_before);
+  CHECK(calls("evalsha", "failed_calls") == failed_before);
+  CHECK(warm.stats().script_loads == 0);
 
   // Trusting another CA, no node is accepted: every decision degraded, reported as connect.
   auto wrong = o;

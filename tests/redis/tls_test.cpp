@@ -10,7 +10,10 @@
 // servers are waited for, by polling with a limit.
 #include <chrono>
 #include <filesystem>
+#include <memory>
+#include <mutex>
 #include <string>
+#include <vector>
 
 #include <catch2/catch.hpp>
 #include <ratelimit/ratelimit.hpp>
@@ -212,4 +215,40 @@ TEST_CASE("A CA file replaced on disk is used by the next connection, without a 
   // Nothing was spent while refused: the first admission leaves 2 (see check_exact_over_tls).
   CHECK(bucket.try_acquire("k") == rltest::admitted(3, 2, 1s));
   CHECK(bucket.try_acquire("k") == rltest::admitted(3, 1, 2s));
+}
+
+namespace {
+
+/// Remembers the TLS handshake time of each new connection a listener hears of.
+struct TlsConnects : ratelimit::Listener {
+  std::mutex mutex;
+  std::vector<std::chrono::nanoseconds> tls, connect, ready;
+  void on_connect(const ratelimit::ConnectEvent& e) override {
+    const std::lock_guard lock(mutex);
+    tls.push_back(e.tls_handshake);
+    connect.push_back(e.connect);
+    ready.push_back(e.ready);
+  }
+};
+
+}  // namespace
+
+TEST_CASE("A warm-up over TLS reports the TLS handshake apart from the TCP connect",
+          "[redis][tls][cold_start]") {
+  rltest::TlsRedis server;
+  auto options = tls_options(server);
+  ratelimit::RedisStorage storage(options);
+  auto heard = std::make_shared<TlsConnects>();
+  storage.attach_listener(heard);
+  REQUIRE(storage.warm_up());
+  {
+    const std::lock_guard lock(heard->mutex);
+    REQUIRE(heard->tls.size() == 1);
+    // A handshake is at least one exchange of bytes: never zero; both parts lie in the whole.
+    CHECK(heard->tls.front() > 0ns);
+    CHECK(heard->connect.front() + heard->tls.front() <= heard->ready.front());
+  }
+  check_exact_over_tls(storage);
+  const std::lock_guard lock(heard->mutex);
+  CHECK(heard->tls.size() == 1);  // the warm connection decided: no second handshake
 }

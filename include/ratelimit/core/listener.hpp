@@ -1,7 +1,8 @@
 #pragma once
 /// @file core/listener.hpp
 /// Monitoring hooks: a `Listener` attached to a limiter, a rule set or a Redis storage hears of
-/// every decision, storage error, breaker change and over-limit cache hit. With none attached a
+/// every decision, storage error, breaker change, over-limit cache hit, round trip, new
+/// connection and a storage's first decision. With none attached a
 /// decision pays one atomic load (acquire: a plain load on x86-64).
 
 #include <atomic>
@@ -96,6 +97,27 @@ struct RoundTripEvent {
   bool ok = true;
 };
 
+/// A new connection to a storage node became usable: TCP connected, TLS handshake done (when
+/// TLS is on), AUTH/SELECT answered. Times are on the steady clock, from the start of the
+/// attempt (name resolution included in `connect`). Cold-start monitoring: a far Redis shows
+/// here as a long `connect` and, with TLS, a `tls_handshake` of one more round trip or two.
+struct ConnectEvent {
+  std::string_view node;                      ///< "host:port", or the Unix socket path
+  std::chrono::nanoseconds connect{0};        ///< resolve and TCP connect
+  std::chrono::nanoseconds tls_handshake{0};  ///< the TLS handshake alone; 0 without TLS
+  std::chrono::nanoseconds ready{0};          ///< the whole: connect, TLS, AUTH/SELECT
+};
+
+/// A storage's first decision answered by Redis or failed (`ok`): once per storage (all its
+/// copies), the first call that runs a script. `since_start` runs from the storage's
+/// construction to its reply (a warm-up in between included); `latency` from the decision's
+/// start to its reply: one round trip for a warm or first-EVAL start.
+struct FirstDecisionEvent {
+  std::chrono::nanoseconds since_start{0};
+  std::chrono::nanoseconds latency{0};
+  bool ok = true;
+};
+
 /// Receives monitoring events. Override what you need; the defaults ignore the event.
 ///
 /// Calls come from the deciding threads (and a Redis storage's I/O thread) at the same time, so
@@ -115,6 +137,10 @@ class Listener {
   virtual void on_over_limit_cache_hit(const CacheHitEvent&) {}
   /// A storage round trip finished.
   virtual void on_round_trip(const RoundTripEvent&) {}
+  /// A new connection to a storage node became usable (from the storage's I/O thread).
+  virtual void on_connect(const ConnectEvent&) {}
+  /// A storage's first decision finished (once per storage).
+  virtual void on_first_decision(const FirstDecisionEvent&) {}
 };
 
 /// How a listener is attached. Thread safety: a plain value.

@@ -226,8 +226,10 @@ constexpr std::uint64_t fnv1a(std::string_view s) noexcept {
 /// decisions) | | `_top_limited_requests` | gauge | name, client: the `top_clients` most limited,
 /// counts from the space-saving sketch (overestimates) | | `_redis_errors_total` | counter | kind
 /// (connect, timeout, io, reply, protocol, circuit_open, overloaded, warning) | |
-/// `_redis_round_trip_seconds` | histogram | | | `_redis_breaker_open` | gauge | node (1 open, 0
-/// closed) | | `_redis_breaker_changes_total` | counter | node | |
+/// `_redis_round_trip_seconds` | histogram | | | `_redis_connect_seconds` | histogram | | |
+/// `_redis_tls_handshake_seconds` | histogram | | | `_redis_first_decision_seconds` | histogram |
+/// | | `_redis_start_to_first_decision_seconds` | histogram | | | `_redis_breaker_open` | gauge |
+/// node (1 open, 0 closed) | | `_redis_breaker_changes_total` | counter | node | |
 /// `_redis_over_limit_cache_hits_total` | counter | |
 ///
 /// Label values are escaped as the format requires (backslash, quote, newline), and every other
@@ -282,6 +284,16 @@ class PrometheusExporter final : public Listener {
   }
   /// Records the round trip's latency.
   void on_round_trip(const RoundTripEvent& e) override { round_trip_.record(e.latency); }
+  /// Records a new connection's TCP connect and (TLS only) handshake times.
+  void on_connect(const ConnectEvent& e) override {
+    connect_.record(e.connect);
+    if (e.tls_handshake.count() > 0) tls_handshake_.record(e.tls_handshake);
+  }
+  /// Records a storage's first decision: its own time and the time since the storage started.
+  void on_first_decision(const FirstDecisionEvent& e) override {
+    first_decision_.record(e.latency);
+    start_to_first_decision_.record(e.since_start);
+  }
 
   /// The text exposition (Content-Type `text/plain; version=0.0.4`), at most `max_bytes()`.
   std::string render() const {
@@ -320,6 +332,18 @@ class PrometheusExporter final : public Listener {
     head(out, p + "_redis_round_trip_seconds", "histogram",
          "Pipelined requests to a Redis node and back.");
     round_trip_.write(out, p + "_redis_round_trip_seconds");
+    head(out, p + "_redis_connect_seconds", "histogram",
+         "New connections to a Redis node: name resolution and TCP connect.");
+    connect_.write(out, p + "_redis_connect_seconds");
+    head(out, p + "_redis_tls_handshake_seconds", "histogram",
+         "New TLS connections to a Redis node: the TLS handshake alone.");
+    tls_handshake_.write(out, p + "_redis_tls_handshake_seconds");
+    head(out, p + "_redis_first_decision_seconds", "histogram",
+         "A storage's first decision, from its start to its reply (cold start).");
+    first_decision_.write(out, p + "_redis_first_decision_seconds");
+    head(out, p + "_redis_start_to_first_decision_seconds", "histogram",
+         "From a storage's construction to its first decision's reply (warm-up included).");
+    start_to_first_decision_.write(out, p + "_redis_start_to_first_decision_seconds");
     head(out, p + "_redis_breaker_open", "gauge", "1 while a node's circuit breaker is open.");
     family(out, p + "_redis_breaker_open", "node", breakers_, 0);
     head(out, p + "_redis_breaker_changes_total", "counter",
@@ -334,14 +358,14 @@ class PrometheusExporter final : public Listener {
   /// An upper bound of `render().size()` under these options, whatever the events: each
   /// escaped label value is at most 4 x max_label_bytes + 20 bytes (a byte escapes to at most
   /// 4 bytes), each line at most 2 such values plus 160 bytes of names,
-  /// numbers and punctuation (a counter has at most 20 digits), the header lines 1,600 bytes.
+  /// numbers and punctuation (a counter has at most 20 digits), the header lines 2,400 bytes.
   std::size_t max_bytes() const noexcept {
     const std::size_t label = 4 * options_.max_label_bytes + 20;
     const std::size_t line = options_.prefix.size() + 160 + 2 * label;
     const std::size_t lines = 4 * (options_.max_names + 1) + options_.top_clients +
                               3 * (options_.max_nodes + 1) +
-                              2 * (detail::DurationHistogram::bounds.size() + 3) + 1;
-    return 1600 + 8 * 2 * options_.prefix.size() + lines * line;
+                              6 * (detail::DurationHistogram::bounds.size() + 3) + 1;
+    return 2400 + 12 * 2 * options_.prefix.size() + lines * line;
   }
 
   /// The options in use.
@@ -436,6 +460,10 @@ class PrometheusExporter final : public Listener {
   detail::LabeledCounters<2> breakers_;
   detail::DurationHistogram latency_;
   detail::DurationHistogram round_trip_;
+  detail::DurationHistogram connect_;
+  detail::DurationHistogram tls_handshake_;
+  detail::DurationHistogram first_decision_;
+  detail::DurationHistogram start_to_first_decision_;
   std::atomic<std::uint64_t> cache_hits_{0};
   mutable std::mutex sketch_mutex_;
   detail::SpaceSaving sketch_;

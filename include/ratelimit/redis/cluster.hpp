@@ -55,9 +55,10 @@ struct RedisClusterStats {
 ///    for its slots are degraded by `failure_policy`, the other slots are unaffected;
 ///  - scripts are cached per node; NOSCRIPT (a promoted replica, a new node) reloads them;
 ///  - `RedisBatch` splits its calls by node and pipelines each node's share.
-/// Construction does not connect. Errors: the constructor throws `std::invalid_argument` naming
-/// a bad option (seeds, db, max_redirects, or any field of `redis`); `bind` as `RedisStorage`.
-/// Thread safety: every member is safe from many threads.
+/// Construction does not connect unless `redis.warm_up` (see `RedisStorage::warm_up`). Errors: the
+/// constructor throws `std::invalid_argument` naming a bad option (seeds, db, max_redirects, or any
+/// field of `redis`); `bind` as `RedisStorage`. Thread safety: every member is safe from many
+/// threads.
 class RedisClusterStorage : public RedisStorage {
  public:
   /// A storage on the cluster that `options.seeds` belong to.

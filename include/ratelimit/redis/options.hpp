@@ -155,6 +155,13 @@ struct RedisOptions {
   /// thread writes whatever is queued as one pipeline, so one or two carry any load; more only
   /// keep a slow reply (a huge batch) from delaying the decisions queued behind it.
   std::size_t pool_size = 2;
+  /// Cold start: when true, the storage's constructor calls `warm_up()` (connect, TLS, AUTH,
+  /// SCRIPT LOAD of every algorithm's script, on every primary of a cluster), waiting at most
+  /// connect_timeout + command_timeout, so that the first decision is one round trip. It never
+  /// throws for a Redis that is down or slow: the constructor returns and `failure_policy`
+  /// decides as usual. Off by default: construction then does not touch the network (and the
+  /// first decision still costs one round trip: it sends the script's body with EVAL).
+  bool warm_up = false;
   /// Backpressure: the most decisions (a batch, a rule set's request: one each) waiting on
   /// Redis at once, 1..10^7. Beyond it a decision is decided at once by `failure_policy`
   /// (`RedisFailureKind::overloaded`), so a stalled Redis never queues work without bound.

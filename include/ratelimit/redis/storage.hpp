@@ -61,7 +61,10 @@ namespace ratelimit {
 /// and decisions return to Redis by themselves once it answers again.
 ///
 /// A handle: copies share one connection pool, breaker and counters. Construction does not
-/// connect (connections open on first use), so it succeeds while Redis is down.
+/// connect (connections open on first use) unless `RedisOptions::warm_up` asks it to, and
+/// succeeds while Redis is down either way. A script goes as EVAL with its body the first time
+/// this process sends it to a node (EVALSHA after that, EVAL again after NOSCRIPT), so a cold
+/// process's first decision is one round trip.
 /// Errors: the constructor throws `std::invalid_argument` naming a bad option; `bind` throws it
 /// for parameters outside the range above.
 /// Thread safety: every member is safe from many threads.
@@ -73,7 +76,25 @@ class RedisStorage {
   /// A storage on `options.host:options.port`.
   explicit RedisStorage(RedisOptions options)
       : client_(make_client(std::move(options))),
-        hot_(std::make_shared<detail::HotKeys>(client_->options())) {}
+        hot_(std::make_shared<detail::HotKeys>(client_->options())) {
+    if (client_->options().warm_up) (void)warm_up();
+  }
+
+  /// Cold start: connects to Redis now (TCP, TLS handshake, AUTH, SELECT) and loads every
+  /// algorithm's script (SCRIPT LOAD; on Redis Cluster, learns the slot map and loads them on
+  /// every primary), so that the first decision is one round trip with no script body. Call it
+  /// at start-up (or set `RedisOptions::warm_up`). Waits at most connect_timeout +
+  /// command_timeout (a cluster: the slot map's own budget first). Never throws for Redis
+  /// failures: they are reported to listeners and `on_failure`, the breaker hears of them, and
+  /// decisions then follow `failure_policy`. Without it the first decision still costs one
+  /// round trip (EVAL with the script's body) plus the connect. Listeners attached before it
+  /// hear `on_connect`. Returns true if every node loaded every script; false from a
+  /// completion (an I/O thread cannot wait). Thread safety: safe from many threads.
+  bool warm_up() const {
+    std::vector<const detail::RedisScript*> scripts;
+    Algorithms::for_each([&]<class M>() { scripts.push_back(&detail::script_of<M>()); });
+    return client_->warm_up(scripts);
+  }
 
   /// The binding type for model `M`.
   template <WireModel M>
@@ -185,8 +206,10 @@ class RedisStorage {
 
   /// Attaches a listener to this storage (and every copy): it hears of storage errors
   /// (`on_storage_error`, with what `on_failure` gets), each node's circuit breaker opening or
-  /// closing, every pipelined round trip to a node (`on_round_trip`, from the I/O thread) and
-  /// every over-limit cache hit (with the key only if `options.with_keys`). Decisions are
+  /// closing, every pipelined round trip to a node (`on_round_trip`, from the I/O thread),
+  /// every new connection (`on_connect`: TCP connect, TLS handshake, the whole), the storage's
+  /// first decision (`on_first_decision`, once) and every over-limit cache hit (with the key
+  /// only if `options.with_keys`). Decisions are
   /// reported by limiters and rule sets, not here. What it throws is swallowed. Attaching and
   /// detaching keep about 40 B plus 24 B per listener each, until the storage is destroyed.
   /// Thread safety: safe from many threads, also while deciding.
@@ -209,7 +232,9 @@ class RedisStorage {
  protected:
   /// The cluster hook: RedisClusterStorage is a RedisStorage whose client routes by slot.
   explicit RedisStorage(std::shared_ptr<detail::RedisClient> client)
-      : client_(std::move(client)), hot_(std::make_shared<detail::HotKeys>(client_->options())) {}
+      : client_(std::move(client)), hot_(std::make_shared<detail::HotKeys>(client_->options())) {
+    if (client_->options().warm_up) (void)warm_up();
+  }
 
  private:
   friend class RedisBatch;

@@ -45,6 +45,8 @@ struct RedisNodeClient {
   const RedisNode& address() const noexcept { return io->address(); }
   IoNode* io;
   CircuitBreaker breaker;
+  /// The scripts this node holds, as far as this process knows (EVAL or EVALSHA).
+  KnownScripts scripts;
 };
 
 /// Checks the options the client itself reads (the breaker's back-offs). Throws

@@ -48,10 +48,15 @@ namespace ratelimit::detail {
 /// Lifetime: must be owned by a std::shared_ptr (a call in flight holds one, so the client and
 /// its I/O thread outlive every call they have accepted).
 class RedisClient : public std::enable_shared_from_this<RedisClient> {
+  /// Owns `observers`, shared with the connections' hook (see `data_settings`): the I/O
+  /// thread may outlive the client by a turn when the last handle is dropped inside one of
+  /// its completions.
+  std::shared_ptr<Observers> observers_holder_ = std::make_shared<Observers>();
+
  public:
   /// The storage's listeners (RedisStorage::attach_listener): errors, breaker changes, round
-  /// trips, over-limit cache hits.
-  Observers observers;
+  /// trips, over-limit cache hits, new connections, the first decision.
+  Observers& observers = *observers_holder_;
 
   /// What a call's completion receives: one result per call, in order.
   using Completion = std::function<void(std::vector<RedisResult>&&)>;
@@ -71,6 +76,19 @@ class RedisClient : public std::enable_shared_from_this<RedisClient> {
 
   const RedisOptions& options() const noexcept { return options_; }
   const std::string& margin_ms() const noexcept { return margin_ms_; }
+
+  /// Cold start: connects (TLS, AUTH, SELECT included) to every node decisions go to and loads
+  /// `scripts` there (SCRIPT LOAD), so that the first decision is one round trip and sends no
+  /// script body. Within connect_timeout + command_timeout (a cluster: learning its slot map
+  /// first, each node asked within the same); never throws for Redis failures (they are
+  /// reported and counted like a decision's, and the breaker hears of them). True if every
+  /// node loaded every script. From an I/O thread (a completion) it cannot wait: false.
+  bool warm_up(const std::vector<const RedisScript*>& scripts) {
+    if (on_io_thread || scripts.empty()) return false;
+    const auto deadline =
+        std::chrono::steady_clock::now() + options_.connect_timeout + options_.command_timeout;
+    return load_scripts(scripts, deadline);
+  }
 
   /// A decision's deadline, taken when it starts: one command_timeout from now. Everything it
   /// does after (building its keys and arguments, queueing, connect, every partial write and
@@ -331,7 +349,17 @@ class RedisClient : public std::enable_shared_from_this<RedisClient> {
                               options_.db,
                               options_.username,
                               options_.tls,
+                              {},
                               {}};
+    s.on_connected = [obs = observers_holder_](const RedisNode& node, std::chrono::nanoseconds tcp,
+                                               std::chrono::nanoseconds tls,
+                                               std::chrono::nanoseconds ready) {
+      const ObserverSet* set = obs->current();
+      if (set == nullptr) return;
+      const std::string address = node.address();
+      const ConnectEvent ev{address, tcp, tls, ready};
+      Observers::each(*set, [&](Listener& l, bool) { l.on_connect(ev); });
+    };
     // Shared, not `this`: the hook may run on the I/O thread while the client is going away.
     auto warned = std::make_shared<std::atomic<bool>>(false);
     s.on_eviction_policy = [warned, hook = options_.on_failure](const RedisNode& node,
@@ -372,6 +400,7 @@ class RedisClient : public std::enable_shared_from_this<RedisClient> {
 
   /// Hands `op`'s results to its completion (once: the caller owns the last outstanding send).
   void finish(const OpPtr& op) {
+    if (!first_reported_.load(std::memory_order_relaxed)) first_decision(*op);
     in_flight_.fetch_sub(1, std::memory_order_acq_rel);
     in_flight_bytes_.fetch_sub(op->bytes, std::memory_order_acq_rel);
     auto done = std::move(op->done);
@@ -401,6 +430,26 @@ class RedisClient : public std::enable_shared_from_this<RedisClient> {
       done(std::move(results));
     } catch (...) {  // a completion has nowhere to throw to
     }
+  }
+
+  /// Tells the listeners about the storage's first decision (the first call that runs a
+  /// script), once. Its start is its deadline less command_timeout (`deadline_from_now`).
+  void first_decision(const Op& op) noexcept;
+
+  /// `warm_up`'s work: SCRIPT LOAD of `scripts` where every call goes (one node, or the
+  /// primary Sentinel names), remembered on that node. A cluster loads them on every primary.
+  virtual bool load_scripts(const std::vector<const RedisScript*>& scripts,
+                            std::chrono::steady_clock::time_point deadline);
+
+  /// SCRIPT LOAD of every script of `scripts` on each of `nodes`, pipelined per node, all
+  /// nodes at once, by `deadline`; each node remembers what it loaded. True if all loaded.
+  bool load_on(const std::vector<RedisNodeClient*>& nodes,
+               const std::vector<const RedisScript*>& scripts,
+               std::chrono::steady_clock::time_point deadline);
+
+  /// SCRIPT LOAD of `s` (a plain command: it caches the script without running it).
+  static RedisCall load_call(const RedisScript& s) {
+    return RedisCall{nullptr, {}, {"SCRIPT", "LOAD", s.body}};
   }
 
   /// What `send` calls when the calls it sent are settled: their indexes.
@@ -519,6 +568,9 @@ class RedisClient : public std::enable_shared_from_this<RedisClient> {
   std::atomic<std::uint64_t> overloaded_{0};
   std::atomic<std::size_t> in_flight_{0};
   std::atomic<std::size_t> in_flight_bytes_{0};
+  /// When the client was made, and whether its first decision was reported (first_decision).
+  const std::chrono::steady_clock::time_point created_ = std::chrono::steady_clock::now();
+  std::atomic<bool> first_reported_{false};
   /// The client whose `execute_async` runs on this thread, started from its own completion.
   static inline thread_local const RedisClient* deferring_ = nullptr;
 
@@ -531,3 +583,4 @@ class RedisClient : public std::enable_shared_from_this<RedisClient> {
 
 // The per-node step's definitions (they need the class complete).
 #include "client_send.hpp"  // IWYU pragma: export
+#include "client_warm.hpp"  // IWYU pragma: export

@@ -48,8 +48,31 @@ inline void RedisClient::send(RedisNodeClient& node, const OpPtr& op,
   // a single call is only ever resent as EVAL, so it needs none (one allocation less).
   std::vector<std::size_t> ends;
   if (indexes.size() > 1) ends.reserve(indexes.size());
+  // Which calls go as EVAL with the script's body: all after ASKING (the importing node may
+  // lack the script), otherwise the first call of each script the node is not known to hold
+  // (the calls after it in the pipeline find it cached). The body costs bytes, not a round
+  // trip: a process's first decision is one round trip instead of EVALSHA, NOSCRIPT, EVAL.
+  // Once every script is held (nearly always) this allocates nothing.
+  std::vector<char> full;  // empty: none goes as EVAL (all do after ASKING)
+  const auto unknown = [&](std::size_t k) {
+    const RedisScript* script = op->calls[indexes[k]].script;
+    return script != nullptr && !node.scripts.holds(*script);
+  };
+  if (!asking) {
+    std::vector<const RedisScript*> first;
+    for (std::size_t k = 0; k < indexes.size(); ++k) {
+      if (!unknown(k)) continue;
+      const RedisScript* script = op->calls[indexes[k]].script;
+      if (std::find(first.begin(), first.end(), script) != first.end()) continue;
+      if (full.empty()) full.assign(indexes.size(), 0);
+      first.push_back(script);
+      full[k] = 1;
+    }
+  }
+  const auto as_eval = [&](std::size_t k) { return asking || (!full.empty() && full[k] != 0); };
   std::size_t bytes = 0;
-  for (const std::size_t i : indexes) bytes += call_bytes(op->calls[i], asking);
+  for (std::size_t k = 0; k < indexes.size(); ++k)
+    bytes += call_bytes(op->calls[indexes[k]], as_eval(k));
   if (asking) bytes += indexes.size() * (resp_header_bytes(1) + resp_argument_bytes(6));
   req.wire.reserve(bytes);
   for (std::size_t k = 0; k < indexes.size(); ++k) {
@@ -57,7 +80,7 @@ inline void RedisClient::send(RedisNodeClient& node, const OpPtr& op,
     // took 100 ms under ASan), the rest would be formatted only to expire on the I/O thread.
     if (k % 1024 == 1023 && std::chrono::steady_clock::now() >= op->deadline) return spent();
     if (asking) append_command(req.wire, {"ASKING"});
-    append_call(req.wire, op->calls[indexes[k]], asking);
+    append_call(req.wire, op->calls[indexes[k]], as_eval(k));
     if (indexes.size() > 1) ends.push_back(req.wire.size());
   }
   req.replies = indexes.size() * (asking ? 2 : 1);
@@ -103,8 +126,16 @@ inline void RedisClient::received(RedisNodeClient& node, const OpPtr& op,
   // NOSCRIPT: the script cache was flushed (SCRIPT FLUSH, restart, failover). The call did not
   // run, so sending the script in full with EVAL (which also caches it) is safe.
   std::vector<std::size_t> reload;
-  for (std::size_t j = 0; j < replies.size(); ++j)
-    if (starts_with(*replies[j], "NOSCRIPT")) reload.push_back(j);
+  for (std::size_t j = 0; j < replies.size(); ++j) {
+    const RedisScript* script = op->calls[indexes[j]].script;
+    if (script == nullptr) continue;
+    if (starts_with(*replies[j], "NOSCRIPT")) {
+      node.scripts.forgot(*script);  // its next use goes as EVAL again
+      reload.push_back(j);
+    } else if (replies[j]->type != REDIS_REPLY_ERROR) {
+      node.scripts.learned(*script);
+    }
+  }
   if (reload.empty() || std::chrono::steady_clock::now() >= op->deadline)
     return settle(node, op, std::move(indexes), std::move(replies), pass, std::move(then));
   // One EVAL per distinct script caches it; the calls after it in the same pipeline send
@@ -149,8 +180,11 @@ inline void RedisClient::received(RedisNodeClient& node, const OpPtr& op,
       if (again.error->node_fault()) breaker_failure(node, pass);
       report({again.error->kind(), again.error->what()});
     } else {
-      for (std::size_t r = 0; r < reload.size(); ++r)
+      for (std::size_t r = 0; r < reload.size(); ++r) {
         replies[reload[r]] = std::move(again.replies[r]);
+        if (replies[reload[r]]->type != REDIS_REPLY_ERROR)
+          node.scripts.learned(*op->calls[indexes[reload[r]]].script);
+      }
     }
     settle(node, op, std::move(indexes), std::move(replies), pass, std::move(then));
   };

@@ -118,6 +118,19 @@ class RedisClusterClient final : public RedisClient {
     return owner_of(redis_key).breaker.retry_in();
   }
 
+  /// Learns the slot map (unless known), then loads `scripts` on every primary it names.
+  bool load_scripts(const std::vector<const RedisScript*>& scripts,
+                    std::chrono::steady_clock::time_point deadline) override {
+    if (!mapped_.load(std::memory_order_acquire) && !refresh()) return false;
+    std::vector<RedisNodeClient*> primaries;
+    for (const auto& owner : owners_) {
+      RedisNodeClient* n = owner.load(std::memory_order_acquire);
+      if (n != nullptr && std::find(primaries.begin(), primaries.end(), n) == primaries.end())
+        primaries.push_back(n);
+    }
+    return load_on(primaries, scripts, deadline);
+  }
+
   bool keep_error(const redisReply& r) const noexcept override {
     const std::string_view e(r.str, r.len);
     return e.substr(0, 6) == "MOVED " || e.substr(0, 4) == "ASK " || e.substr(0, 8) == "TRYAGAIN";

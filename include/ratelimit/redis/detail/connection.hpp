@@ -40,6 +40,12 @@ struct RedisConnectionSettings {
   /// connection; none: the policy is not read. An error reply (INFO refused by the ACL) is
   /// ignored.
   std::function<void(const RedisNode&, const std::string&)> on_eviction_policy;
+  /// Called on the I/O thread when a connection becomes ready, with how long its TCP connect
+  /// (name resolution included), TLS handshake (0 without TLS) and the whole took; none: not
+  /// timed. Must be quick and not throw (what it throws is swallowed).
+  std::function<void(const RedisNode&, std::chrono::nanoseconds connect,
+                     std::chrono::nanoseconds tls, std::chrono::nanoseconds ready)>
+      on_connected;
 };
 
 /// A failure to reach Redis or to get a usable reply.

@@ -61,6 +61,7 @@ inline void IoLoopCore::open(IoNode& node, SteadyTime now) {
   auto c = std::make_unique<Conn>();
   c->node = &node;
   c->connect_deadline = now + node.settings_.connect_timeout;
+  c->opened_at = now;
   if (!c->reader) throw std::bad_alloc();
   Conn& conn = *c;
   node.conns_.push_back(std::move(c));
@@ -112,6 +113,7 @@ inline void IoLoopCore::handle(Conn& c, short revents) {
     if ((revents & (POLLOUT | POLLERR | POLLHUP)) == 0) return;
     std::string error = connect_error(c.fd);
     if (!error.empty()) return connect_next(node, c, std::move(error));
+    c.connected_at = c.secured_at = std::chrono::steady_clock::now();
     if (!node.settings_.tls.enabled) return handshake(node, c);
     SslCtxPtr ctx = make_tls_context(node.settings_.tls, error);
     if (ctx)
@@ -128,7 +130,10 @@ inline void IoLoopCore::handle(Conn& c, short revents) {
 inline void IoLoopCore::secure(IoNode& node, Conn& c) {
   ERR_clear_error();
   const int rc = SSL_connect(c.ssl.get());
-  if (rc == 1) return handshake(node, c);
+  if (rc == 1) {
+    c.secured_at = std::chrono::steady_clock::now();
+    return handshake(node, c);
+  }
   const int e = SSL_get_error(c.ssl.get(), rc);
   if (e == SSL_ERROR_WANT_READ || e == SSL_ERROR_WANT_WRITE) {
     c.tls_want_write = e == SSL_ERROR_WANT_WRITE;
@@ -161,6 +166,14 @@ inline void IoLoopCore::handshake(IoNode& node, Conn& c) {
 
 inline void IoLoopCore::ready(IoNode& node, Conn& c) {
   c.state = Conn::State::ready;
+  if (node.settings_.on_connected) {
+    try {
+      node.settings_.on_connected(node.address(), c.connected_at - c.opened_at,
+                                  c.secured_at - c.connected_at,
+                                  std::chrono::steady_clock::now() - c.opened_at);
+    } catch (...) {  // a monitoring hook must not change the connection
+    }
+  }
   if (!node.settings_.on_eviction_policy || node.policy_asked_) return;
   node.policy_asked_ = true;
   auto p = std::make_shared<Pending>();

@@ -87,6 +87,8 @@ class IoNode {
     std::vector<SocketAddress> addresses;
     std::size_t next_address = 0;
     SteadyTime connect_deadline;
+    /// When the attempt started, TCP connected and TLS finished (cold-start timing).
+    SteadyTime opened_at, connected_at, secured_at;
     std::unique_ptr<redisReader, ReaderDeleter> reader{
         redisReaderCreateWithFunctions(capped_reply_functions())};
     SslPtr ssl;                   ///< TLS session (null: plain socket)

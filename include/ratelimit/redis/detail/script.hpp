@@ -7,7 +7,10 @@
 /// what EVALSHA sends.
 
 #include <algorithm>
+#include <array>
+#include <atomic>
 #include <cstddef>
+#include <cstdint>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -25,12 +28,52 @@
 
 namespace ratelimit::detail {
 
-/// One Lua script: `body` is what EVAL sends, `sha1` (lower-case hex) what EVALSHA names.
-/// Thread safety: immutable once made.
+/// One Lua script: `body` is what EVAL sends, `sha1` (lower-case hex) what EVALSHA names, `id`
+/// its number in this process (0, 1, ... in the order scripts are made), by which each node
+/// remembers the scripts it holds (KnownScripts). Thread safety: immutable once made.
 struct RedisScript {
   std::string name;
   std::string body;
   std::string sha1;
+  std::size_t id = 0;
+};
+
+/// The next script's `id`.
+inline std::size_t next_script_id() noexcept {
+  static std::atomic<std::size_t> next{0};
+  return next.fetch_add(1, std::memory_order_relaxed);
+}
+
+/// The scripts one node is known to hold in its script cache: those it ran or loaded since this
+/// process first sent them there, and not answered NOSCRIPT since. A script the node is not
+/// known to hold goes as EVAL with its body (which runs and caches it: one round trip), one it
+/// holds as EVALSHA; so a process's first decision on a node costs one round trip, not the
+/// EVALSHA, NOSCRIPT and EVAL of two. A few bits, lock-free: the first `capacity` scripts of
+/// the process are tracked (each algorithm's own, the regional and lease scripts, the first
+/// composed all-or-nothing sets); later ones always go as EVALSHA, reloaded on NOSCRIPT as
+/// before. Thread safety: every member is safe from many threads.
+class KnownScripts {
+ public:
+  static constexpr std::size_t capacity = 256;
+
+  /// True if the node holds `s` as far as this process knows (always true past `capacity`).
+  bool holds(const RedisScript& s) const noexcept {
+    if (s.id >= capacity) return true;
+    return (bits_[s.id / 64].load(std::memory_order_relaxed) >> (s.id % 64) & 1u) != 0;
+  }
+  /// The node ran or loaded `s`.
+  void learned(const RedisScript& s) noexcept {
+    if (s.id >= capacity || holds(s)) return;
+    bits_[s.id / 64].fetch_or(std::uint64_t{1} << (s.id % 64), std::memory_order_relaxed);
+  }
+  /// The node answered NOSCRIPT for `s` (SCRIPT FLUSH, a restart, a failover).
+  void forgot(const RedisScript& s) noexcept {
+    if (s.id >= capacity) return;
+    bits_[s.id / 64].fetch_and(~(std::uint64_t{1} << (s.id % 64)), std::memory_order_relaxed);
+  }
+
+ private:
+  std::array<std::atomic<std::uint64_t>, capacity / 64> bits_{};
 };
 
 /// The SHA1 of `text` in lower-case hex, as Redis names scripts.
@@ -42,7 +85,7 @@ inline std::string sha1_hex(std::string_view text) {
 
 inline RedisScript make_script(std::string name, std::string body) {
   std::string sha = sha1_hex(body);
-  return RedisScript{std::move(name), std::move(body), std::move(sha)};
+  return RedisScript{std::move(name), std::move(body), std::move(sha), next_script_id()};
 }
 
 /// `lua` (an algorithm's script, which returns its decide and write functions) as a Lua

@@ -400,14 +400,9 @@ class LeasedStorage {
   }
 
   /// Cold start: connects to Redis (TLS and AUTH included) and loads the lease script, so that
-  /// the first lease is one round trip instead of three (connect, EVALSHA answered NOSCRIPT,
-  /// EVAL). Call it at start-up. Returns true if Redis answered.
-  bool warm_up() const {
-    std::vector<detail::RedisCall> calls;
-    calls.push_back({nullptr, {"warm-up"}, {"SCRIPT", "LOAD", detail::lease_window_script().body}});
-    auto& c = *shared_->client;
-    return !c.execute(std::move(calls), c.deadline_from_now()).front().failure;
-  }
+  /// the first lease is one round trip with no script body (see RedisStorage::warm_up; within
+  /// connect_timeout + command_timeout). Call it at start-up. Returns true if Redis answered.
+  bool warm_up() const { return shared_->client->warm_up({&detail::lease_window_script()}); }
 
   /// Counters since construction (shared by every copy).
   LeaseStats stats() const noexcept {

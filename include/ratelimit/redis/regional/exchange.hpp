@@ -120,19 +120,8 @@ class RegionalState {
   /// Connects to every region's Redis and loads the scripts each will run (see
   /// RegionalStorage::warm_up). True if every Redis answered.
   bool warm_up() {
-    std::vector<RedisCall> local;
-    local.push_back(load_call(regional_window_script()));
-    local.push_back(load_call(regional_exchange_script()));
-    bool ok = true;
-    for (const RedisResult& r : local_->execute(std::move(local), local_->deadline_from_now()))
-      ok = ok && !r.failure;
-    for (auto& remote : remotes_) {
-      std::vector<RedisCall> calls;
-      calls.push_back(load_call(regional_exchange_script()));
-      auto& c = *remote->client;
-      for (const RedisResult& r : c.execute(std::move(calls), c.deadline_from_now()))
-        ok = ok && !r.failure;
-    }
+    bool ok = local_->warm_up({&regional_window_script(), &regional_exchange_script()});
+    for (auto& remote : remotes_) ok = remote->client->warm_up({&regional_exchange_script()}) && ok;
     return ok;
   }
 
@@ -264,11 +253,6 @@ class RegionalState {
   }
 
  private:
-  /// SCRIPT LOAD of `script`: later EVALSHAs of it find it loaded.
-  static RedisCall load_call(const RedisScript& script) {
-    return RedisCall{nullptr, {"warm-up"}, {"SCRIPT", "LOAD", script.body}};
-  }
-
   static RedisCall add_call(const std::string& hash, std::string field, std::int64_t d) {
     RedisCall c;
     c.script = &regional_exchange_script();

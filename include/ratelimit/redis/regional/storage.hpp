@@ -328,9 +328,11 @@ class RegionalStorage {
 
   /// Cold start: connects to this region's Redis and every other region's (TLS and AUTH
   /// included) and loads the scripts each runs (SCRIPT LOAD), so that the first decision is one
-  /// round trip instead of three (connect, EVALSHA answered NOSCRIPT, EVAL). Call it at start-up,
-  /// before traffic. Returns true if every Redis answered (a failure is reported to listeners as
-  /// usual; decisions work without a warm-up). Blocks for a round trip per region.
+  /// round trip with no script body (without it, the connect plus one round trip: a script's
+  /// first use on a node goes as EVAL). Call it at start-up, before traffic. Returns true if
+  /// every Redis answered (a failure is reported to listeners as usual; decisions work without a
+  /// warm-up). Blocks for a round trip per region, each within connect_timeout +
+  /// command_timeout.
   bool warm_up() const { return state_->warm_up(); }
 
   /// Counters since construction (shared by every copy).
