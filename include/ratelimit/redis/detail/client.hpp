@@ -438,7 +438,11 @@ class RedisClient : public std::enable_shared_from_this<RedisClient> {
 
   /// `warm_up`'s work: SCRIPT LOAD of `scripts` where every call goes (one node, or the
   /// primary Sentinel names), remembered on that node. A cluster loads them on every primary.
-  virtual bool load_scripts(const std::vector<const RedisScript*>& scripts,
+  /// Declared inline here, not only where it is defined: the first virtual function declared
+  /// without `inline` is the class's key function, and g++ then emits the vtable, and every
+  /// function it reaches, in each translation unit that includes this header (that doubled the
+  /// compile time of `#include <ratelimit/redis.hpp>`).
+  virtual inline bool load_scripts(const std::vector<const RedisScript*>& scripts,
                             std::chrono::steady_clock::time_point deadline);
 
   /// SCRIPT LOAD of every script of `scripts` on each of `nodes`, pipelined per node, all
