@@ -443,7 +443,7 @@ class RedisClient : public std::enable_shared_from_this<RedisClient> {
   /// function it reaches, in each translation unit that includes this header (that doubled the
   /// compile time of `#include <ratelimit/redis.hpp>`).
   virtual inline bool load_scripts(const std::vector<const RedisScript*>& scripts,
-                            std::chrono::steady_clock::time_point deadline);
+                                   std::chrono::steady_clock::time_point deadline);
 
   /// SCRIPT LOAD of every script of `scripts` on each of `nodes`, pipelined per node, all
   /// nodes at once, by `deadline`; each node remembers what it loaded. True if all loaded.
