@@ -120,3 +120,23 @@ TEST_CASE("A sliding counter's lease grants only what the previous window leaves
   CHECK(second == 5);
   // The estimate on the units spent: 5 + 10 x 500 / 1000 = 10 = N, never above.
 }
+
+TEST_CASE("A leased decision reads a time past the clock's range as its end, 2^62 ns",
+          "[far][lease][redis]") {
+  // Fault pinned: apply computed the window's end (k + 1) W - t with `now` up to INT64_MAX,
+  // a signed overflow; every other storage clamps `now` to the clock's range [0, 2^62 ns].
+  LeasedStorage s(lease_options(rltest::unique_prefix("lease")));
+  constexpr std::int64_t W = std::chrono::nanoseconds{1min}.count();
+  auto b = s.bind<FixedWindowModel>("api", {100, W}, 10);
+  const auto d = b.apply("k", std::chrono::nanoseconds::max(), one);
+  REQUIRE(d.allowed);
+  // t = 2^62 = 4 611 686 018 427 387 904 ns; 2^62 mod 60e9 = 38 427 387 904, so the window
+  // ends 60 000 000 000 - 38 427 387 904 = 21 572 612 096 ns later.
+  CHECK(d.reset_after == std::chrono::nanoseconds{21'572'612'096});
+  // The same window as a decision at 2^62 itself: its lease (10, 9 left) is spent locally.
+  const auto again = b.apply("k", ratelimit::max_clock_time, one);
+  CHECK(again.allowed);
+  CHECK(again.reset_after == std::chrono::nanoseconds{21'572'612'096});
+  CHECK(s.stats().round_trips == 1);
+  CHECK(s.stats().local == 1);
+}

@@ -35,6 +35,7 @@
 
 #include "../../algorithms/fixed_window.hpp"
 #include "../../algorithms/sliding_counter.hpp"
+#include "../../core/clock.hpp"
 #include "../../core/decision.hpp"
 #include "../../core/detail/validate.hpp"
 #include "../../core/listener.hpp"
@@ -129,7 +130,8 @@ class LeasedBinding {
   /// lease; retry_after and reset_after = the window's end.
   Decision apply(std::string_view key, std::chrono::nanoseconds now, const Operation& op) const {
     detail::check_cost(op.cost);
-    const std::int64_t t = std::max<std::int64_t>(0, now.count()), W = params_.window;
+    now = clamp_time(now);
+    const std::int64_t t = now.count(), W = params_.window;
     const std::int64_t k = params_.window_of(t);
     const std::chrono::nanoseconds to_end{(k + 1) * W - t};
     std::int64_t give_back = 0;
@@ -181,6 +183,7 @@ class LeasedBinding {
   /// one round trip per key with units to give. Returns the units given back. Call it from a
   /// timer (or before shutdown, with a `now` far ahead) so that idle keys' units come back.
   std::int64_t flush(std::chrono::nanoseconds now) const {
+    now = clamp_time(now);
     std::vector<std::pair<std::string, Lease>> ended;
     {
       const std::lock_guard lock(table_->mutex);
@@ -249,6 +252,12 @@ class LeasedBinding {
     if (lease && (*lease < 1 || *lease > params.limit))
       detail::invalid("lease_units", *lease, "must be in [1, params.limit]");
     lease_ = lease ? *lease : default_lease(params);
+  }
+
+  /// `now` within the clock's range [0, 2^62 ns] (as every storage reads it): window ends
+  /// such as (k + 1) W - t and lease ages cannot overflow for any `now` a caller passes.
+  static std::chrono::nanoseconds clamp_time(std::chrono::nanoseconds now) noexcept {
+    return std::clamp(now, std::chrono::nanoseconds{0}, max_clock_time);
   }
 
   std::int64_t default_lease(const typename M::Params& p) const {
