@@ -11,6 +11,7 @@
 #include <vector>
 
 #include <catch2/catch.hpp>
+#include <ratelimit/ratelimit.hpp>
 #include <ratelimit/redis/lease/storage.hpp>
 
 #include "support/redis_backend.hpp"
@@ -139,4 +140,29 @@ TEST_CASE("A leased decision reads a time past the clock's range as its end, 2^6
   CHECK(again.reset_after == std::chrono::nanoseconds{21'572'612'096});
   CHECK(s.stats().round_trips == 1);
   CHECK(s.stats().local == 1);
+}
+
+TEST_CASE("A priority's lower limit never spends a lease taken under the whole limit",
+          "[far][lease][redis]") {
+  // Fault pinned: set_reserves builds the lower priorities' bindings with with_params, which
+  // share the leases; a sheddable request spent units a critical one had leased under 100,
+  // past the sheddable limit of 5. The leased limiter must admit what the in-memory one does.
+  // 100 a minute, sheddable reserve 0.95: sheddable requests see 100 - 95 = 5. One critical
+  // request (count 1; the leased one takes L = 100 / 10 = 10 and keeps 9), then 50 sheddable:
+  // counts 2..5 are admitted, 5 - 1 = 4, and the rest denied.
+  LeasedStorage s(lease_options(rltest::unique_prefix("lease")));
+  ratelimit::ManualClock clock;
+  const ratelimit::Rate rate{100, 1min};
+  ratelimit::FixedWindow<ratelimit::ManualClock, LeasedStorage> leased(rate, s, clock, "api");
+  ratelimit::FixedWindow<ratelimit::ManualClock> memory(rate, {}, clock, "api");
+  const auto run = [](auto& limiter) {
+    limiter.set_reserves({0.5, 0.95});
+    REQUIRE(limiter.try_acquire("k", 1, ratelimit::Priority::critical).allowed);
+    int admitted = 0;
+    for (int i = 0; i < 50; ++i)
+      admitted += limiter.try_acquire("k", 1, ratelimit::Priority::sheddable).allowed ? 1 : 0;
+    return admitted;
+  };
+  CHECK(run(memory) == 4);
+  CHECK(run(leased) == 4);
 }

@@ -143,12 +143,16 @@ class LeasedBinding {
         Lease& l = it->second;
         if (l.window != k) {
           table_->leases.erase(it);  // its window ended: its count no longer matters
-        } else if (op.cost <= l.left && now - l.taken_at < shared_->options.lease_duration) {
+        } else if (op.cost <= l.left && now - l.taken_at < shared_->options.lease_duration &&
+                   l.limit <= params_.limit) {
           if (!op.peek) l.left -= op.cost;
           shared_->local.fetch_add(1, std::memory_order_relaxed);
           return admitted(l.left + l.room, to_end);
         } else {
-          give_back = l.left;  // too little, or the lease ended: back with the next lease
+          // Too little, the lease ended, or it was taken under a higher limit (a copy from
+          // `with_params`, such as a priority's reserve, shares this table): back with the
+          // next lease, which Redis grants within this binding's own limit.
+          give_back = l.left;
           table_->leases.erase(it);
         }
       }
@@ -171,8 +175,9 @@ class LeasedBinding {
     if (left > 0 && keep) {
       const std::lock_guard lock(table_->mutex);
       Lease& l = table_->leases[std::string(key)];
-      if (l.window != k) l = Lease{k, 0, 0, now};
+      if (l.window != k) l = Lease{k, 0, 0, now, params_.limit};
       l.left += left;
+      l.limit = std::max(l.limit, params_.limit);  // merged units: spendable under the higher
       l.room = room;
       l.taken_at = now;
     }
@@ -215,7 +220,9 @@ class LeasedBinding {
     return LeasedPart{key, op, &apply_part, this};
   }
 
-  /// The same keys with other parameters (the lease size follows unless it was given).
+  /// The same keys with other parameters (the lease size follows unless it was given). The
+  /// copy shares this binding's leases, but spends one locally only if it was taken under a
+  /// limit no higher than its own; otherwise it gives it back and asks Redis.
   LeasedBinding with_params(const typename M::Params& p) const {
     LeasedBinding b = *this;
     b.params_ = p;
@@ -235,6 +242,8 @@ class LeasedBinding {
     std::int64_t left = 0;     ///< units leased and not spent
     std::int64_t room = 0;     ///< the window's unleased units at the last lease
     std::chrono::nanoseconds taken_at{0};
+    /// The limit the units were leased under: a binding with a lower one never spends them.
+    std::int64_t limit = 0;
   };
   struct Table {
     std::mutex mutex;
