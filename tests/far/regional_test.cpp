@@ -368,3 +368,33 @@ TEST_CASE(
   CHECK(report.units_pushed == 6);
   CHECK(b.apply("victim", 60s, peek()).remaining == 95);
 }
+
+TEST_CASE("A claim whose reply was lost is claimed again once no round can still hold it",
+          "[far][redis]") {
+  // Fault pinned: a claim that timed out after Redis ran the script had raised c:<r>, so no
+  // later round pushed those units: the other region never counted them and this region held
+  // the key by its unseen bound for the rest of the window.
+  rltest::Regions regions(2);
+  auto s = storages(regions);
+  constexpr std::int64_t N = 100, U = 5;
+  const ratelimit::detail::WindowParams params{N, std::chrono::nanoseconds{60s}.count()};
+  auto a = s[0].bind<FixedWindowModel>("api", params, U);
+  auto b = s[1].bind<FixedWindowModel>("api", params, U);
+  for (int i = 0; i < 5; ++i) REQUIRE(a.apply("victim", 1ms, spend()).allowed);
+  // The claim's effect, its reply lost: c:r1 raised by 5 and stamped at 1 ms.
+  rltest::RedisAdmin admin(regions.endpoint(0));
+  const auto hashes = admin.scan("*victim*");
+  REQUIRE(hashes.size() == 1);
+  REQUIRE(admin.integer({"HINCRBY", hashes.front(), "c:r1", "5"}) == 5);
+  (void)admin.run({"HSET", hashes.front(), "t:r1", "1"});
+  // A round lasts at most the link's connect + command timeouts (2 s + 0.3 s, regions.hpp)
+  // and then r0's own (2 s + 5 s): 9.3 s. At 1 s the claim may still be in flight: nothing is
+  // claimed again, and r0 stays held (5 unseen of U = 5).
+  CHECK(s[0].exchange(1s).units_pushed == 0);
+  CHECK_FALSE(a.apply("victim", 1s, spend()).allowed);
+  // At 10 s (9.999 s after the stamp, > 9.3 s) the claim is lost: its 5 units are pushed, r1
+  // counts them (100 - 5 = 95) and r0 may admit again.
+  CHECK(s[0].exchange(10s).units_pushed == 5);
+  CHECK(b.apply("victim", 10s, peek()).remaining == 95);
+  CHECK(a.apply("victim", 10s, spend()).allowed);
+}
