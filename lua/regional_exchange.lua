@@ -2,9 +2,13 @@
 -- the hash layout is in lua/regional_window.lua). Three modes, by ARGV[1]:
 --
 -- claim    on this region's Redis. KEYS: the dirty set. ARGV: 'claim' | self | at most this
---          many hashes | m | m region names. For each hash of the set (SRANDMEMBER: a bounded
---          sample), d_r = n:<self> - c:<r> for each region r, and c:<r> += d_r: the units this
---          round pushes to r (another exchanger of this region claims only what is left). A
+--          many hashes | m | m region names | now, ms | expiry, ms. For each hash of the set
+--          (SRANDMEMBER: a bounded sample), d_r = n:<self> - c:<r> for each region r, and
+--          c:<r> += d_r, t:<r> = now (ms): the units this round pushes to r (another exchanger of
+--          this region claims only what is left). A claim neither acknowledged nor undone
+--          (c:<r> > s:<r>) whose last stamp t:<r> is older than `expiry` (longer than a round
+--          can last) was lost with its round (a reply that timed out after the script ran): it
+--          is claimed again (c:<r> = s:<r> first), so those units are pushed after all. A
 --          hash that expired, or that every region has acknowledged whole, leaves the set.
 --          Returns { hash, its PTTL (ms), d_1, ..., d_m, ... } for the hashes with a d_r > 0.
 -- add      on this region's Redis. KEYS: a hash. ARGV: 'add' | field | d. HINCRBY field d if
@@ -18,6 +22,7 @@ local mode = ARGV[1]
 
 if mode == 'claim' then
   local self, m = ARGV[2], tonumber(ARGV[4])
+  local now, expiry = tonumber(ARGV[5 + m]), tonumber(ARGV[6 + m])
   local out = {}
   for _, h in ipairs(redis.call('SRANDMEMBER', KEYS[1], tonumber(ARGV[3]))) do
     local ttl = redis.call('PTTL', h)
@@ -28,15 +33,23 @@ if mode == 'claim' then
       local deltas, any, done = {}, false, true
       for i = 1, m do
         local r = ARGV[4 + i]
-        local d = mine - tonumber(redis.call('HGET', h, 'c:' .. r) or '0')
+        local c = tonumber(redis.call('HGET', h, 'c:' .. r) or '0')
+        local s = tonumber(redis.call('HGET', h, 's:' .. r) or '0')
+        local stamp = tonumber(redis.call('HGET', h, 't:' .. r) or '0')
+        if c > s and now - stamp > expiry then
+          redis.call('HINCRBY', h, 'c:' .. r, s - c)  -- a lost claim: its units were never pushed
+          c = s
+        end
+        local d = mine - c
         if d > 0 then
           redis.call('HINCRBY', h, 'c:' .. r, d)
+          redis.call('HINCRBY', h, 't:' .. r, now - stamp)  -- (HINCRBY: no other command needed)
           any = true
         else
           d = 0
         end
         deltas[i] = d
-        if tonumber(redis.call('HGET', h, 's:' .. r) or '0') < mine then done = false end
+        if s < mine then done = false end
       end
       if any then
         out[#out + 1] = h

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include <catch2/catch.hpp>
+#include <ratelimit/ratelimit.hpp>
 #include <ratelimit/redis/lease/storage.hpp>
 
 #include "support/redis_backend.hpp"
@@ -119,4 +120,49 @@ TEST_CASE("A sliding counter's lease grants only what the previous window leaves
   for (int i = 0; i < 8; ++i) second += b.apply("k", 1500ms, one).allowed ? 1 : 0;
   CHECK(second == 5);
   // The estimate on the units spent: 5 + 10 x 500 / 1000 = 10 = N, never above.
+}
+
+TEST_CASE("A leased decision reads a time past the clock's range as its end, 2^62 ns",
+          "[far][lease][redis]") {
+  // Fault pinned: apply computed the window's end (k + 1) W - t with `now` up to INT64_MAX,
+  // a signed overflow; every other storage clamps `now` to the clock's range [0, 2^62 ns].
+  LeasedStorage s(lease_options(rltest::unique_prefix("lease")));
+  constexpr std::int64_t W = std::chrono::nanoseconds{1min}.count();
+  auto b = s.bind<FixedWindowModel>("api", {100, W}, 10);
+  const auto d = b.apply("k", std::chrono::nanoseconds::max(), one);
+  REQUIRE(d.allowed);
+  // t = 2^62 = 4 611 686 018 427 387 904 ns; 2^62 mod 60e9 = 38 427 387 904, so the window
+  // ends 60 000 000 000 - 38 427 387 904 = 21 572 612 096 ns later.
+  CHECK(d.reset_after == std::chrono::nanoseconds{21'572'612'096});
+  // The same window as a decision at 2^62 itself: its lease (10, 9 left) is spent locally.
+  const auto again = b.apply("k", ratelimit::max_clock_time, one);
+  CHECK(again.allowed);
+  CHECK(again.reset_after == std::chrono::nanoseconds{21'572'612'096});
+  CHECK(s.stats().round_trips == 1);
+  CHECK(s.stats().local == 1);
+}
+
+TEST_CASE("A priority's lower limit never spends a lease taken under the whole limit",
+          "[far][lease][redis]") {
+  // Fault pinned: set_reserves builds the lower priorities' bindings with with_params, which
+  // share the leases; a sheddable request spent units a critical one had leased under 100,
+  // past the sheddable limit of 5. The leased limiter must admit what the in-memory one does.
+  // 100 a minute, sheddable reserve 0.95: sheddable requests see 100 - 95 = 5. One critical
+  // request (count 1; the leased one takes L = 100 / 10 = 10 and keeps 9), then 50 sheddable:
+  // counts 2..5 are admitted, 5 - 1 = 4, and the rest denied.
+  LeasedStorage s(lease_options(rltest::unique_prefix("lease")));
+  ratelimit::ManualClock clock;
+  const ratelimit::Rate rate{100, 1min};
+  ratelimit::FixedWindow<ratelimit::ManualClock, LeasedStorage> leased(rate, s, clock, "api");
+  ratelimit::FixedWindow<ratelimit::ManualClock> memory(rate, {}, clock, "api");
+  const auto run = [](auto& limiter) {
+    limiter.set_reserves({0.5, 0.95});
+    REQUIRE(limiter.try_acquire("k", 1, ratelimit::Priority::critical).allowed);
+    int admitted = 0;
+    for (int i = 0; i < 50; ++i)
+      admitted += limiter.try_acquire("k", 1, ratelimit::Priority::sheddable).allowed ? 1 : 0;
+    return admitted;
+  };
+  CHECK(run(memory) == 4);
+  CHECK(run(leased) == 4);
 }

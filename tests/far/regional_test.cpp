@@ -332,3 +332,69 @@ TEST_CASE("A regional storage refuses bad options and bounds, naming the field",
   CHECK_THROWS_WITH(st.decide_all(parts, 0ns, out), Catch::Contains("one key at a time"));
   CHECK_THROWS_AS(b.reset("x"), std::logic_error);
 }
+
+TEST_CASE(
+    "An admission stamped late in an older window does not shorten the dirty set's TTL below "
+    "a newer window's hash",
+    "[far][redis]") {
+  // Fault pinned: each admission once set the dirty set's TTL to its own window's, so an
+  // admission of window 0 arriving after one of window 1 cut the set's TTL to what window 0
+  // still needed. Once that lapsed the set was gone while window 1's units were unpushed: the
+  // key stayed held by its unseen bound for the rest of the window.
+  rltest::Regions regions(2);
+  auto s = storages(regions);
+  constexpr std::int64_t N = 100, U = 5;
+  constexpr std::chrono::nanoseconds W60 = 60s;
+  const ratelimit::detail::WindowParams params{N, W60.count()};
+  auto a = s[0].bind<FixedWindowModel>("api", params, U);
+  auto b = s[1].bind<FixedWindowModel>("api", params, U);
+  // "victim" at t = 60.000 s (window 1): its hash matters until 2 x 60 s, 60 000 ms more, so
+  // its TTL is 60 000 + 1 + ttl_margin. "other" at 59.999 s (window 0): 1 ms more, TTL
+  // 1 + 1 + ttl_margin, 59 999 ms shorter.
+  for (int i = 0; i < 5; ++i) REQUIRE(a.apply("victim", 60s, spend()).allowed);
+  REQUIRE(a.apply("other", 59999ms, spend()).allowed);
+  rltest::RedisAdmin admin(regions.endpoint(0));
+  const auto dirty = admin.scan("*{rg-dirty}*");
+  REQUIRE(dirty.size() == 1);
+  const auto hashes = admin.scan("*victim*");
+  REQUIRE(hashes.size() == 1);
+  // The set is read first and the hash after: both got the same TTL in the same script and
+  // decay alike, so the set's PTTL is at least the hash's (it was 59 999 ms short before).
+  const std::int64_t set_ttl = admin.integer({"PTTL", dirty.front()});
+  const std::int64_t hash_ttl = admin.integer({"PTTL", hashes.front()});
+  CHECK(set_ttl >= hash_ttl);
+  // And the exchange still finds victim's 5 (plus other's 1): r1 counts them, 100 - 5 = 95.
+  const auto report = s[0].exchange(60s);
+  CHECK(report.units_pushed == 6);
+  CHECK(b.apply("victim", 60s, peek()).remaining == 95);
+}
+
+TEST_CASE("A claim whose reply was lost is claimed again once no round can still hold it",
+          "[far][redis]") {
+  // Fault pinned: a claim that timed out after Redis ran the script had raised c:<r>, so no
+  // later round pushed those units: the other region never counted them and this region held
+  // the key by its unseen bound for the rest of the window.
+  rltest::Regions regions(2);
+  auto s = storages(regions);
+  constexpr std::int64_t N = 100, U = 5;
+  const ratelimit::detail::WindowParams params{N, std::chrono::nanoseconds{60s}.count()};
+  auto a = s[0].bind<FixedWindowModel>("api", params, U);
+  auto b = s[1].bind<FixedWindowModel>("api", params, U);
+  for (int i = 0; i < 5; ++i) REQUIRE(a.apply("victim", 1ms, spend()).allowed);
+  // The claim's effect, its reply lost: c:r1 raised by 5 and stamped at 1 ms.
+  rltest::RedisAdmin admin(regions.endpoint(0));
+  const auto hashes = admin.scan("*victim*");
+  REQUIRE(hashes.size() == 1);
+  REQUIRE(admin.integer({"HINCRBY", hashes.front(), "c:r1", "5"}) == 5);
+  (void)admin.run({"HSET", hashes.front(), "t:r1", "1"});
+  // A round lasts at most the link's connect + command timeouts (2 s + 0.3 s, regions.hpp)
+  // and then r0's own (2 s + 5 s): 9.3 s. At 1 s the claim may still be in flight: nothing is
+  // claimed again, and r0 stays held (5 unseen of U = 5).
+  CHECK(s[0].exchange(1s).units_pushed == 0);
+  CHECK_FALSE(a.apply("victim", 1s, spend()).allowed);
+  // At 10 s (9.999 s after the stamp, > 9.3 s) the claim is lost: its 5 units are pushed, r1
+  // counts them (100 - 5 = 95) and r0 may admit again.
+  CHECK(s[0].exchange(10s).units_pushed == 5);
+  CHECK(b.apply("victim", 10s, peek()).remaining == 95);
+  CHECK(a.apply("victim", 10s, spend()).allowed);
+}

@@ -23,7 +23,8 @@ inline constexpr std::string_view regional_window = R"lua(-- regional_window.lua
 -- (unseen + n) W + unseen_p (W - e) <= U W (the same estimate for both). Products are compared
 -- as two limbs: exact in doubles for counts below 2^30 and W below 2^45 us.
 --
--- KEYS     dirty set (hashes this region admitted into and has not yet pushed everywhere) |
+-- KEYS     dirty set (hashes this region admitted into and has not yet pushed everywhere; its
+--          TTL is the longest any admission gave it) |
 --          hash of window k | (sliding only) hash of window k - 1
 -- ARGV     self | n (at most N + 1) | N | U (-1: no other region, no bound) | W, us | e, us |
 --          peek ('1' changes nothing) | TTL of window k's hash, ms | m | m region names
@@ -88,7 +89,11 @@ if reason == 0 and ARGV[7] ~= '1' then
   redis.call('PEXPIRE', KEYS[2], ARGV[8])
   if #remotes > 0 then
     redis.call('SADD', KEYS[1], KEYS[2])
-    redis.call('PEXPIRE', KEYS[1], ARGV[8])
+    -- The set must outlive every hash it names: its TTL only grows. An admission stamped
+    -- late in an older window (short TTL) must not shorten it below a newer window's.
+    if redis.call('PTTL', KEYS[1]) < tonumber(ARGV[8]) then
+      redis.call('PEXPIRE', KEYS[1], ARGV[8])
+    end
   end
 end
 return { reason == 0 and 1 or 0, reason, c, p, unseen, unseen_p }

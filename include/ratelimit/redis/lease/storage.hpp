@@ -35,6 +35,7 @@
 
 #include "../../algorithms/fixed_window.hpp"
 #include "../../algorithms/sliding_counter.hpp"
+#include "../../core/clock.hpp"
 #include "../../core/decision.hpp"
 #include "../../core/detail/validate.hpp"
 #include "../../core/listener.hpp"
@@ -129,7 +130,8 @@ class LeasedBinding {
   /// lease; retry_after and reset_after = the window's end.
   Decision apply(std::string_view key, std::chrono::nanoseconds now, const Operation& op) const {
     detail::check_cost(op.cost);
-    const std::int64_t t = std::max<std::int64_t>(0, now.count()), W = params_.window;
+    now = clamp_time(now);
+    const std::int64_t t = now.count(), W = params_.window;
     const std::int64_t k = params_.window_of(t);
     const std::chrono::nanoseconds to_end{(k + 1) * W - t};
     std::int64_t give_back = 0;
@@ -141,12 +143,16 @@ class LeasedBinding {
         Lease& l = it->second;
         if (l.window != k) {
           table_->leases.erase(it);  // its window ended: its count no longer matters
-        } else if (op.cost <= l.left && now - l.taken_at < shared_->options.lease_duration) {
+        } else if (op.cost <= l.left && now - l.taken_at < shared_->options.lease_duration &&
+                   l.limit <= params_.limit) {
           if (!op.peek) l.left -= op.cost;
           shared_->local.fetch_add(1, std::memory_order_relaxed);
           return admitted(l.left + l.room, to_end);
         } else {
-          give_back = l.left;  // too little, or the lease ended: back with the next lease
+          // Too little, the lease ended, or it was taken under a higher limit (a copy from
+          // `with_params`, such as a priority's reserve, shares this table): back with the
+          // next lease, which Redis grants within this binding's own limit.
+          give_back = l.left;
           table_->leases.erase(it);
         }
       }
@@ -169,8 +175,9 @@ class LeasedBinding {
     if (left > 0 && keep) {
       const std::lock_guard lock(table_->mutex);
       Lease& l = table_->leases[std::string(key)];
-      if (l.window != k) l = Lease{k, 0, 0, now};
+      if (l.window != k) l = Lease{k, 0, 0, now, params_.limit};
       l.left += left;
+      l.limit = std::max(l.limit, params_.limit);  // merged units: spendable under the higher
       l.room = room;
       l.taken_at = now;
     }
@@ -181,6 +188,7 @@ class LeasedBinding {
   /// one round trip per key with units to give. Returns the units given back. Call it from a
   /// timer (or before shutdown, with a `now` far ahead) so that idle keys' units come back.
   std::int64_t flush(std::chrono::nanoseconds now) const {
+    now = clamp_time(now);
     std::vector<std::pair<std::string, Lease>> ended;
     {
       const std::lock_guard lock(table_->mutex);
@@ -212,7 +220,9 @@ class LeasedBinding {
     return LeasedPart{key, op, &apply_part, this};
   }
 
-  /// The same keys with other parameters (the lease size follows unless it was given).
+  /// The same keys with other parameters (the lease size follows unless it was given). The
+  /// copy shares this binding's leases, but spends one locally only if it was taken under a
+  /// limit no higher than its own; otherwise it gives it back and asks Redis.
   LeasedBinding with_params(const typename M::Params& p) const {
     LeasedBinding b = *this;
     b.params_ = p;
@@ -232,6 +242,8 @@ class LeasedBinding {
     std::int64_t left = 0;     ///< units leased and not spent
     std::int64_t room = 0;     ///< the window's unleased units at the last lease
     std::chrono::nanoseconds taken_at{0};
+    /// The limit the units were leased under: a binding with a lower one never spends them.
+    std::int64_t limit = 0;
   };
   struct Table {
     std::mutex mutex;
@@ -249,6 +261,12 @@ class LeasedBinding {
     if (lease && (*lease < 1 || *lease > params.limit))
       detail::invalid("lease_units", *lease, "must be in [1, params.limit]");
     lease_ = lease ? *lease : default_lease(params);
+  }
+
+  /// `now` within the clock's range [0, 2^62 ns] (as every storage reads it): window ends
+  /// such as (k + 1) W - t and lease ages cannot overflow for any `now` a caller passes.
+  static std::chrono::nanoseconds clamp_time(std::chrono::nanoseconds now) noexcept {
+    return std::clamp(now, std::chrono::nanoseconds{0}, max_clock_time);
   }
 
   std::int64_t default_lease(const typename M::Params& p) const {

@@ -10,6 +10,7 @@
 /// this region claimed and had not pushed there before. A push whose reply was lost after Redis
 /// applied it is pushed again, and counted twice there: the error only ever denies more.
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
@@ -22,6 +23,7 @@
 #include <vector>
 
 #include "../../core/listener.hpp"
+#include "../../core/wire.hpp"
 #include "../../lua/regional_exchange.hpp"
 #include "../../lua/regional_window.hpp"
 #include "../detail/client.hpp"
@@ -158,13 +160,17 @@ class RegionalState {
         c.argv = {"claim", options_.region, std::to_string(options_.exchange_batch),
                   std::to_string(remotes_.size())};
         for (const auto& r : remotes_) c.argv.push_back(r->name);
+        c.argv.push_back(std::to_string(wire_time_us(now) / 1000));
+        c.argv.push_back(std::to_string(claim_expiry_ms()));
         calls.push_back(std::move(c));
       }
     }
     if (calls.empty()) return round;
     auto results = local_->execute(std::move(calls), local_->deadline_from_now());
     for (RedisResult& res : results) {
-      if (res.failure) continue;  // this region's Redis is down: nothing admitted meanwhile
+      // This region's Redis is down, or the reply was lost after the script ran: a claim
+      // that is then never acknowledged is claimed again by a round after claim_expiry_ms.
+      if (res.failure) continue;
       read_claims(*res.reply, round);
     }
     return round;
@@ -243,8 +249,8 @@ class RegionalState {
     }
     if (!local_calls.empty()) {
       // If this region's Redis fails here, the acknowledgements are lost: those units stay
-      // unseen (denying early, never late) and a claim never undone is never pushed again, a
-      // loss that only ever over-counts this region's units as unseen until the window ends.
+      // unseen (denying early, never late) until a round after claim_expiry_ms claims them
+      // again and pushes them twice (counted twice there: the error only ever denies more).
       (void)local_->execute(std::move(local_calls), local_->deadline_from_now());
     }
     units_pushed_.fetch_add(report.units_pushed, std::memory_order_relaxed);
@@ -253,6 +259,19 @@ class RegionalState {
   }
 
  private:
+  /// How long a round can last from its claim to its acknowledgements (ms of the callers'
+  /// clock): the pushes' connect and command timeouts on the slowest link, then this region's
+  /// for the acknowledgement. A claim older than this that was neither acknowledged nor undone
+  /// was lost. (Instances of a region stamp claims with their own clocks, which must agree
+  /// as they already must on the windows; a clock ahead only pushes a claim twice, counting
+  /// it twice elsewhere, which only ever denies more.)
+  std::int64_t claim_expiry_ms() const {
+    std::chrono::milliseconds slowest{0};
+    for (const RemoteRegion& r : options_.remotes)
+      slowest = std::max(slowest, r.redis.connect_timeout + r.redis.command_timeout);
+    return (slowest + options_.local.connect_timeout + options_.local.command_timeout).count();
+  }
+
   static RedisCall add_call(const std::string& hash, std::string field, std::int64_t d) {
     RedisCall c;
     c.script = &regional_exchange_script();
