@@ -309,9 +309,8 @@ class PrometheusExporter final : public Listener {
         out += "\"} " + std::to_string(v[static_cast<std::size_t>(o)].load()) + '\n';
       }
     });
-    head(out, p + "_decision_latency_seconds", "histogram",
-         "The limiter's own time per decision, sampled (about 1 in 64).");
-    latency_.write(out, p + "_decision_latency_seconds");
+    histogram(out, p + "_decision_latency_seconds",
+              "The limiter's own time per decision, sampled (about 1 in 64).", latency_);
     head(out, p + "_top_limited_requests", "gauge",
          "Limited requests of the most limited clients (space-saving estimate, an upper bound).");
     {
@@ -329,21 +328,18 @@ class PrometheusExporter final : public Listener {
     }
     head(out, p + "_redis_errors_total", "counter", "Redis failures and warnings by kind.");
     family(out, p + "_redis_errors_total", "kind", errors_, 0);
-    head(out, p + "_redis_round_trip_seconds", "histogram",
-         "Pipelined requests to a Redis node and back.");
-    round_trip_.write(out, p + "_redis_round_trip_seconds");
-    head(out, p + "_redis_connect_seconds", "histogram",
-         "New connections to a Redis node: name resolution and TCP connect.");
-    connect_.write(out, p + "_redis_connect_seconds");
-    head(out, p + "_redis_tls_handshake_seconds", "histogram",
-         "New TLS connections to a Redis node: the TLS handshake alone.");
-    tls_handshake_.write(out, p + "_redis_tls_handshake_seconds");
-    head(out, p + "_redis_first_decision_seconds", "histogram",
-         "A storage's first decision, from its start to its reply (cold start).");
-    first_decision_.write(out, p + "_redis_first_decision_seconds");
-    head(out, p + "_redis_start_to_first_decision_seconds", "histogram",
-         "From a storage's construction to its first decision's reply (warm-up included).");
-    start_to_first_decision_.write(out, p + "_redis_start_to_first_decision_seconds");
+    histogram(out, p + "_redis_round_trip_seconds", "Pipelined requests to a Redis node and back.",
+              round_trip_);
+    histogram(out, p + "_redis_connect_seconds",
+              "New connections to a Redis node: name resolution and TCP connect.", connect_);
+    histogram(out, p + "_redis_tls_handshake_seconds",
+              "New TLS connections to a Redis node: the TLS handshake alone.", tls_handshake_);
+    histogram(out, p + "_redis_first_decision_seconds",
+              "A storage's first decision, from its start to its reply (cold start).",
+              first_decision_);
+    histogram(out, p + "_redis_start_to_first_decision_seconds",
+              "From a storage's construction to its first decision's reply (warm-up included).",
+              start_to_first_decision_);
     head(out, p + "_redis_breaker_open", "gauge", "1 while a node's circuit breaker is open.");
     family(out, p + "_redis_breaker_open", "node", breakers_, 0);
     head(out, p + "_redis_breaker_changes_total", "counter",
@@ -426,6 +422,13 @@ class PrometheusExporter final : public Listener {
 
   static void head(std::string& out, const std::string& name, const char* type, const char* help) {
     out += "# HELP " + name + " " + help + "\n# TYPE " + name + " " + type + "\n";
+  }
+
+  /// A histogram family: its HELP and TYPE lines, then its buckets, sum and count.
+  static void histogram(std::string& out, const std::string& name, const char* help,
+                        const detail::DurationHistogram& h) {
+    head(out, name, "histogram", help);
+    h.write(out, name);
   }
 
   /// One line per label value of `counters`: `metric{label="value"} counters[index]`.
