@@ -104,7 +104,8 @@ struct ConcurrencyModel {
     if (op.peek) return describe(p, true, n, held, -1, last, t);
     e.erase(e.begin(), first);
     if (op.kind == Operation::Kind::spend) {
-      if (end > t) e.insert(std::upper_bound(e.begin(), e.end(), end), n, end);
+      if (end > t)
+        e.insert(std::upper_bound(e.begin(), e.end(), end), static_cast<std::size_t>(n), end);
     } else if (const auto it = std::lower_bound(e.begin(), e.end(), end);
                it != e.end() && *it == end) {
       e.erase(it);
@@ -263,12 +264,14 @@ class ConcurrencyLimiter : private detail::Limiter<ConcurrencyModel, C, Storage>
   /// The RAII handle `try_acquire` returns.
   using Slot = ConcurrencySlot<Binding, C>;
 
-  /// A limit of `config`, keeping state in `storage`, reading time from `clock`. Limiters on one
-  /// storage share keys only when `name` matches.
-  explicit ConcurrencyLimiter(ConcurrencyConfig config, Storage storage = {}, C clock = {},
-                              std::string name = {})
-      : Base(ConcurrencyModel::make_params(config), std::move(storage), std::move(clock),
-             std::move(name)),
+  /// A limit of `config`, keeping state in `storage_policy`, reading time from `clock_policy`.
+  /// Limiters on one storage share keys only when `limiter_name` matches. (The parameters are
+  /// not named `storage`, `clock` and `name`: those are members, and -Wshadow would say so in
+  /// users' builds.)
+  explicit ConcurrencyLimiter(ConcurrencyConfig config, Storage storage_policy = {},
+                              C clock_policy = {}, std::string limiter_name = {})
+      : Base(ConcurrencyModel::make_params(config), std::move(storage_policy),
+             std::move(clock_policy), std::move(limiter_name)),
         config_(config) {}
 
   /// Takes a slot of `key` for a request of priority `p` now, if one is free to p: a held

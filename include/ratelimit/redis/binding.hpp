@@ -491,8 +491,8 @@ class RedisBinding {
     auto make_call = [&, rk = kept.second] { return call_kept(key, rk, now, op); };
     auto finish_here = [self = *this, kept = std::move(kept), now, op, sent,
                         done = std::move(done)](std::vector<detail::RedisResult>&& r) {
-      Decision d = self.finish(r.front(), HeldKey{kept.first, kept.second}, now, op, sent);
-      detail::complete_safely(done, std::move(d));
+      Decision settled = self.finish(r.front(), HeldKey{kept.first, kept.second}, now, op, sent);
+      detail::complete_safely(done, std::move(settled));
     };
     guard.dismiss();  // from here the completion settles the probe, exactly once
     client_->execute_one_async(make_call, deadline, std::move(finish_here), held);

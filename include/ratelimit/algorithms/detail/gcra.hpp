@@ -35,7 +35,9 @@ struct GcraParams {
   bool fits_64 = i128{limit} * period <= (i128{1} << 60);
   std::int64_t max_ahead_64 = count > 0 ? ((std::int64_t{1} << 61) - count) / count : 0;
   /// Bits a remainder in [0, count) takes in GcraState (0 when count is 1).
-  int frac_bits = count > 1 ? std::bit_width(static_cast<std::uint64_t>(count - 1)) : 0;
+  int frac_bits = count > 1
+                      ? static_cast<int>(std::bit_width(static_cast<std::uint64_t>(count - 1)))
+                      : 0;
 
   friend constexpr bool operator==(const GcraParams&, const GcraParams&) = default;
 };

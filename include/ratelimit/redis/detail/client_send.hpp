@@ -171,22 +171,22 @@ inline void RedisClient::received(RedisNodeClient& node, const OpPtr& op,
   auto kept = std::make_shared<std::vector<RedisReplyPtr>>(std::move(replies));
   req.done = [this, &node, op, indexes = std::move(indexes), kept, reload = std::move(reload), pass,
               then = std::move(then)](IoOutcome&& again) mutable {
-    std::vector<RedisReplyPtr>& replies = *kept;
+    std::vector<RedisReplyPtr>& held = *kept;
     if (again.error) {
       for (const std::size_t j : reload) {
-        replies[j].reset();
+        held[j].reset();
         op->results[indexes[j]].failure = RedisFailure{again.error->kind(), again.error->what()};
       }
       if (again.error->node_fault()) breaker_failure(node, pass);
       report({again.error->kind(), again.error->what()});
     } else {
       for (std::size_t r = 0; r < reload.size(); ++r) {
-        replies[reload[r]] = std::move(again.replies[r]);
-        if (replies[reload[r]]->type != REDIS_REPLY_ERROR)
+        held[reload[r]] = std::move(again.replies[r]);
+        if (held[reload[r]]->type != REDIS_REPLY_ERROR)
           node.scripts.learned(*op->calls[indexes[reload[r]]].script);
       }
     }
-    settle(node, op, std::move(indexes), std::move(replies), pass, std::move(then));
+    settle(node, op, std::move(indexes), std::move(held), pass, std::move(then));
   };
   loop_->submit(node.io, std::move(req));
 }

@@ -30,7 +30,7 @@ inline void IoLoopCore::service(IoNode& node, SteadyTime now) {
     if (c->dead) continue;
     if (c->state == Conn::State::ready) {
       ++ready;
-      busy += c->inflight.empty() ? 0 : 1;
+      busy += c->inflight.empty() ? 0u : 1u;
     } else {
       ++opening;
     }

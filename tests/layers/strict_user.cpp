@@ -1,0 +1,71 @@
+// Compiled, never run: a user's TU that instantiates the public API on every storage, built
+// with the warnings strict users turn on (-Wshadow -Wconversion -Wsign-conversion, as errors).
+// A consumer that finds the library through pkg-config gets it with -I, not -isystem, so a
+// warning inside a header's template is the user's build failure, not ours to ignore.
+#include <ratelimit/calendar.hpp>
+#include <ratelimit/http.hpp>
+#include <ratelimit/metrics.hpp>
+#include <ratelimit/ratelimit.hpp>
+#include <ratelimit/redis.hpp>
+#include <ratelimit/rules.hpp>
+
+#include <chrono>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace strict_user {
+
+using namespace ratelimit;
+
+template <class Limiter>
+void use(Limiter& limiter) {
+  Decision d = limiter.try_acquire("k", 2);
+  d = limiter.peek("k");
+  limiter.reset("k");
+  limiter.try_acquire_async("k", 1, [](Decision) {});
+  (void)rate_limit_headers(d, QuotaPolicy{});
+}
+
+template <class Storage, class C>
+void every_algorithm(Storage storage, C clock) {
+  TokenBucket<C, Storage> token({10, per_second(5)}, storage, clock, "token");
+  LeakyBucket<C, Storage> leaky({10, per_second(5)}, storage, clock, "leaky");
+  FixedWindow<C, Storage> fixed(per_second(5), storage, clock, "fixed");
+  SlidingLog<C, Storage> log(per_second(5), storage, clock, "log");
+  SlidingCounter<C, Storage> counter(per_second(5), storage, clock, "counter");
+  use(token);
+  use(leaky);
+  use(fixed);
+  use(log);
+  use(counter);
+  (void)try_acquire_all("k", 1, token, fixed);
+  ConcurrencyLimiter<C, Storage> inflight({3, std::chrono::seconds(30)}, storage, clock, "c");
+  auto slot = inflight.try_acquire("k");
+  (void)slot;
+  CalendarQuota<C, Storage> quota({.limit = 100, .unit = CalendarUnit::month}, storage, clock,
+                                  "quota");
+  use(quota);
+  auto metrics = std::make_shared<PrometheusExporter>();
+  token.attach_listener(metrics, {.with_keys = true});
+  (void)metrics->render();
+}
+
+template <class Storage>
+void rules(Storage storage) {
+  const std::vector<RulesSource> sources;
+  RateLimitService<Storage> service(RulesConfig::from_strings(sources), storage);
+  const RateLimitRequest request{"api", {{{{"path", "/login"}}}}};
+  (void)service.should_rate_limit(request);
+  service.should_rate_limit_async(request, [](RateLimitResponse) {});
+}
+
+void instantiate() {
+  every_algorithm(InMemoryStorage{}, ManualClock{});
+  every_algorithm(RedisStorage(RedisOptions{}), SystemClock{});
+  every_algorithm(RedisClusterStorage(RedisClusterOptions{}), SystemClock{});
+  rules(InMemoryStorage{});
+  rules(RedisStorage(RedisOptions{}));
+}
+
+}  // namespace strict_user
