@@ -101,6 +101,27 @@ if(MODE STREQUAL "deb")
   if(_with_calendar)
     run("${WORK_DIR}/pc_ratelimit-calendar")
   endif()
+  # The server's package, when the server was built: the binary, and the libraries it needs in
+  # its Depends (dpkg-shlibdeps), so that `apt install ./ratelimit-server_*.deb` pulls them in.
+  if(EXISTS "${_pkg_build}/server/ratelimit_server")
+    file(GLOB _server_debs "${_pkg_build}/ratelimit-server_*.deb")
+    list(LENGTH _server_debs _n)
+    if(NOT _n EQUAL 1)
+      message(FATAL_ERROR "the server was built, but cpack made ${_n} ratelimit-server_*.deb")
+    endif()
+    set(_server_root "${WORK_DIR}/server_root")
+    run(dpkg-deb -x "${_server_debs}" "${_server_root}")
+    execute_process(COMMAND dpkg-deb -f "${_server_debs}" Depends OUTPUT_VARIABLE _depends)
+    if(NOT _depends MATCHES "libgrpc")
+      message(FATAL_ERROR "ratelimit-server's Depends names no gRPC library: '${_depends}'")
+    endif()
+    # The unpacked binary loads and reads its flags: an unknown one is refused by name.
+    execute_process(COMMAND "${_server_root}/usr/bin/ratelimit_server" --no_such_flag=1
+                    RESULT_VARIABLE _rc OUTPUT_VARIABLE _out ERROR_VARIABLE _out)
+    if(_rc EQUAL 0 OR NOT _out MATCHES "no_such_flag")
+      message(FATAL_ERROR "usr/bin/ratelimit_server --no_such_flag=1: exit ${_rc}, '${_out}'")
+    endif()
+  endif()
   # find_package from the unpacked copy, as for an installed prefix.
   list(APPEND _configure "-DCMAKE_PREFIX_PATH=${_prefix}" "-DEXPECTED_PREFIX=${_prefix}")
   list(TRANSFORM _configure REPLACE "^-DCONSUMER_MODE=deb$" "-DCONSUMER_MODE=package")
