@@ -18,11 +18,12 @@
 --          the hash still exists (an acknowledgement: s:<r> += d; an undone claim after a
 --          failed push: c:<r> -= d). Returns 1, or 0 when the hash had expired.
 -- push     on another region's Redis. KEYS: the same hash name. ARGV: 'push' | field n:<self>
---          | d | TTL ms | (optional) extra ms. HINCRBY field d (counts merge by addition; never
---          a written total) and keeps the longer of the hash's TTL and the given one; with
---          `extra` (a bucket: what d units take to refill), an existing hash's TTL also grows
---          by it, so the hash outlives the debt those units add until its next decision debits
---          them. Returns the field's new value.
+--          | d | TTL ms | (optional, buckets) extra ms | hold ms. HINCRBY field d (counts merge by
+--          addition; never a written total) and keeps the longer of the hash's TTL and the
+--          given one. A bucket's hash also lives `extra` (what d units take to refill) beyond
+--          the longer of its TTL and `hold` (the exchange's lag): the debt those units add
+--          outlasts the hash's state, and a hash that had expired lives until its bucket,
+--          debited, is full again (redis/regional/bucket.hpp). Returns the field's new value.
 
 local mode = ARGV[1]
 
@@ -78,9 +79,12 @@ elseif mode == 'add' then
   redis.call('HINCRBY', KEYS[1], ARGV[2], ARGV[3])
   return 1
 elseif mode == 'push' then
-  local ttl, extra = tonumber(ARGV[4]), tonumber(ARGV[5] or '0')
-  local before = redis.call('PTTL', KEYS[1])
-  if extra > 0 and before > 0 and before + extra > ttl then ttl = before + extra end
+  local ttl, extra, hold = tonumber(ARGV[4]), tonumber(ARGV[5] or '0'), tonumber(ARGV[6] or '0')
+  if extra > 0 then
+    local base = redis.call('PTTL', KEYS[1])
+    if base < hold then base = hold end
+    if base + extra > ttl then ttl = base + extra end
+  end
   local v = redis.call('HINCRBY', KEYS[1], ARGV[2], ARGV[3])
   if redis.call('PTTL', KEYS[1]) < ttl then redis.call('PEXPIRE', KEYS[1], ttl) end
   return v

@@ -36,10 +36,11 @@
 /// Expiry: the hash lives until the bucket is full again plus the exchange's lag (a claim's
 /// wait S and a whole round) and the TTL margin, and is never shortened; while some region has
 /// not acknowledged its units, each claim keeps it that long again (its unseen units, and with
-/// them the bound, outlast a partition). A push lengthens an existing hash by what its units
-/// take to refill, so the hash outlives the debt they add until a decision debits them. A push
-/// to a hash that expired creates it with nothing debited: its units are debited at the next
-/// decision, as they should (the bucket they meet is full, as the forgotten one was by then).
+/// them the bound, outlast a partition). A push of u units arriving at t_p makes the hash live
+/// u / r beyond the longer of its TTL and that hold: past max(at, t_p) + u / r, when the
+/// bucket, had it debited them at once, is full again. So a hash never expires owing a debit
+/// (forgetting a full bucket changes no decision), and a push to a hash that expired creates
+/// it with nothing debited: its units are debited at the next decision, from a full bucket.
 ///
 /// Thread safety: every member is safe from many threads.
 

@@ -52,6 +52,7 @@ class ExchangeRound {
     std::string hash;
     std::int64_t ttl_ms;
     std::int64_t unit_ns;  ///< a bucket's unit (period / count, rounded up); 0 for windows
+    std::int64_t hold_ms;  ///< a bucket's hold (see RegionalState::add_dirty_set); 0 for windows
     std::vector<std::int64_t> units;  ///< per other region (RegionalOptions::remotes order)
   };
   std::vector<Claim> claims_;
@@ -172,11 +173,11 @@ class RegionalState {
     round.at_ = now;
     if (remotes_.empty()) return round;
     std::vector<RedisCall> calls;
-    std::vector<std::int64_t> units;  // the unit_ns of each call's set
+    std::vector<DirtySet> kinds;  // each call's set's
     {
       const std::lock_guard lock(mutex_);
       for (const auto& [set, kind] : dirty_sets_) {
-        units.push_back(kind.unit_ns);
+        kinds.push_back(kind);
         RedisCall c;
         c.script = &regional_exchange_script();
         c.keys.push_back(set);
@@ -195,7 +196,7 @@ class RegionalState {
       // This region's Redis is down, or the reply was lost after the script ran: a claim
       // that is then never acknowledged is claimed again by a round after claim_expiry_ms.
       if (results[i].failure) continue;
-      read_claims(*results[i].reply, units[i], round);
+      read_claims(*results[i].reply, kinds[i], round);
     }
     return round;
   }
@@ -228,9 +229,10 @@ class RegionalState {
         c.keys.push_back(claim.hash);
         c.argv = {"push", "n:" + options_.region, std::to_string(claim.units[r]),
                   std::to_string(claim.ttl_ms)};
-        if (claim.unit_ns > 0) {  // what those units take to refill, ms rounded up
+        if (claim.unit_ns > 0) {  // what those units take to refill, ms rounded up; the hold
           const i128 ns = i128{claim.units[r]} * claim.unit_ns;
           c.argv.push_back(to_decimal(ns / 1'000'000 + 1));
+          c.argv.push_back(std::to_string(claim.hold_ms));
         }
         pushes.push_back(std::move(c));
         claim_of[r].push_back(i);
@@ -308,8 +310,13 @@ class RegionalState {
     return c;
   }
 
-  /// Reads claim's reply { hash, ttl, d_1..d_m, ... } into `round` (`unit_ns`: its set's).
-  void read_claims(const redisReply& reply, std::int64_t unit_ns, ExchangeRound& round) {
+  struct DirtySet {
+    std::int64_t hold_ms = 0;
+    std::int64_t unit_ns = 0;
+  };
+
+  /// Reads claim's reply { hash, ttl, d_1..d_m, ... } into `round` (`kind`: its set's).
+  void read_claims(const redisReply& reply, const DirtySet& kind, ExchangeRound& round) {
     const std::size_t m = remotes_.size(), stride = 2 + m;
     if (reply.type != REDIS_REPLY_ARRAY || reply.elements % stride != 0) {
       local_->report({RedisFailureKind::protocol, "unexpected reply from the exchange's claim"});
@@ -322,7 +329,8 @@ class RegionalState {
       claim.hash.assign(h->str, h->len);
       const auto ttl = reply_int(reply, at + 1);
       claim.ttl_ms = ttl ? static_cast<std::int64_t>(*ttl) : 1;
-      claim.unit_ns = unit_ns;
+      claim.unit_ns = kind.unit_ns;
+      claim.hold_ms = kind.hold_ms;
       for (std::size_t r = 0; r < m; ++r) {
         const auto d = reply_int(reply, at + 2 + r);
         claim.units.push_back(d ? static_cast<std::int64_t>(*d) : 0);
@@ -355,10 +363,6 @@ class RegionalState {
   std::shared_ptr<RedisClient> local_;
   std::vector<std::unique_ptr<RegionalRemote>> remotes_;
   std::mutex mutex_;
-  struct DirtySet {
-    std::int64_t hold_ms = 0;
-    std::int64_t unit_ns = 0;
-  };
   std::map<std::string, DirtySet> dirty_sets_;  ///< see add_dirty_set
   std::atomic<std::uint64_t> exchanges_{0}, units_pushed_{0}, push_failures_{0};
 };
