@@ -387,4 +387,10 @@ TEST_CASE("A regional bucket refuses a bad unseen bound, naming the field",
                     Catch::Contains("unseen_limit"));
   auto b = st.bind<TokenBucketModel>("api", bucket(10, 10));
   CHECK_THROWS_AS(b.reset("x"), std::logic_error);
+  // Other parameters bring their own default U: S = 100 ms, d = 40 ms, so for C = 20 and
+  // r = 10 per s, 20 + ceil(10 x 0.18) = 22; an explicit U stays.
+  CHECK(b.with_params(bucket(20, 10)).unseen_limit() == 22);
+  CHECK(st.bind<TokenBucketModel>("api", bucket(10, 10), 7)
+            .with_params(bucket(20, 10))
+            .unseen_limit() == 7);
 }
