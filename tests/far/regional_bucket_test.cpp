@@ -394,3 +394,26 @@ TEST_CASE("A regional bucket refuses a bad unseen bound, naming the field",
             .with_params(bucket(20, 10))
             .unseen_limit() == 7);
 }
+
+TEST_CASE("A regional leaky bucket's delay counts the other regions' units it has debited",
+          "[far][redis][bucket]") {
+  rltest::Regions regions(2);
+  auto s = storages(regions);
+  // Q = 10, r = 10 per s (100 ms a unit). r0 queues 5 at 0 and pushes them: r1's queue holds
+  // 5, a backlog of 500 ms.
+  auto a = s[0].bind<LeakyBucketModel>("api", bucket(10, 10), 10);
+  auto b = s[1].bind<LeakyBucketModel>("api", bucket(10, 10), 10);
+  REQUIRE(a.apply("k", 0ms, spend(5)).allowed);
+  REQUIRE(s[0].exchange(0ms).units_pushed == 5);
+  // Served within 0 ms: not with 500 ms queued; retry when the wait is over, 500 - 0 ms.
+  ratelimit::Operation now_only{1};
+  now_only.max_wait = 0ms;
+  const auto denied = b.apply("k", 0ms, now_only);
+  CHECK_FALSE(denied.allowed);
+  CHECK_FALSE(denied.degraded);
+  CHECK(denied.retry_after == 500ms);
+  // Without a bound on the wait: admitted, served after the 500 ms of r0's units.
+  const auto queued = b.apply("k", 0ms, spend());
+  CHECK(queued.allowed);
+  CHECK(queued.delay == 500ms);
+}
