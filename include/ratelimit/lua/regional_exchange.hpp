@@ -13,27 +13,35 @@ inline constexpr std::string_view regional_exchange = R"lua(-- regional_exchange
 -- the hash layout is in lua/regional_window.lua). Three modes, by ARGV[1]:
 --
 -- claim    on this region's Redis. KEYS: the dirty set. ARGV: 'claim' | self | at most this
---          many hashes | m | m region names | now, ms | expiry, ms. For each hash of the set
+--          many hashes | m | m region names | now, ms | expiry, ms | hold, ms (optional, 0:
+--          none; the buckets' sets give one). For each hash of the set
 --          (SRANDMEMBER: a bounded sample), d_r = n:<self> - c:<r> for each region r, and
 --          c:<r> += d_r, t:<r> = now (ms): the units this round pushes to r (another exchanger of
 --          this region claims only what is left). A claim neither acknowledged nor undone
 --          (c:<r> > s:<r>) whose last stamp t:<r> is older than `expiry` (longer than a round
 --          can last) was lost with its round (a reply that timed out after the script ran): it
 --          is claimed again (c:<r> = s:<r> first), so those units are pushed after all. A
---          hash that expired, or that every region has acknowledged whole, leaves the set.
+--          hash that expired, or that every region has acknowledged whole, leaves the set. A
+--          hash some region has not acknowledged whole is kept at least `hold` more (and the
+--          set with it): a bucket's unseen units must not be forgotten while a partition lasts.
 --          Returns { hash, its PTTL (ms), d_1, ..., d_m, ... } for the hashes with a d_r > 0.
 -- add      on this region's Redis. KEYS: a hash. ARGV: 'add' | field | d. HINCRBY field d if
 --          the hash still exists (an acknowledgement: s:<r> += d; an undone claim after a
 --          failed push: c:<r> -= d). Returns 1, or 0 when the hash had expired.
 -- push     on another region's Redis. KEYS: the same hash name. ARGV: 'push' | field n:<self>
---          | d | TTL ms. HINCRBY field d (counts merge by addition; never a written total) and
---          keeps the longer of the hash's TTL and the given one. Returns the field's new value.
+--          | d | TTL ms | (optional, buckets) extra ms | hold ms. HINCRBY field d (counts merge by
+--          addition; never a written total) and keeps the longer of the hash's TTL and the
+--          given one. A bucket's hash also lives `extra` (what d units take to refill) beyond
+--          the longer of its TTL and `hold` (the exchange's lag): the debt those units add
+--          outlasts the hash's state, and a hash that had expired lives until its bucket,
+--          debited, is full again (redis/regional/bucket.hpp). Returns the field's new value.
 
 local mode = ARGV[1]
 
 if mode == 'claim' then
   local self, m = ARGV[2], tonumber(ARGV[4])
   local now, expiry = tonumber(ARGV[5 + m]), tonumber(ARGV[6 + m])
+  local hold = tonumber(ARGV[7 + m] or '0')
   local out = {}
   for _, h in ipairs(redis.call('SRANDMEMBER', KEYS[1], tonumber(ARGV[3]))) do
     local ttl = redis.call('PTTL', h)
@@ -62,6 +70,11 @@ if mode == 'claim' then
         deltas[i] = d
         if s < mine then done = false end
       end
+      if not done and hold > 0 and ttl < hold then
+        redis.call('PEXPIRE', h, hold)
+        ttl = hold
+        if redis.call('PTTL', KEYS[1]) < hold then redis.call('PEXPIRE', KEYS[1], hold) end
+      end
       if any then
         out[#out + 1] = h
         out[#out + 1] = ttl
@@ -77,10 +90,14 @@ elseif mode == 'add' then
   redis.call('HINCRBY', KEYS[1], ARGV[2], ARGV[3])
   return 1
 elseif mode == 'push' then
-  local v = redis.call('HINCRBY', KEYS[1], ARGV[2], ARGV[3])
-  if redis.call('PTTL', KEYS[1]) < tonumber(ARGV[4]) then
-    redis.call('PEXPIRE', KEYS[1], ARGV[4])
+  local ttl, extra, hold = tonumber(ARGV[4]), tonumber(ARGV[5] or '0'), tonumber(ARGV[6] or '0')
+  if extra > 0 then
+    local base = redis.call('PTTL', KEYS[1])
+    if base < hold then base = hold end
+    if base + extra > ttl then ttl = base + extra end
   end
+  local v = redis.call('HINCRBY', KEYS[1], ARGV[2], ARGV[3])
+  if redis.call('PTTL', KEYS[1]) < ttl then redis.call('PEXPIRE', KEYS[1], ttl) end
   return v
 end
 return redis.error_reply('regional_exchange.lua: unknown mode ' .. tostring(mode))

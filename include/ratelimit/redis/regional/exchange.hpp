@@ -15,15 +15,17 @@
 #include <chrono>
 #include <condition_variable>
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <mutex>
-#include <set>
 #include <string>
 #include <utility>
 #include <vector>
 
+#include "../../core/detail/decimal.hpp"
 #include "../../core/listener.hpp"
 #include "../../core/wire.hpp"
+#include "../../lua/regional_bucket.hpp"
 #include "../../lua/regional_exchange.hpp"
 #include "../../lua/regional_window.hpp"
 #include "../detail/client.hpp"
@@ -49,6 +51,8 @@ class ExchangeRound {
   struct Claim {
     std::string hash;
     std::int64_t ttl_ms;
+    std::int64_t unit_ns;  ///< a bucket's unit (period / count, rounded up); 0 for windows
+    std::int64_t hold_ms;  ///< a bucket's hold (see RegionalState::add_dirty_set); 0 for windows
     std::vector<std::int64_t> units;  ///< per other region (RegionalOptions::remotes order)
   };
   std::vector<Claim> claims_;
@@ -66,6 +70,10 @@ namespace detail {
 
 inline const RedisScript& regional_window_script() {
   static const RedisScript s = make_script("regional_window", std::string(lua::regional_window));
+  return s;
+}
+inline const RedisScript& regional_bucket_script() {
+  static const RedisScript s = make_script("regional_bucket", std::string(lua::regional_bucket));
   return s;
 }
 inline const RedisScript& regional_exchange_script() {
@@ -122,15 +130,29 @@ class RegionalState {
   /// Connects to every region's Redis and loads the scripts each will run (see
   /// RegionalStorage::warm_up). True if every Redis answered.
   bool warm_up() {
-    bool ok = local_->warm_up({&regional_window_script(), &regional_exchange_script()});
+    bool ok = local_->warm_up(
+        {&regional_window_script(), &regional_bucket_script(), &regional_exchange_script()});
     for (auto& remote : remotes_) ok = remote->client->warm_up({&regional_exchange_script()}) && ok;
     return ok;
   }
 
-  /// A limiter's dirty set: the exchange claims from every set bound so far.
-  void add_dirty_set(const std::string& set) {
+  /// A limiter's dirty set: the exchange claims from every set bound so far. For a bucket,
+  /// `hold_ms` > 0 keeps a hash that some region has not acknowledged whole at least that long
+  /// (its unseen units must outlast a partition) and `unit_ns` (period / count, rounded up) is
+  /// what one unit takes to refill, by which a push lengthens the other region's hash (see
+  /// lua/regional_exchange.lua); windows pass 0 for both (their hashes end with the window).
+  void add_dirty_set(const std::string& set, std::int64_t hold_ms = 0, std::int64_t unit_ns = 0) {
     const std::lock_guard lock(mutex_);
-    dirty_sets_.insert(set);
+    auto& s = dirty_sets_[set];
+    s.hold_ms = std::max(s.hold_ms, hold_ms);
+    s.unit_ns = std::max(s.unit_ns, unit_ns);
+  }
+
+  /// ms of the callers' clock: the longest from an admission to its acknowledgement by every
+  /// region while none is cut off: a wait for the next claim (S) and a whole round
+  /// (claim_expiry_ms).
+  std::int64_t exchange_lag_ms() const {
+    return options_.exchange_interval.count() + claim_expiry_ms();
   }
 
   RegionalStats stats() const noexcept {
@@ -151,9 +173,11 @@ class RegionalState {
     round.at_ = now;
     if (remotes_.empty()) return round;
     std::vector<RedisCall> calls;
+    std::vector<DirtySet> kinds;  // each call's set's
     {
       const std::lock_guard lock(mutex_);
-      for (const std::string& set : dirty_sets_) {
+      for (const auto& [set, kind] : dirty_sets_) {
+        kinds.push_back(kind);
         RedisCall c;
         c.script = &regional_exchange_script();
         c.keys.push_back(set);
@@ -162,16 +186,17 @@ class RegionalState {
         for (const auto& r : remotes_) c.argv.push_back(r->name);
         c.argv.push_back(std::to_string(wire_time_us(now) / 1000));
         c.argv.push_back(std::to_string(claim_expiry_ms()));
+        c.argv.push_back(std::to_string(kind.hold_ms));
         calls.push_back(std::move(c));
       }
     }
     if (calls.empty()) return round;
     auto results = local_->execute(std::move(calls), local_->deadline_from_now());
-    for (RedisResult& res : results) {
+    for (std::size_t i = 0; i < results.size(); ++i) {
       // This region's Redis is down, or the reply was lost after the script ran: a claim
       // that is then never acknowledged is claimed again by a round after claim_expiry_ms.
-      if (res.failure) continue;
-      read_claims(*res.reply, round);
+      if (results[i].failure) continue;
+      read_claims(*results[i].reply, kinds[i], round);
     }
     return round;
   }
@@ -204,6 +229,11 @@ class RegionalState {
         c.keys.push_back(claim.hash);
         c.argv = {"push", "n:" + options_.region, std::to_string(claim.units[r]),
                   std::to_string(claim.ttl_ms)};
+        if (claim.unit_ns > 0) {  // what those units take to refill, ms rounded up; the hold
+          const i128 ns = i128{claim.units[r]} * claim.unit_ns;
+          c.argv.push_back(to_decimal(ns / 1'000'000 + 1));
+          c.argv.push_back(std::to_string(claim.hold_ms));
+        }
         pushes.push_back(std::move(c));
         claim_of[r].push_back(i);
       }
@@ -280,8 +310,13 @@ class RegionalState {
     return c;
   }
 
-  /// Reads claim's reply { hash, ttl, d_1..d_m, ... } into `round`.
-  void read_claims(const redisReply& reply, ExchangeRound& round) {
+  struct DirtySet {
+    std::int64_t hold_ms = 0;
+    std::int64_t unit_ns = 0;
+  };
+
+  /// Reads claim's reply { hash, ttl, d_1..d_m, ... } into `round` (`kind`: its set's).
+  void read_claims(const redisReply& reply, const DirtySet& kind, ExchangeRound& round) {
     const std::size_t m = remotes_.size(), stride = 2 + m;
     if (reply.type != REDIS_REPLY_ARRAY || reply.elements % stride != 0) {
       local_->report({RedisFailureKind::protocol, "unexpected reply from the exchange's claim"});
@@ -294,6 +329,8 @@ class RegionalState {
       claim.hash.assign(h->str, h->len);
       const auto ttl = reply_int(reply, at + 1);
       claim.ttl_ms = ttl ? static_cast<std::int64_t>(*ttl) : 1;
+      claim.unit_ns = kind.unit_ns;
+      claim.hold_ms = kind.hold_ms;
       for (std::size_t r = 0; r < m; ++r) {
         const auto d = reply_int(reply, at + 2 + r);
         claim.units.push_back(d ? static_cast<std::int64_t>(*d) : 0);
@@ -326,7 +363,7 @@ class RegionalState {
   std::shared_ptr<RedisClient> local_;
   std::vector<std::unique_ptr<RegionalRemote>> remotes_;
   std::mutex mutex_;
-  std::set<std::string> dirty_sets_;
+  std::map<std::string, DirtySet> dirty_sets_;  ///< see add_dirty_set
   std::atomic<std::uint64_t> exchanges_{0}, units_pushed_{0}, push_failures_{0};
 };
 

@@ -21,7 +21,9 @@
 /// - a partition: each region goes on with its own count plus U, and says so (listeners:
 ///   on_breaker_change "region <name>" open, on_storage_error kind "partition"; stats).
 ///
-/// Algorithms: the fixed window and the sliding window counter. Others fail to compile.
+/// Algorithms: the fixed window and the sliding window counter (here), the token bucket and
+/// the leaky bucket (redis/regional/bucket.hpp: over any interval of length D at most
+/// C + r D + (R - 1) U). Others fail to compile.
 
 #include <algorithm>
 #include <chrono>
@@ -44,37 +46,22 @@
 #include "../../core/wire.hpp"
 #include "../../memory/in_memory_storage.hpp"
 #include "../detail/keys.hpp"
+#include "bucket.hpp"
 #include "exchange.hpp"
 #include "options.hpp"
+#include "part.hpp"
 
 namespace ratelimit {
-
-/// The algorithms a regional storage holds: counts that merge by addition.
-template <class M>
-concept RegionalModel =
-    std::is_same_v<M, FixedWindowModel> || std::is_same_v<M, SlidingCounterModel>;
-
-template <class M>
-class RegionalBinding;
-
-/// One part of a `RegionalStorage::decide_all` (one key: see there). Thread safety: a value.
-struct RegionalPart {
-  std::string_view key;
-  Operation op;
-  /// Decides the part: its binding's apply.
-  Decision (*apply)(const void* binding, std::string_view key, std::chrono::nanoseconds now,
-                    const Operation& op);
-  const void* binding;
-};
 
 /// One limiter's window bound to a RegionalStorage. Copies share the storage.
 /// Errors: `apply` throws std::invalid_argument for cost < 1; Redis failures never throw (the
 /// local failure policy decides). Thread safety: every member is safe from many threads.
 template <class M>
 class RegionalBinding {
-  static_assert(RegionalModel<M>,
-                "RegionalStorage holds the fixed window and the sliding window counter only: "
-                "their counts merge by addition across regions (docs/far.md)");
+  static_assert(RegionalWindowModel<M>,
+                "RegionalStorage holds FixedWindowModel, SlidingCounterModel, TokenBucketModel and "
+                "LeakyBucketModel only: counts that merge by addition, and buckets that debit the "
+                "other regions' admissions late (docs/far.md)");
 
  public:
   using Model = M;
@@ -274,22 +261,33 @@ class RegionalStorage {
   explicit RegionalStorage(RegionalOptions options)
       : state_(std::make_shared<detail::RegionalState>(std::move(options))) {}
 
+  /// A window's binding or a bucket's (RegionalBucketBinding).
   template <class M>
-  using Binding = RegionalBinding<M>;
+  using Binding =
+      std::conditional_t<RegionalBucketModel<M>, RegionalBucketBinding<M>, RegionalBinding<M>>;
   using Part = RegionalPart;
 
-  /// Binds model `M` (FixedWindowModel or SlidingCounterModel) under limiter name `name`, with
-  /// the default unseen bound (RegionalBinding::default_unseen).
+  /// Binds model `M` (FixedWindowModel, SlidingCounterModel, TokenBucketModel or
+  /// LeakyBucketModel; any other fails to compile) under limiter name `name`, with the default
+  /// unseen bound (`default_unseen` of the binding).
   template <class M>
-  RegionalBinding<M> bind(std::string_view name, const typename M::Params& params) {
-    return RegionalBinding<M>(state_, fallback_, name, params, std::nullopt);
+  Binding<M> bind(std::string_view name, const typename M::Params& params) {
+    static_assert(RegionalModel<M>,
+                  "RegionalStorage holds FixedWindowModel, SlidingCounterModel, TokenBucketModel "
+                  "and LeakyBucketModel only: counts that merge by addition, and buckets that "
+                  "debit the other regions' admissions late (docs/far.md)");
+    return Binding<M>(state_, fallback_, name, params, std::nullopt);
   }
 
-  /// As above with an explicit unseen bound U in [1, N].
+  /// As above with an explicit unseen bound U: in [1, N] for a window, [1, 10^15] for a bucket.
   template <class M>
-  RegionalBinding<M> bind(std::string_view name, const typename M::Params& params,
-                          std::int64_t unseen_limit) {
-    return RegionalBinding<M>(state_, fallback_, name, params, unseen_limit);
+  Binding<M> bind(std::string_view name, const typename M::Params& params,
+                  std::int64_t unseen_limit) {
+    static_assert(RegionalModel<M>,
+                  "RegionalStorage holds FixedWindowModel, SlidingCounterModel, TokenBucketModel "
+                  "and LeakyBucketModel only: counts that merge by addition, and buckets that "
+                  "debit the other regions' admissions late (docs/far.md)");
+    return Binding<M>(state_, fallback_, name, params, unseen_limit);
   }
 
   /// One part only (a regional decision spans one key: the exchange keeps no multi-key
