@@ -1,9 +1,9 @@
-// Leased token buckets (redis/lease/bucket.hpp, docs/far.md): a lease debits min(L, tokens
-// held) from the shared bucket at once, is spent locally for at most H, and gives back its
-// unused tokens less the refill since it was taken. Over any interval of length D the
-// instances spend at most C + r (D + H). Time is passed to each decision (ManualClock time:
-// no sleeps); Redis is the shared test server, or one of the test's own where the test counts
-// its commands or stops it.
+// Leased token buckets (redis/lease/bucket.hpp, docs/far.md): a lease debits g = min(L,
+// tokens held) from the shared bucket at once, is spent locally for at most H, and gives back
+// its u unused tokens decayed: min(u, (g - r x age)+), the refill since it was taken off. Over any
+// interval of length D the instances spend at most C + r (D + H). Time is passed to each decision
+// (ManualClock time: no sleeps); Redis is the shared test server, or one of the test's own where
+// the test counts its commands or stops it.
 //
 // Most tests use C = 100 tokens refilled at 100 per second: a token every 10 ms, period
 // 10^7 ns with count 1, so a deficit in the script's unit (1/count ns) is plain ns and the
@@ -33,8 +33,7 @@ using ratelimit::LeasedStorage;
 using ratelimit::Operation;
 using ratelimit::TokenBucketModel;
 
-ratelimit::LeaseOptions bucket_options(const std::string& prefix,
-                                       std::chrono::milliseconds h) {
+ratelimit::LeaseOptions bucket_options(const std::string& prefix, std::chrono::milliseconds h) {
   ratelimit::LeaseOptions o;
   o.redis = rltest::test_redis_options("lease");
   o.redis.key_prefix = prefix;
@@ -131,7 +130,7 @@ TEST_CASE("A give-back credits only what the bucket did not refill while the lea
   // refilled through the debited tokens while they were held and another lease took that
   // refill; credited again, the same tokens were spent twice. The schedule below then spent
   // 195 at one instant, past C + r H = 150 (derivation of that figure at each step, "capped
-  // only"). Decayed by r (t - s), the credit keeps it at 145.
+  // only"). Decayed, the credit keeps it at 146.
   const auto prefix = rltest::unique_prefix("lbucket");
   std::vector<LeasedStorage> stores;
   for (int i = 0; i < 3; ++i) stores.emplace_back(bucket_options(prefix, 500ms));
@@ -143,22 +142,23 @@ TEST_CASE("A give-back credits only what the bucket did not refill while the lea
   // t = 490 ms: refilled 49; b leases min(100, 49) = 49, spends 1, holds 48. Deficit 100.
   REQUIRE(b.apply("k", 490ms, Operation{1}).allowed);
   CHECK(stores[1].stats().units_leased == 49);
-  // t = 500 ms: a's lease is H old. Its 99 go back less r (500 ms) = 50: credit 49. Deficit
-  // 100 - 1 (refill since 490) - 49 = 50, so a leases min(100, 50) = 50, spends 1, holds 49.
-  // (Capped only: deficit max(0, 99 - 99) = 0, a leases 100 and holds 99.)
+  // t = 500 ms: a's lease is H old. Its 99 unused go back decayed: min(99, 100 - r x 500 ms =
+  // 50) = 50. Deficit 100 - 1 (refill since 490) - 50 = 49, so a leases min(100, 51) = 51,
+  // spends 1, holds 50. (Capped only: deficit max(0, 99 - 99) = 0, a leases 100, holds 99.)
   const auto d = a.apply("k", 500ms, Operation{1});
   REQUIRE(d.allowed);
-  CHECK(stores[0].stats().units_leased == 100 + 50);
-  CHECK(d.remaining == 49);  // its 49 held, the bucket's 0
-  // t = 989 ms: refilled 48.9 since 500, so the bucket holds 48: e leases 48 and spends 1.
+  CHECK(stores[0].stats().units_leased == 100 + 51);
+  CHECK(d.remaining == 50);  // its 50 held, the bucket's 0
+  // t = 989 ms: refilled 48.9 since 500 (deficit 100 - 48.9 = 51.1), so the bucket holds 48:
+  // e leases 48 and spends 1.
   REQUIRE(e.apply("k", 989ms, Operation{1}).allowed);
   CHECK(stores[2].stats().units_leased == 48);
   // Every instance spends what it holds: b's lease is 499 ms old, a's 489 ms.
   REQUIRE(b.apply("k", 989ms, Operation{48}).allowed);
-  REQUIRE(a.apply("k", 989ms, Operation{49}).allowed);
+  REQUIRE(a.apply("k", 989ms, Operation{50}).allowed);
   REQUIRE(e.apply("k", 989ms, Operation{47}).allowed);
-  // 48 + 49 + 48 = 145 at one instant (D = 0): at most C + r H = 150. (Capped only: 48 + 99 +
-  // 48 = 195.) The bucket holds 0 now.
+  // 48 + 50 + 48 = 146 at one instant (D = 0): at most C + r H = 150. (Capped only: 48 + 99 +
+  // 48 = 195.) The bucket holds 0 now (deficit 51.1 + 48 = 99.1).
   CHECK_FALSE(e.apply("k", 989ms, Operation{1}).allowed);
 }
 
@@ -180,7 +180,8 @@ TEST_CASE("Random traffic over three leasing instances never spends more than C 
     const auto now = std::chrono::nanoseconds{t_ms * 1'000'000};
     if (rng() % 40 == 0) (void)b[rng() % 3].flush(now);
     const auto cost = static_cast<std::int64_t>(1 + rng() % 3);
-    if (b[rng() % 3].apply("k", now, Operation{cost}).allowed) spent.emplace_back(now.count(), cost);
+    if (b[rng() % 3].apply("k", now, Operation{cost}).allowed)
+      spent.emplace_back(now.count(), cost);
   }
   REQUIRE(spent.size() > 100);
   constexpr std::int64_t period = 10'000'000, H = 300'000'000, C = 20;
@@ -210,9 +211,9 @@ TEST_CASE("A leased bucket's give-back never fills it past C", "[far][lease][buc
   // The shared bucket's state is lost (a restart without persistence): it reads full again.
   rltest::RedisAdmin admin(rltest::redis_endpoint());
   for (const auto& key : admin.scan(prefix + "*")) admin.run({"DEL", key});
-  // At H a's 9 go back less r H = 1: 8 tokens credited, onto a bucket already full.
-  CHECK(a.flush(100ms) == 8);
-  // The bucket holds C = 20, not 28: b spends 20, then nothing.
+  // At H a's 9 unused go back decayed: min(9, 10 - r H = 9) = 9, onto a bucket already full.
+  CHECK(a.flush(100ms) == 9);
+  // The bucket holds C = 20, not 29: b spends 20, then nothing.
   const auto d = b.apply("k", 100ms, Operation{20});
   REQUIRE(d.allowed);
   const auto no = b.apply("k", 100ms, Operation{1});
@@ -224,32 +225,32 @@ TEST_CASE("A flush gives back unused tokens less the refill since the lease",
           "[far][lease][bucket][redis]") {
   const auto prefix = rltest::unique_prefix("lbucket");
   LeasedStorage a_store(bucket_options(prefix, 100ms)), b_store(bucket_options(prefix, 100ms));
-  // C = 100, r = 10 per second (a token every 10^8 ns), L = 10, H = 100 ms.
-  auto a = a_store.bind<TokenBucketModel>("slow", bucket(100, 10), 10);
-  auto b = b_store.bind<TokenBucketModel>("slow", bucket(100, 10), 10);
-  REQUIRE(a.apply("k", 0ms, Operation{1}).allowed);  // leases 10, holds 9; deficit 10
-  CHECK(a.flush(50ms) == 0);                          // younger than H: kept
-  // At 100 ms: 9 unused less r x 100 ms = 1: 8 credited. Deficit 10 - 1 (refill) - 8 = 1.
-  CHECK(a.flush(100ms) == 8);
-  // b finds 99: 100 is denied until one more token, 10^8 ns; 99 are admitted. (One exact
-  // bucket, which spent 1 at 0, would hold 100: the decay cost min(9, r H) = 1 token.)
-  const auto no = b.apply("k", 100ms, Operation{100});
-  CHECK_FALSE(no.allowed);
-  CHECK(no.retry_after == 100ms);
-  CHECK(b.apply("k", 100ms, Operation{99}).allowed);
-
-  // Refilled at 100 per second, H = 100 ms refills r H = 10 >= the 9 unused: the bucket
-  // refilled through all of them, nothing is credited and a flush makes no round trip.
+  // C = 100, L = 10, H = 100 ms, refilled at 10, 50 and 100 per second (a token every 10^8,
+  // 2 x 10^7 and 10^7 ns: r H = 1, 5 and 10). Each lease takes 10 at 0 and spends 1.
+  auto slow = a_store.bind<TokenBucketModel>("slow", bucket(100, 10), 10);
+  auto mid = a_store.bind<TokenBucketModel>("mid", bucket(100, 50), 10);
   auto fast = a_store.bind<TokenBucketModel>("fast", bucket(100, 100), 10);
-  REQUIRE(fast.apply("k", 0ms, Operation{1}).allowed);
+  for (auto* b : {&slow, &mid, &fast}) REQUIRE(b->apply("k", 0ms, Operation{1}).allowed);
+  CHECK(slow.flush(50ms) == 0);  // younger than H: kept
+  // At 100 ms, 9 unused, credit min(9, 10 - r H): 9, 5, and 0 (no round trip).
+  CHECK(slow.flush(100ms) == 9);
+  CHECK(mid.flush(100ms) == 5);
   const auto trips = a_store.stats().round_trips;
   CHECK(fast.flush(100ms) == 0);
   CHECK(a_store.stats().round_trips == trips);
+  // The slow bucket: deficit 10 - 1 (refilled) - 9 (credited) = 0, full as one exact bucket
+  // that spent 1 at 0 would be: another instance spends all 100.
+  auto other = b_store.bind<TokenBucketModel>("slow", bucket(100, 10), 10);
+  CHECK(other.apply("k", 100ms, Operation{100}).allowed);
+  const auto no = other.apply("k", 100ms, Operation{1});
+  CHECK_FALSE(no.allowed);
+  CHECK(no.retry_after == 100ms);  // one token, 10^8 ns
 }
 
-TEST_CASE("A leased bucket spends held tokens while Redis is down, and misses follow the "
-          "failure policy",
-          "[far][lease][bucket][redis]") {
+TEST_CASE(
+    "A leased bucket spends held tokens while Redis is down, and misses follow the "
+    "failure policy",
+    "[far][lease][bucket][redis]") {
   rltest::ThrowawayRedis server;
   auto closed_options = options_on(server.endpoint(), 100ms);
   closed_options.redis.failure_policy = ratelimit::FailurePolicy::fail_closed;

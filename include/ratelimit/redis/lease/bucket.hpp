@@ -5,13 +5,13 @@
 /// debits them at once, and spends them locally until they run out or H has passed since the
 /// lease. A miss is one round trip, which also gives back what the ended lease left unused.
 ///
-/// The give-back is decayed: unused u tokens of a lease taken at s, given back at t, credit
-/// (u - r (t - s))+ tokens, and never more than takes the bucket to C. Crediting all u (capped
-/// at C only) is not enough: the bucket refilled through the debited tokens while they were
-/// held, and another lease may have taken that refill; credited again, the same tokens are
-/// spent twice (tests/far/lease_bucket_test.cpp has a schedule that then over-admits 95 with
-/// r H = 50). Decayed, what a lease can still credit shrinks at r, as fast as the bucket
-/// refills.
+/// The give-back is decayed: a lease that took g tokens at s and gives back u unused at t
+/// credits min(u, (g - r (t - s))+) tokens, and never more than takes the bucket to C.
+/// Crediting all u (capped at C only) is not enough: the bucket refilled through the debited
+/// tokens while they were held, and another lease may have taken that refill; credited again,
+/// the same tokens are spent twice (tests/far/lease_bucket_test.cpp has a schedule that then
+/// spends 195 at one instant where C + r H = 150). Decayed, what a lease can still credit
+/// shrinks at r, as fast as the bucket refills.
 ///
 /// Bound: in any interval [t1, t2] of length D, the instances together spend at most
 /// C + r (D + H), over-admission at most r H against one exact bucket (C + r D). Proof, with X
@@ -22,7 +22,9 @@
 ///   2. V(t) = X(t) + sum over leases not yet given back of (g_i - r (t - s_i))+ never exceeds
 ///      C: a lease moves g_i from X into its term (V unchanged); a give-back credits at most
 ///      its term and drops it; refill raises X at most at r while every positive term falls at
-///      r, so V grows only when no term is positive, when V = X <= C.
+///      r, so V grows only when no term is positive, when V = X <= C. (Two leases of one key
+///      merged by concurrent threads credit at most the sum of their terms: the merged credit
+///      starts at that sum and falls at 2 r.)
 ///   3. Over I = [t1 - H, t2] the debits balance: sum over J of g_i <= X(t1 - H) + r (D + H) +
 ///      the credits in I. Credits of leases in J are at most their unused tokens; credits of
 ///      older leases are at most their terms at t1 - H, so with X(t1 - H) they are at most
@@ -129,17 +131,21 @@ class LeasedBucketBinding {
     }
     const std::int64_t left = r->granted - op.cost;
     const std::int64_t room = available(r->deficit) - r->granted;
-    const std::chrono::nanoseconds full_at =
-        now + ns_of(r->deficit + detail::i128{r->granted} * params_.period);
+    const std::int64_t grant_worth = r->granted * params_.period;  // <= C x period <= 2^52
+    const std::chrono::nanoseconds full_at = now + ns_of(detail::i128{r->deficit} + grant_worth);
     if (left > 0 && keep) {
       const std::lock_guard lock(table_->mutex);
       auto [it, fresh] = table_->leases.try_emplace(std::string(key));
       Lease& l = it->second;
       if (fresh) {
-        l = Lease{left, room, now, params_.limit, full_at};
+        l = Lease{left, room, now, params_.limit, full_at, grant_worth, now, 1};
       } else {
-        // Another thread leased the key meanwhile: merged, the older start counts, so every
-        // unit is still spent within H of its debit.
+        // Another thread leased the key meanwhile: merged. The older start ends it, so every
+        // unit is still spent within H of its debit; the credit starts at the sum of both
+        // terms and falls at r per lease merged, never above their sum (file comment).
+        l.credit_base = static_cast<std::int64_t>(term(l, now)) + grant_worth;
+        l.credit_at = now;
+        ++l.parts;
         l.left += left;
         l.taken_at = std::min(l.taken_at, now);
         l.limit = std::max(l.limit, params_.limit);
@@ -208,8 +214,13 @@ class LeasedBucketBinding {
     std::int64_t left = 0;  ///< tokens leased and not spent
     std::int64_t room = 0;  ///< tokens the shared bucket held after the last lease
     std::chrono::nanoseconds taken_at{0};
-    std::int64_t limit = 0;  ///< the capacity it was leased under
+    std::int64_t limit = 0;               ///< the capacity it was leased under
     std::chrono::nanoseconds full_at{0};  ///< when the shared bucket, as left, is full
+    /// The credit: (credit_base - parts x (t - credit_at) x count)+ in 1/count ns, at most
+    /// left x period. For one lease credit_base = g x period and credit_at = its start.
+    std::int64_t credit_base = 0;
+    std::chrono::nanoseconds credit_at{0};
+    std::int64_t parts = 1;
   };
   struct Table {
     std::mutex mutex;
@@ -248,12 +259,18 @@ class LeasedBucketBinding {
     return std::max<std::int64_t>(1, p.limit / shared_->options.lease_divisor);
   }
 
-  /// The credit of `l`'s unused tokens at `now`, in 1/count ns: (left x period - age x
-  /// count)+, the refill since the lease taken off (see the file comment).
-  detail::i128 decayed(const Lease& l, std::chrono::nanoseconds now) const {
-    const auto age = std::max<std::int64_t>(0, (now - l.taken_at).count());
-    const detail::i128 c = detail::i128{l.left} * params_.period - detail::i128{age} * params_.count;
+  /// What `l` may still credit at `now` whatever it spent, in 1/count ns: its term (g x period
+  /// - age x count)+ (for merged leases, see Lease).
+  detail::i128 term(const Lease& l, std::chrono::nanoseconds now) const {
+    const auto age = std::max<std::int64_t>(0, (now - l.credit_at).count());
+    const detail::i128 c = l.credit_base - detail::i128{l.parts} * age * params_.count;
     return c > 0 ? c : 0;
+  }
+
+  /// The credit of `l`'s unused tokens at `now`, in 1/count ns: min(left x period, its term),
+  /// so the refill since the lease is not credited twice (see the file comment).
+  detail::i128 decayed(const Lease& l, std::chrono::nanoseconds now) const {
+    return std::min(term(l, now), detail::i128{l.left} * params_.period);
   }
 
   /// Whole tokens a bucket with deficit `d` (1/count ns) holds.
@@ -264,7 +281,8 @@ class LeasedBucketBinding {
 
   /// `v` in 1/count ns as whole ns, rounded up.
   std::chrono::nanoseconds ns_of(detail::i128 v) const {
-    return std::chrono::nanoseconds{static_cast<std::int64_t>((v + params_.count - 1) / params_.count)};
+    return std::chrono::nanoseconds{
+        static_cast<std::int64_t>((v + params_.count - 1) / params_.count)};
   }
 
   /// One lease call at `now`: credits `credit` (for `back` unused tokens), leases up to `want`
