@@ -191,7 +191,7 @@ class LeasedWindowBinding {
   };
 
   LeasedWindowBinding(std::shared_ptr<detail::LeaseShared> shared, std::string_view name,
-                const typename M::Params& params, std::optional<std::int64_t> lease)
+                      const typename M::Params& params, std::optional<std::int64_t> lease)
       : shared_(std::move(shared)),
         table_(std::make_shared<Table>()),
         params_(params),
@@ -277,8 +277,9 @@ class LeasedWindowBinding {
   }
 
   Decision degrade(const Operation& op, std::chrono::nanoseconds to_end) const {
-    return detail::lease_degraded(*shared_, params_.limit, op,
-                                  std::min<std::chrono::nanoseconds>(to_end, std::chrono::milliseconds{1}));
+    return detail::lease_degraded(
+        *shared_, params_.limit, op,
+        std::min<std::chrono::nanoseconds>(to_end, std::chrono::milliseconds{1}));
   }
 
   static Decision apply_part(const void* b, std::string_view key, std::chrono::nanoseconds now,
