@@ -16,6 +16,8 @@
 /// 3. Latency per decision, one thread: a regional decision (one round trip to the region's own
 ///    Redis) against a plain RedisStorage decision on that same Redis (the local round trip)
 ///    and on a Redis behind the delay (the far round trip); a leased decision on the far Redis.
+///    3b. The leased token bucket: three instances flood one key on the far Redis; the worst
+///    interval's admissions beyond one exact bucket against r H, and decisions per round trip.
 /// 4. Cold start: a fresh leased storage's first decision on the far Redis with an empty script
 ///    cache, without and with warm_up().
 /// 5. Cold start of RedisStorage, on the region's own Redis (local) and on the far one: a fresh
@@ -443,6 +445,61 @@ int main(int argc, char** argv) {
         "\nAdded by the regional mode over the local round trip: p50 %+.0f us, p99 %+.0f "
         "us (goal: p99 at most 1000 us above).\n",
         pct(regional, 0.5) - pct(local, 0.5), pct(regional, 0.99) - pct(local, 0.99));
+  }
+  // 3b. The leased token bucket on the far Redis: three instances (threads, a LeasedStorage
+  //     each) flood one key (C = 1000, r = 1000 per second, L = 100, H = 500 ms); the most any
+  //     interval admitted beyond one exact bucket's C + r D, against the bound r H = 500, and
+  //     the decisions per round trip.
+  {
+    constexpr std::int64_t C = 1000, per_token_ns = 1'000'000;
+    constexpr std::int64_t H_ns = 500'000'000;
+    std::vector<ratelimit::LeasedStorage> inst;
+    const auto prefix = prefix_of("leasebucket");  // one shared bucket
+    for (int i = 0; i < 3; ++i) {
+      ratelimit::LeaseOptions lo;
+      lo.redis = redis_at(proxies[0][1]->port(), prefix);
+      lo.lease_duration = std::chrono::milliseconds{H_ns / 1'000'000};
+      inst.emplace_back(lo);
+    }
+    std::mutex m;
+    std::vector<std::int64_t> admitted;  // ns, one token each
+    const std::int64_t end = now_ns() + (quick ? 1 : 3) * 1'000'000'000LL;
+    std::vector<std::thread> threads;
+    for (auto& s : inst) {
+      threads.emplace_back(
+          [&, b = s.bind<ratelimit::TokenBucketModel>(
+                  "api", ratelimit::TokenBucketModel::make_params({C, ratelimit::per_second(C)}),
+                  100)] {
+            for (std::int64_t t = now_ns(); t < end; t = now_ns())
+              if (b.apply("hot", std::chrono::nanoseconds{t}, ratelimit::Operation{1}).allowed) {
+                const std::lock_guard lock(m);
+                admitted.push_back(t);
+              }
+          });
+    }
+    for (auto& t : threads) t.join();
+    std::sort(admitted.begin(), admitted.end());
+    double worst = 0;  // tokens beyond C + r D over [admitted[i], admitted[j]]
+    for (std::size_t i = 0; i < admitted.size(); ++i)
+      for (std::size_t j = i; j < admitted.size(); ++j)
+        worst = std::max(worst, static_cast<double>(j - i + 1) - static_cast<double>(C) -
+                                    static_cast<double>(admitted[j] - admitted[i]) /
+                                        static_cast<double>(per_token_ns));
+    std::uint64_t local = 0, trips = 0;
+    for (const auto& s : inst) {
+      local += s.stats().local;
+      trips += s.stats().round_trips;
+    }
+    std::printf(
+        "\n## Leased token bucket on that far Redis: three instances flood one key\n\n"
+        "C = %lld, r = %lld per second, L = 100, H = %lld ms: %zu admitted; the most any "
+        "interval admitted beyond one exact bucket (C + r D) %.1f, bound r H = %lld; %.1f "
+        "decisions per round trip (%llu local, %llu round trips).\n",
+        static_cast<long long>(C), static_cast<long long>(C),
+        static_cast<long long>(H_ns / 1'000'000), admitted.size(), worst,
+        static_cast<long long>(C * H_ns / 1'000'000'000),
+        static_cast<double>(local + trips) / static_cast<double>(std::max<std::uint64_t>(trips, 1)),
+        static_cast<unsigned long long>(local), static_cast<unsigned long long>(trips));
   }
   // 4. Cold start on the far Redis: a fresh storage's first decision, with an empty script cache.
   {

@@ -1,381 +1,73 @@
 #pragma once
 /// @file redis/lease/storage.hpp
 /// Leased quotas for hot keys (docs/far.md): a long-lived instance far from Redis takes L units
-/// of a key's window in one script (lua/lease_window.lua) and spends them locally, without a
-/// round trip, until they run out (a miss: one round trip, which also gives back what an ended
-/// lease left unused) or the lease ends after H (its unused units go back with the key's next
-/// lease, or with `flush`).
+/// of a key in one script and spends them locally, without a round trip, until they run out (a
+/// miss: one round trip, which also gives back what an ended lease left unused) or the lease
+/// ends after H (its unused units go back with the key's next lease, or with `flush`).
 ///
-/// Bound: a window never over-admits. Redis counts a unit when it is leased, and grants at most
-/// what the window has left (the sliding counter: what keeps its estimate within N at the
-/// lease's time, which later in the window only weighs the previous window less), so the units
-/// all instances spend never exceed the limit. A lease ends with its window: units leased in
-/// one window are never spent in the next. The price is under-admission: units leased by one
-/// instance and not yet given back are unavailable to the others (at most L - 1 per instance
-/// and key, for at most H).
-///
-/// Algorithms: the fixed window and the sliding window counter (others fail to compile). The
-/// buckets' bound (r H for a lease held H) is not built here.
+/// Algorithms and bounds:
+/// - the fixed window and the sliding window counter (redis/lease/window.hpp): a window never
+///   over-admits;
+/// - the token bucket (redis/lease/bucket.hpp): tokens are debited when leased, so in any
+///   interval of length D the instances spend at most C + r (D + H), over-admission at most r H.
+/// Others fail to compile with a message: the leaky bucket (a leased unit's queue delay would
+/// be fixed when it is leased, not when it is spent), the sliding log and the concurrency limit.
 
-#include <algorithm>
-#include <atomic>
-#include <chrono>
 #include <cstdint>
 #include <memory>
-#include <mutex>
 #include <optional>
 #include <span>
-#include <stdexcept>
-#include <string>
 #include <string_view>
 #include <type_traits>
-#include <unordered_map>
 #include <utility>
-#include <vector>
 
 #include "../../algorithms/fixed_window.hpp"
+#include "../../algorithms/leaky_bucket.hpp"
 #include "../../algorithms/sliding_counter.hpp"
-#include "../../core/clock.hpp"
+#include "../../algorithms/token_bucket.hpp"
 #include "../../core/decision.hpp"
 #include "../../core/detail/validate.hpp"
 #include "../../core/listener.hpp"
-#include "../../core/storage.hpp"
-#include "../../lua/lease_window.hpp"
-#include "../detail/client.hpp"
-#include "../detail/decimal.hpp"
-#include "../detail/keys.hpp"
-#include "../detail/script.hpp"
 #include "../options.hpp"
+#include "bucket.hpp"
+#include "options.hpp"
+#include "window.hpp"
 
 namespace ratelimit {
 
-/// A leased storage's configuration. Thread safety: a plain value.
-struct LeaseOptions {
-  /// The shared Redis (its failure_policy decides when a lease cannot be taken: fail_open or
-  /// fail_closed; local_fallback acts as fail_closed here).
-  RedisOptions redis;
-  /// A lease takes N / lease_divisor units (at least 1) unless `bind` is given L; 1 to 10^6.
-  std::int64_t lease_divisor = 10;
-  /// H: a lease's unused units go back after this long (the instance's clock), 1 ms to 1 h.
-  std::chrono::milliseconds lease_duration{1000};
-  /// Keys holding a lease at most per limiter (1 to 10^7): memory stays bounded under hostile
-  /// traffic; beyond it a key is decided with a lease of exactly its cost (one round trip).
-  std::size_t max_keys = 100000;
-};
-
-/// Counters since construction, shared by copies. Thread safety: a plain value.
-struct LeaseStats {
-  std::uint64_t local = 0;        ///< decisions spent from a lease, no round trip
-  std::uint64_t round_trips = 0;  ///< leases asked for (misses and flushes)
-  std::uint64_t units_leased = 0;
-  std::uint64_t units_returned = 0;
-  std::uint64_t degraded = 0;  ///< decisions the failure policy made (Redis down)
-};
-
 namespace detail {
-inline const RedisScript& lease_window_script() {
-  static const RedisScript s = make_script("lease_window", std::string(lua::lease_window));
-  return s;
-}
-
-/// What the copies of a LeasedStorage share. Thread safety: safe from many threads.
-struct LeaseShared {
-  explicit LeaseShared(LeaseOptions o)
-      : options(std::move(o)), client([this] {
-          if (options.lease_divisor < 1 || options.lease_divisor > 1'000'000)
-            invalid("lease_divisor", options.lease_divisor, "must be in [1, 1000000]");
-          if (options.lease_duration < std::chrono::milliseconds{1} ||
-              options.lease_duration > std::chrono::hours{1})
-            invalid("lease_duration (ms)", options.lease_duration.count(),
-                    "must be in [1 ms, 1 h]");
-          if (options.max_keys < 1 || options.max_keys > 10'000'000)
-            invalid("max_keys", static_cast<std::int64_t>(options.max_keys),
-                    "must be in [1, 10^7]");
-          return std::make_shared<RedisClient>(options.redis);
-        }()) {}
-  LeaseOptions options;
-  std::shared_ptr<RedisClient> client;
-  std::atomic<std::uint64_t> local{0}, round_trips{0}, units_leased{0}, units_returned{0},
-      degraded{0};
+/// The leased binding of model `M`; fails to compile, saying why, for a model not leased.
+template <class M>
+struct LeasedBindingOf {
+  static_assert(!std::is_same_v<M, LeakyBucketModel>,
+                "LeasedStorage does not hold the leaky bucket: its admitted work is told when to "
+                "go (`delay`, its place in the queue), and a leased unit's place would be fixed "
+                "when it is leased, not when it is spent, so units spent late would go together "
+                "and break the steady rate it promises (docs/far.md). Use RedisStorage for it, or "
+                "TokenBucketModel with LeasedStorage");
+  static_assert(std::is_same_v<M, LeakyBucketModel> || sizeof(M) == 0,
+                "LeasedStorage holds FixedWindowModel, SlidingCounterModel and TokenBucketModel "
+                "only (docs/far.md): their leased units are debited when leased");
+  using type = void;
+};
+template <>
+struct LeasedBindingOf<FixedWindowModel> {
+  using type = LeasedWindowBinding<FixedWindowModel>;
+};
+template <>
+struct LeasedBindingOf<SlidingCounterModel> {
+  using type = LeasedWindowBinding<SlidingCounterModel>;
+};
+template <>
+struct LeasedBindingOf<TokenBucketModel> {
+  using type = LeasedBucketBinding;
 };
 }  // namespace detail
 
-/// One part of a `LeasedStorage::decide_all` (one key). Thread safety: a plain value.
-struct LeasedPart {
-  std::string_view key;
-  Operation op;
-  Decision (*apply)(const void* binding, std::string_view key, std::chrono::nanoseconds now,
-                    const Operation& op);
-  const void* binding;
-};
-
-/// One limiter's window (fixed or sliding), leased. Copies share the leases.
-/// Errors: `apply` throws std::invalid_argument for cost < 1. Thread safety: every member is
-/// safe from many threads (a key's lease is kept under one mutex per limiter; the round trip
-/// runs outside it).
+/// The binding `LeasedStorage::bind<M>` returns: LeasedWindowBinding<M> for the windows,
+/// LeasedBucketBinding for the token bucket.
 template <class M>
-class LeasedBinding {
-  static_assert(std::is_same_v<M, FixedWindowModel> || std::is_same_v<M, SlidingCounterModel>,
-                "LeasedStorage holds the fixed window and the sliding window counter only: a "
-                "window's leased units are counted when leased, so it never over-admits "
-                "(docs/far.md)");
-
- public:
-  using Model = M;
-  static constexpr bool sliding = std::is_same_v<M, SlidingCounterModel>;
-
-  /// Decides `key` at `now`: from this instance's lease when it holds `op.cost` units of the
-  /// current window (no round trip), else with one lease round trip. Decision fields: limit =
-  /// N; remaining = what the lease still holds plus the window's unleased units at the last
-  /// lease; retry_after and reset_after = the window's end.
-  Decision apply(std::string_view key, std::chrono::nanoseconds now, const Operation& op) const {
-    detail::check_cost(op.cost);
-    now = clamp_time(now);
-    const std::int64_t t = now.count(), W = params_.window;
-    const std::int64_t k = params_.window_of(t);
-    const std::chrono::nanoseconds to_end{(k + 1) * W - t};
-    std::int64_t give_back = 0;
-    bool keep = true;
-    {
-      const std::lock_guard lock(table_->mutex);
-      auto it = table_->leases.find(std::string(key));
-      if (it != table_->leases.end()) {
-        Lease& l = it->second;
-        if (l.window != k) {
-          table_->leases.erase(it);  // its window ended: its count no longer matters
-        } else if (op.cost <= l.left && now - l.taken_at < shared_->options.lease_duration &&
-                   l.limit <= params_.limit) {
-          if (!op.peek) l.left -= op.cost;
-          shared_->local.fetch_add(1, std::memory_order_relaxed);
-          return admitted(l.left + l.room, to_end);
-        } else {
-          // Too little, the lease ended, or it was taken under a higher limit (a copy from
-          // `with_params`, such as a priority's reserve, shares this table): back with the
-          // next lease, which Redis grants within this binding's own limit.
-          give_back = l.left;
-          table_->leases.erase(it);
-        }
-      }
-      keep = table_->leases.size() < shared_->options.max_keys;
-    }
-    if (op.peek) return peek_decision(key, t, give_back, to_end);
-    const std::int64_t want = keep ? std::max(lease_, op.cost) : op.cost;
-    const auto r = take(key, t, std::min(want, params_.limit + 1), op.cost, give_back);
-    if (!r) return degrade(op, to_end);
-    if (r->granted == 0) {
-      Decision d = model_view(*r, t, op.cost);
-      // The script errs towards denial where its arithmetic is inexact (docs:
-      // lua/lease_window.lua).
-      if (d.allowed || d.retry_after == std::chrono::nanoseconds{0})
-        d.retry_after = std::chrono::milliseconds{1};
-      d.allowed = false;
-      return d;
-    }
-    const std::int64_t left = r->granted - op.cost, room = r->room;
-    if (left > 0 && keep) {
-      const std::lock_guard lock(table_->mutex);
-      Lease& l = table_->leases[std::string(key)];
-      if (l.window != k) l = Lease{k, 0, 0, now, params_.limit};
-      l.left += left;
-      l.limit = std::max(l.limit, params_.limit);  // merged units: spendable under the higher
-      l.room = room;
-      l.taken_at = now;
-    }
-    return admitted(left + room, to_end);
-  }
-
-  /// Gives back every lease that ended by `now` (H after it was taken) or whose window ended,
-  /// one round trip per key with units to give. Returns the units given back. Call it from a
-  /// timer (or before shutdown, with a `now` far ahead) so that idle keys' units come back.
-  std::int64_t flush(std::chrono::nanoseconds now) const {
-    now = clamp_time(now);
-    std::vector<std::pair<std::string, Lease>> ended;
-    {
-      const std::lock_guard lock(table_->mutex);
-      for (auto it = table_->leases.begin(); it != table_->leases.end();) {
-        if (now - it->second.taken_at >= shared_->options.lease_duration ||
-            params_.window_of(now.count()) != it->second.window) {
-          ended.emplace_back(it->first, it->second);
-          it = table_->leases.erase(it);
-        } else {
-          ++it;
-        }
-      }
-    }
-    std::int64_t given = 0;
-    for (const auto& [key, l] : ended) {
-      if (l.left <= 0 || params_.window_of(now.count()) != l.window) continue;
-      if (take(key, now.count(), 0, 0, l.left)) given += l.left;
-    }
-    return given;
-  }
-
-  /// Refused: leased units held by other instances cannot be taken back from here.
-  void reset(std::string_view) const {
-    throw std::logic_error("LeasedStorage: reset is not supported (other instances hold leases)");
-  }
-
-  /// The part of a one-key `decide_all`.
-  LeasedPart part(std::string_view key, const Operation& op, std::string_view = {}) const {
-    return LeasedPart{key, op, &apply_part, this};
-  }
-
-  /// The same keys with other parameters (the lease size follows unless it was given). The
-  /// copy shares this binding's leases, but spends one locally only if it was taken under a
-  /// limit no higher than its own; otherwise it gives it back and asks Redis.
-  LeasedBinding with_params(const typename M::Params& p) const {
-    LeasedBinding b = *this;
-    b.params_ = p;
-    (void)M::Wire::bound_args(p);
-    if (!explicit_lease_) b.lease_ = default_lease(p);
-    return b;
-  }
-
-  /// L: the units one lease takes.
-  std::int64_t lease_units() const noexcept { return lease_; }
-
- private:
-  friend class LeasedStorage;
-
-  struct Lease {
-    std::int64_t window = -1;  ///< the window k the units belong to
-    std::int64_t left = 0;     ///< units leased and not spent
-    std::int64_t room = 0;     ///< the window's unleased units at the last lease
-    std::chrono::nanoseconds taken_at{0};
-    /// The limit the units were leased under: a binding with a lower one never spends them.
-    std::int64_t limit = 0;
-  };
-  struct Table {
-    std::mutex mutex;
-    std::unordered_map<std::string, Lease> leases;
-  };
-
-  LeasedBinding(std::shared_ptr<detail::LeaseShared> shared, std::string_view name,
-                const typename M::Params& params, std::optional<std::int64_t> lease)
-      : shared_(std::move(shared)),
-        table_(std::make_shared<Table>()),
-        params_(params),
-        tail_(detail::redis_key_tail(sliding ? "lsc" : "lfw", name)),
-        explicit_lease_(lease.has_value()) {
-    (void)M::Wire::bound_args(params);  // N in range, W whole us (the script's unit)
-    if (lease && (*lease < 1 || *lease > params.limit))
-      detail::invalid("lease_units", *lease, "must be in [1, params.limit]");
-    lease_ = lease ? *lease : default_lease(params);
-  }
-
-  /// `now` within the clock's range [0, 2^62 ns] (as every storage reads it): window ends
-  /// such as (k + 1) W - t and lease ages cannot overflow for any `now` a caller passes.
-  static std::chrono::nanoseconds clamp_time(std::chrono::nanoseconds now) noexcept {
-    return std::clamp(now, std::chrono::nanoseconds{0}, max_clock_time);
-  }
-
-  std::int64_t default_lease(const typename M::Params& p) const {
-    return std::max<std::int64_t>(1, p.limit / shared_->options.lease_divisor);
-  }
-
-  /// What a lease call saw and did.
-  struct Taken {
-    std::int64_t granted;  ///< units leased (0: none)
-    std::int64_t count;    ///< window k's count before the grant (after the give back)
-    std::int64_t prev;     ///< window k - 1's count (sliding counter; else 0)
-    std::int64_t room;     ///< units the window can still lease after the grant
-  };
-
-  std::string count_key(std::string_view key, std::int64_t k) const {
-    return detail::redis_key(shared_->options.redis.key_prefix, key, tail_) + ":" +
-           std::to_string(k);
-  }
-
-  /// One lease call at `t` (ns) on t's window: gives back `give_back`, leases up to `want` if at
-  /// least `need` fit. Nothing when Redis could not answer.
-  std::optional<Taken> take(std::string_view key, std::int64_t t, std::int64_t want,
-                            std::int64_t need, std::int64_t give_back) const {
-    const std::int64_t W = params_.window, k = params_.window_of(t);
-    detail::RedisCall c;
-    c.script = &detail::lease_window_script();
-    c.keys.push_back(count_key(key, k));
-    if constexpr (sliding) c.keys.push_back(count_key(key, k - 1));
-    const std::int64_t matters = (k + (sliding ? 2 : 1)) * W - t;
-    const std::int64_t ttl_ms = matters / 1'000'000 + 1 + shared_->options.redis.ttl_margin.count();
-    c.argv = {std::to_string(params_.limit),     std::to_string(want),   std::to_string(need),
-              std::to_string(give_back),         std::to_string(ttl_ms), std::to_string(W / 1000),
-              std::to_string((t - k * W) / 1000)};
-    std::vector<detail::RedisCall> calls;
-    calls.push_back(std::move(c));
-    auto& client = *shared_->client;
-    shared_->round_trips.fetch_add(1, std::memory_order_relaxed);
-    auto res = client.execute(std::move(calls), client.deadline_from_now());
-    if (res.front().failure) return std::nullopt;
-    const auto v = detail::reply_ints(*res.front().reply);
-    const std::span<const detail::i128> r =
-        v ? std::span<const detail::i128>(*v) : std::span<const detail::i128>{};
-    if (r.size() != 4 || r[0] < 0 || r[1] < 0 || r[2] < 0 || r[3] < 0 || r[1] > (1 << 30) ||
-        r[2] > (1 << 30)) {
-      client.report({RedisFailureKind::protocol, "unexpected reply from the lease script"});
-      return std::nullopt;
-    }
-    shared_->units_leased.fetch_add(static_cast<std::uint64_t>(r[0]), std::memory_order_relaxed);
-    shared_->units_returned.fetch_add(static_cast<std::uint64_t>(give_back),
-                                      std::memory_order_relaxed);
-    return Taken{static_cast<std::int64_t>(r[0]), static_cast<std::int64_t>(r[1]),
-                 static_cast<std::int64_t>(r[2]), static_cast<std::int64_t>(r[3])};
-  }
-
-  /// The model's dry run of `cost` on the counts a lease call saw (a denial's or peek's fields).
-  Decision model_view(const Taken& r, std::int64_t t, std::int64_t cost) const {
-    typename M::State s;
-    if constexpr (sliding)
-      s = {t, static_cast<std::uint32_t>(r.count), static_cast<std::uint32_t>(r.prev)};
-    else
-      s = {t, r.count};
-    return M::apply(params_, s, std::chrono::nanoseconds{t}, Operation{cost, true});
-  }
-
-  Decision admitted(std::int64_t remaining, std::chrono::nanoseconds to_end) const {
-    Decision d{};
-    d.allowed = true;
-    d.limit = params_.limit;
-    d.remaining = std::clamp<std::int64_t>(remaining, 0, params_.limit);
-    d.reset_after = to_end;
-    return d;
-  }
-
-  /// A peek with no lease to answer it: the window's count, leasing nothing.
-  Decision peek_decision(std::string_view key, std::int64_t t, std::int64_t give_back,
-                         std::chrono::nanoseconds to_end) const {
-    const auto r = take(key, t, 0, 0, give_back);
-    if (!r) return degrade(Operation{1, true}, to_end);
-    return model_view(*r, t, 1);
-  }
-
-  Decision degrade(const Operation& op, std::chrono::nanoseconds to_end) const {
-    shared_->degraded.fetch_add(1, std::memory_order_relaxed);
-    Decision d{};
-    d.limit = params_.limit;
-    d.degraded = true;
-    if (op.cost > params_.limit) {
-      d.retry_after = Decision::never;
-    } else if (shared_->options.redis.failure_policy == FailurePolicy::fail_open) {
-      d.allowed = true;
-      d.remaining = params_.limit;
-    } else {
-      d.retry_after = std::min<std::chrono::nanoseconds>(to_end, std::chrono::milliseconds{1});
-    }
-    return d;
-  }
-
-  static Decision apply_part(const void* b, std::string_view key, std::chrono::nanoseconds now,
-                             const Operation& op) {
-    return static_cast<const LeasedBinding*>(b)->apply(key, now, op);
-  }
-
-  std::shared_ptr<detail::LeaseShared> shared_;
-  std::shared_ptr<Table> table_;
-  typename M::Params params_;
-  std::string tail_;
-  std::int64_t lease_ = 1;
-  bool explicit_lease_;
-};
+using LeasedBinding = typename detail::LeasedBindingOf<M>::type;
 
 /// Leased quotas on one shared Redis (see the file comment and docs/far.md). A handle: copies
 /// share the client, the counters and (per binding) the leases; one storage is one instance.
@@ -390,13 +82,14 @@ class LeasedStorage {
   using Binding = LeasedBinding<M>;
   using Part = LeasedPart;
 
-  /// Binds model `M` (FixedWindowModel or SlidingCounterModel) under `name` with leases of
-  /// N / lease_divisor units.
+  /// Binds model `M` (FixedWindowModel, SlidingCounterModel or TokenBucketModel; others fail
+  /// to compile) under `name` with leases of N / lease_divisor units (C / lease_divisor tokens).
+  /// Throws std::invalid_argument naming a parameter out of range.
   template <class M>
   LeasedBinding<M> bind(std::string_view name, const typename M::Params& params) {
     return LeasedBinding<M>(shared_, name, params, std::nullopt);
   }
-  /// As above with leases of `lease_units` (L, in [1, N]).
+  /// As above with leases of `lease_units` (L, in [1, N] or [1, C]).
   template <class M>
   LeasedBinding<M> bind(std::string_view name, const typename M::Params& params,
                         std::int64_t lease_units) {
@@ -417,10 +110,13 @@ class LeasedStorage {
     return out[0].allowed;
   }
 
-  /// Cold start: connects to Redis (TLS and AUTH included) and loads the lease script, so that
+  /// Cold start: connects to Redis (TLS and AUTH included) and loads the lease scripts, so that
   /// the first lease is one round trip with no script body (see RedisStorage::warm_up; within
   /// connect_timeout + command_timeout). Call it at start-up. Returns true if Redis answered.
-  bool warm_up() const { return shared_->client->warm_up({&detail::lease_window_script()}); }
+  bool warm_up() const {
+    return shared_->client->warm_up(
+        {&detail::lease_window_script(), &detail::lease_bucket_script()});
+  }
 
   /// Counters since construction (shared by every copy).
   LeaseStats stats() const noexcept {

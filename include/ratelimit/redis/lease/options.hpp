@@ -1,0 +1,133 @@
+#pragma once
+/// @file redis/lease/options.hpp
+/// What every leased binding shares (docs/far.md, "Leased quotas for hot keys"): the options,
+/// the counters, the Redis client, one part of a `decide_all`, and the round trip itself. The
+/// bindings are redis/lease/window.hpp (fixed window, sliding counter) and
+/// redis/lease/bucket.hpp (token bucket); redis/lease/storage.hpp binds them.
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <span>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include "../../core/clock.hpp"
+#include "../../core/decision.hpp"
+#include "../../core/detail/validate.hpp"
+#include "../../core/storage.hpp"
+#include "../detail/client.hpp"
+#include "../detail/decimal.hpp"
+#include "../options.hpp"
+
+namespace ratelimit {
+
+/// A leased storage's configuration. Thread safety: a plain value.
+struct LeaseOptions {
+  /// The shared Redis (its failure_policy decides when a lease cannot be taken: fail_open or
+  /// fail_closed; local_fallback acts as fail_closed here).
+  RedisOptions redis;
+  /// A lease takes N / lease_divisor units (at least 1) unless `bind` is given L; 1 to 10^6.
+  std::int64_t lease_divisor = 10;
+  /// H: a lease's unused units go back after this long (the instance's clock), 1 ms to 1 h.
+  std::chrono::milliseconds lease_duration{1000};
+  /// Keys holding a lease at most per limiter (1 to 10^7): memory stays bounded under hostile
+  /// traffic; beyond it a key is decided with a lease of exactly its cost (one round trip).
+  std::size_t max_keys = 100000;
+};
+
+/// Counters since construction, shared by copies. Thread safety: a plain value.
+struct LeaseStats {
+  std::uint64_t local = 0;        ///< decisions spent from a lease, no round trip
+  std::uint64_t round_trips = 0;  ///< leases asked for (misses and flushes)
+  std::uint64_t units_leased = 0;
+  std::uint64_t units_returned = 0;  ///< unused units handed back (a bucket credits fewer)
+  std::uint64_t degraded = 0;        ///< decisions the failure policy made (Redis down)
+};
+
+/// One part of a `LeasedStorage::decide_all` (one key). Thread safety: a plain value.
+struct LeasedPart {
+  std::string_view key;
+  Operation op;
+  Decision (*apply)(const void* binding, std::string_view key, std::chrono::nanoseconds now,
+                    const Operation& op);
+  const void* binding;
+};
+
+class LeasedStorage;
+
+namespace detail {
+
+/// What the copies of a LeasedStorage share. Thread safety: safe from many threads.
+struct LeaseShared {
+  explicit LeaseShared(LeaseOptions o)
+      : options(std::move(o)), client([this] {
+          if (options.lease_divisor < 1 || options.lease_divisor > 1'000'000)
+            invalid("lease_divisor", options.lease_divisor, "must be in [1, 1000000]");
+          if (options.lease_duration < std::chrono::milliseconds{1} ||
+              options.lease_duration > std::chrono::hours{1})
+            invalid("lease_duration (ms)", options.lease_duration.count(),
+                    "must be in [1 ms, 1 h]");
+          if (options.max_keys < 1 || options.max_keys > 10'000'000)
+            invalid("max_keys", static_cast<std::int64_t>(options.max_keys),
+                    "must be in [1, 10^7]");
+          return std::make_shared<RedisClient>(options.redis);
+        }()) {}
+  LeaseOptions options;
+  std::shared_ptr<RedisClient> client;
+  std::atomic<std::uint64_t> local{0}, round_trips{0}, units_leased{0}, units_returned{0},
+      degraded{0};
+};
+
+/// `now` within the clock's range [0, 2^62 ns] (as every storage reads it): ends and ages such
+/// as (k + 1) W - t cannot overflow for any `now` a caller passes.
+inline std::chrono::nanoseconds lease_clamp_time(std::chrono::nanoseconds now) noexcept {
+  return std::clamp(now, std::chrono::nanoseconds{0}, max_clock_time);
+}
+
+/// Runs one lease script call (one round trip). Returns the reply's integers when it has
+/// `size` of them, all >= 0; nothing when Redis could not answer (the client reported it) or
+/// answered otherwise (reported here as a protocol error).
+inline std::optional<std::vector<i128>> lease_round_trip(LeaseShared& shared, RedisCall call,
+                                                         std::size_t size) {
+  std::vector<RedisCall> calls;
+  calls.push_back(std::move(call));
+  auto& client = *shared.client;
+  shared.round_trips.fetch_add(1, std::memory_order_relaxed);
+  auto res = client.execute(std::move(calls), client.deadline_from_now());
+  if (res.front().failure) return std::nullopt;
+  const auto v = reply_ints(*res.front().reply);
+  const std::span<const i128> r = v ? std::span<const i128>(*v) : std::span<const i128>{};
+  if (r.size() != size ||
+      std::any_of(r.begin(), r.end(), [](i128 x) { return x < 0 || x > (i128{1} << 62); })) {
+    client.report({RedisFailureKind::protocol, "unexpected reply from the lease script"});
+    return std::nullopt;
+  }
+  return std::vector<i128>(r.begin(), r.end());
+}
+
+/// The failure policy's decision for a lease that could not be taken: fail_open admits,
+/// otherwise a denial to be retried after `retry` (never for a cost above `limit`). Degraded.
+inline Decision lease_degraded(LeaseShared& shared, std::int64_t limit, const Operation& op,
+                               std::chrono::nanoseconds retry) {
+  shared.degraded.fetch_add(1, std::memory_order_relaxed);
+  Decision d{};
+  d.limit = limit;
+  d.degraded = true;
+  if (op.cost > limit) {
+    d.retry_after = Decision::never;
+  } else if (shared.options.redis.failure_policy == FailurePolicy::fail_open) {
+    d.allowed = true;
+    d.remaining = limit;
+  } else {
+    d.retry_after = retry;
+  }
+  return d;
+}
+
+}  // namespace detail
+}  // namespace ratelimit
