@@ -12,10 +12,12 @@
 #include <limits>
 #include <optional>
 #include <span>
+#include <stdexcept>
 #include <string>
 #include <string_view>
 #include <vector>
 
+#include <ratelimit/algorithms/registry.hpp>
 #include <ratelimit/core/decision.hpp>
 #include <ratelimit/core/detail/arith.hpp>
 #include <ratelimit/core/storage.hpp>
@@ -44,6 +46,46 @@ struct GoWindowModel {
     std::int64_t window = 0;  ///< k + 1 of the counted window; 0 for none
     std::int64_t count = 0;   ///< hits in that window
   };
+
+  /// The window of a rules file's unit, as the reference's UnitToDivider
+  /// (src/utils/utilities.go): second 1, minute 60, hour 3600, day 86400, week 7 days, month
+  /// 30 days, year 365 days, in seconds; 0 for another name.
+  static constexpr std::int64_t divider(std::string_view unit) noexcept {
+    constexpr std::int64_t day = 86400;
+    if (unit == "second") return 1;
+    if (unit == "minute") return 60;
+    if (unit == "hour") return 3600;
+    if (unit == "day") return day;
+    if (unit == "week") return 7 * day;
+    if (unit == "month") return 30 * day;
+    if (unit == "year") return 365 * day;
+    return 0;
+  }
+
+  /// A limit given as a rate: N per period, the period in whole seconds (rounded up, >= 1).
+  static Params from_rate(const Rate& r) {
+    const std::int64_t ns = r.period.count();
+    return {r.count, std::max<std::int64_t>(1, (ns + 999'999'999) / 1'000'000'000)};
+  }
+
+  /// A rules file's limit: requests_per_unit per the unit's divider. Throws
+  /// `std::invalid_argument` naming the field for a time zone or first day (the reference's
+  /// windows are aligned to the Unix epoch: they have neither).
+  static Params from_limit(const LimitSpec& spec) {
+    if (!spec.time_zone.empty())
+      throw std::invalid_argument("rate_limit.time_zone = \"" + std::string(spec.time_zone) +
+                                  "\": Envoy's rate limit service's windows are aligned to the "
+                                  "Unix epoch and take no time zone");
+    if (!spec.first_day.empty())
+      throw std::invalid_argument("rate_limit.first_day = \"" + std::string(spec.first_day) +
+                                  "\": Envoy's rate limit service's weeks are aligned to the "
+                                  "Unix epoch and take no first day");
+    const std::int64_t w = divider(spec.unit);
+    if (w == 0)
+      throw std::invalid_argument("rate_limit.unit = \"" + std::string(spec.unit) +
+                                  "\": not a unit of Envoy's rate limit service");
+    return {spec.rate.count, w};
+  }
 
   static Decision apply(const Params& p, State& s, std::chrono::nanoseconds now,
                         const Operation& op) noexcept {

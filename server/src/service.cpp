@@ -8,6 +8,8 @@
 #include <utility>
 #include <vector>
 
+#include "go_window.hpp"
+
 namespace ratelimit::server {
 namespace {
 
@@ -15,37 +17,37 @@ namespace pb = envoy::service::ratelimit::v3;
 using Unit = pb::RateLimitResponse::RateLimit::Unit;
 
 /// A limit as the wire reports it: the unit enum and the window in seconds (the reference's
-/// UnitToDivider, src/utils/utilities.go: a month is 30 days, a year 365).
+/// UnitToDivider, src/utils/utilities.go: a week is 7 days, a month 30, a year 365).
 struct WireUnit {
   Unit unit;
   std::int64_t window_s;
 };
 
+/// The units by wire number (Envoy's rls.proto: WEEK, added last, is 7) and rules-file name.
+constexpr struct {
+  int number;
+  Unit unit;
+  std::string_view name;
+} units[] = {{1, pb::RateLimitResponse::RateLimit::SECOND, "second"},
+             {2, pb::RateLimitResponse::RateLimit::MINUTE, "minute"},
+             {3, pb::RateLimitResponse::RateLimit::HOUR, "hour"},
+             {4, pb::RateLimitResponse::RateLimit::DAY, "day"},
+             {7, pb::RateLimitResponse::RateLimit::WEEK, "week"},
+             {5, pb::RateLimitResponse::RateLimit::MONTH, "month"},
+             {6, pb::RateLimitResponse::RateLimit::YEAR, "year"}};
+
+/// The unit of a limit override: its number as the reference reads it (a cast to the response's
+/// enum, src/config/config_impl.go GetLimit), so 7 is a week though Envoy's RateLimitUnit lacks it.
 std::optional<WireUnit> unit_of_enum(int value) {
-  switch (value) {
-    case 1:
-      return WireUnit{pb::RateLimitResponse::RateLimit::SECOND, 1};
-    case 2:
-      return WireUnit{pb::RateLimitResponse::RateLimit::MINUTE, 60};
-    case 3:
-      return WireUnit{pb::RateLimitResponse::RateLimit::HOUR, 3600};
-    case 4:
-      return WireUnit{pb::RateLimitResponse::RateLimit::DAY, 86400};
-    case 5:
-      return WireUnit{pb::RateLimitResponse::RateLimit::MONTH, 86400 * 30};
-    case 6:
-      return WireUnit{pb::RateLimitResponse::RateLimit::YEAR, 86400 * 365};
-    default:
-      return std::nullopt;
-  }
+  for (const auto& u : units)
+    if (u.number == value) return WireUnit{u.unit, GoWindowModel::divider(u.name)};
+  return std::nullopt;
 }
 
-/// The unit of a rules file's limit (the reader accepts second to day for these limits).
+/// The unit of a rules file's limit (the loader gives it in lower case).
 std::optional<WireUnit> unit_of_rule(const Rule& r) {
-  static constexpr std::pair<std::string_view, int> names[] = {
-      {"second", 1}, {"minute", 2}, {"hour", 3}, {"day", 4}, {"month", 5}, {"year", 6}};
-  for (const auto& [n, v] : names)
-    if (r.unit == n) return unit_of_enum(v);
+  for (const auto& u : units)
+    if (r.unit == u.name) return WireUnit{u.unit, GoWindowModel::divider(u.name)};
   return std::nullopt;
 }
 
@@ -158,7 +160,7 @@ void Service::reload(RulesConfig config) {
   // algorithm (the library's extension) would silently be decided otherwise, so it is refused.
   for (const Rules& rules : config.domains())
     for (const Rule& r : rules.rules())
-      if (r.algorithm != Algorithm::sliding_counter)
+      if (r.algorithm.name != GoWindowModel::name)
         throw std::invalid_argument(r.source + ":" + std::to_string(r.line) +
                                     ": rate_limit.algorithm = \"" + std::string(r.algorithm.name) +
                                     "\": this server counts every limit as Envoy's rate limit "
@@ -280,7 +282,8 @@ grpc::Status Service::plan(const pb::RateLimitRequest& request, Call& call) cons
       if (!unit)
         return {grpc::StatusCode::INVALID_ARGUMENT,
                 "RateLimitOverride.unit = " + std::to_string(d.limit().unit()) +
-                    ": not a known unit (SECOND, MINUTE, HOUR, DAY, MONTH or YEAR)"};
+                    ": not a known unit (SECOND = 1, MINUTE = 2, HOUR = 3, DAY = 4, MONTH = 5, "
+                    "YEAR = 6 or WEEK = 7)"};
       p.unit = *unit;
       p.limit = d.limit().requests_per_unit();
       if (settings_.listener) p.metric = request.domain() + ".override";
@@ -305,7 +308,7 @@ grpc::Status Service::plan(const pb::RateLimitRequest& request, Call& call) cons
     }
     if (m.rule == nullptr) continue;
     const auto unit = unit_of_rule(*m.rule);
-    if (!unit) continue;  // a calendar unit: not served by this server (refused at load)
+    if (!unit) continue;  // none: the loader reads no other unit
     p.rule = m.rule;
     p.shadow = m.rule->shadow_mode;
     p.quota = m.rule->quota_mode;

@@ -60,9 +60,11 @@ class Service {
   Service(std::shared_ptr<Counters> counters, ServiceSettings settings, Now now = system_now);
   ~Service();
 
-  /// Serves `config` from now on (the previous configuration is dropped). Throws
-  /// `std::invalid_argument` "FILE:LINE: ..." for a rule that names an algorithm (the library's
-  /// extension, which this server does not serve yet); the configuration in force then stays.
+  /// Serves `config` from now on (the previous configuration is dropped). `config` is loaded
+  /// with `ServerAlgorithms` (server_algorithms.hpp), so that a limit naming no algorithm runs
+  /// the reference's window. Throws `std::invalid_argument` "FILE:LINE: ..." for a rule that
+  /// names an algorithm (the library's extension, which this server does not serve yet); the
+  /// configuration in force then stays.
   void reload(RulesConfig config);
   /// The configuration being served (empty until the first `reload`).
   std::shared_ptr<const RulesConfig> config() const;

@@ -33,6 +33,7 @@
 #include "health.grpc.pb.h"
 #include "http_server.hpp"
 #include "rls.grpc.pb.h"
+#include "server_algorithms.hpp"
 #include "service.hpp"
 #include "settings.hpp"
 
@@ -152,7 +153,8 @@ TEST_CASE("HTTP: /json answers the request as JSON, 429 when over; /healthcheck;
   settings.listener = exporter;
   auto service = std::make_shared<rs::Service>(rs::make_memory_counters(), settings);
   const ratelimit::RulesSource sources[] = {{"a.yaml", one_per_minute}};
-  service->reload(ratelimit::RulesConfig::from_strings(sources));
+  service->reload(
+      ratelimit::RulesConfig::from_strings<ratelimit::server::ServerAlgorithms>(sources));
   bool healthy = true;
   rs::HttpServer http(
       service, [&] { return healthy; }, "127.0.0.1", 0, [exporter] { return exporter->render(); });
@@ -280,7 +282,9 @@ TEST_CASE("A rule naming an algorithm is refused, naming its file and line", "[s
       {"b.yaml",
        "domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: second, "
        "requests_per_unit: 1, algorithm: token_bucket}\n"}};
-  CHECK_THROWS_WITH(service.reload(ratelimit::RulesConfig::from_strings(sources)),
-                    Catch::StartsWith("b.yaml:3: rate_limit.algorithm = \"token_bucket\""));
+  CHECK_THROWS_WITH(
+      service.reload(
+          ratelimit::RulesConfig::from_strings<ratelimit::server::ServerAlgorithms>(sources)),
+      Catch::StartsWith("b.yaml:3: rate_limit.algorithm = \"token_bucket\""));
   CHECK(service.config() == nullptr);  // nothing was loaded
 }

@@ -24,6 +24,7 @@
 #endif
 #include "grpc_server.hpp"
 #include "rls.grpc.pb.h"
+#include "server_algorithms.hpp"
 #include "service.hpp"
 
 namespace {
@@ -73,7 +74,8 @@ struct Fixture {
 
   void load(const std::string& yaml) {
     const ratelimit::RulesSource sources[] = {{"test.yaml", yaml}};
-    service->reload(ratelimit::RulesConfig::from_strings(sources));
+    service->reload(
+        ratelimit::RulesConfig::from_strings<ratelimit::server::ServerAlgorithms>(sources));
   }
 
   std::pair<grpc::Status, pb::RateLimitResponse> call(const std::string& domain,
@@ -443,4 +445,87 @@ TEST_CASE("The over-limit cache answers a counter over its limit without countin
   // The next day the entry has expired with its window: 5 - 1 = 4 remain.
   f.clock.advance(std::chrono::seconds{86400});
   CHECK(f.ok("messaging", {marketing}).statuses(0).limit_remaining() == 4);
+}
+
+TEST_CASE("Units week, month and year are the reference's epoch-aligned windows of 7, 30, 365 days",
+          "[server]") {
+  // Source: the reference's UnitToDivider (src/utils/utilities.go): WEEK 7 * 86400, MONTH
+  // 30 * 86400, YEAR 365 * 86400 seconds; CalculateReset: divider - now % divider. Unit names
+  // are read in any case (config_impl.go upper-cases them).
+  Fixture f(R"(
+domain: long
+descriptors:
+  - key: w
+    rate_limit: {unit: Week, requests_per_unit: 2}
+  - key: m
+    rate_limit: {unit: month, requests_per_unit: 2}
+  - key: y
+    rate_limit: {unit: YEAR, requests_per_unit: 2}
+)");
+  using RL = pb::RateLimitResponse::RateLimit;
+  // day0 is day 19676 of the epoch: 19676 = 7 * 2810 + 6 = 30 * 655 + 26 = 365 * 53 + 331, so
+  // the windows end 1, 4 and 34 days later.
+  struct Case {
+    const char* key;
+    RL::Unit unit;
+    std::int64_t reset_s;
+  };
+  const Case cases[] = {
+      {"w", RL::WEEK, 1 * 86400}, {"m", RL::MONTH, 4 * 86400}, {"y", RL::YEAR, 34 * 86400}};
+  for (const Case& c : cases) {
+    INFO(c.key);
+    const auto first = f.ok("long", {{{{c.key, "a"}}}});
+    CHECK(first.statuses(0).current_limit().unit() == c.unit);
+    CHECK(first.statuses(0).limit_remaining() == 1);  // 2 - 1
+    CHECK(first.statuses(0).duration_until_reset().seconds() == c.reset_s);
+  }
+  // One second before the week's end: still the same window, the third hit is over (3 > 2).
+  f.clock.advance(std::chrono::seconds{86400 - 1});
+  f.ok("long", {{{{"w", "a"}}}});
+  const auto third = f.ok("long", {{{{"w", "a"}}}});
+  CHECK(third.overall_code() == Code::OVER_LIMIT);
+  CHECK(third.statuses(0).duration_until_reset().seconds() == 1);
+  // At the week's end a new window of 604800 s starts: 2 - 1 remain.
+  f.clock.advance(std::chrono::seconds{1});
+  const auto fresh = f.ok("long", {{{{"w", "a"}}}});
+  CHECK(fresh.statuses(0).limit_remaining() == 1);
+  CHECK(fresh.statuses(0).duration_until_reset().seconds() == 7 * 86400);
+  // The month's window is still the first: its count was 1, now 2 of 2.
+  const auto month = f.ok("long", {{{{"m", "a"}}}});
+  CHECK(month.statuses(0).limit_remaining() == 0);
+  CHECK(month.statuses(0).duration_until_reset().seconds() == 3 * 86400);  // 4 days - 1 day
+}
+
+TEST_CASE("A limit override takes WEEK by its wire number 7, as the reference casts it",
+          "[server]") {
+  // Source: config_impl.go GetLimit casts the override's unit number to the response's enum,
+  // where WEEK = 7 (Envoy's rls.proto); UnitToDivider gives 604800 s.
+  Fixture f(messaging);
+  Desc d{{{"to_number", "206"}}};
+  d.override_rpu = 3;
+  d.override_unit = 7;
+  const auto res = f.ok("messaging", {d});
+  CHECK(res.statuses(0).current_limit().unit() == pb::RateLimitResponse::RateLimit::WEEK);
+  CHECK(res.statuses(0).limit_remaining() == 2);                         // 3 - 1
+  CHECK(res.statuses(0).duration_until_reset().seconds() == 1 * 86400);  // 19676 % 7 = 6
+}
+
+TEST_CASE("Rules with the reference's units load only with the server's registry", "[server]") {
+  const ratelimit::RulesSource year[] = {
+      {"y.yaml",
+       "domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: year, "
+       "requests_per_unit: 1}\n"}};
+  // The library's own registry keeps its units: a year is unknown there (line 4, the unit).
+  CHECK_THROWS_WITH(ratelimit::RulesConfig::from_strings(year),
+                    Catch::StartsWith("y.yaml:4: rate_limit.unit = \"year\": unknown unit"));
+  CHECK_NOTHROW(ratelimit::RulesConfig::from_strings<ratelimit::server::ServerAlgorithms>(year));
+  // The reference's windows have no time zone: refused naming the field, the file and the
+  // descriptor's line (3), where the loader reports a limit's parameters.
+  const ratelimit::RulesSource zoned[] = {
+      {"z.yaml",
+       "domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: week, "
+       "requests_per_unit: 1, time_zone: Europe/Madrid}\n"}};
+  CHECK_THROWS_WITH(
+      ratelimit::RulesConfig::from_strings<ratelimit::server::ServerAlgorithms>(zoned),
+      Catch::StartsWith("z.yaml:3: rate_limit.time_zone = \"Europe/Madrid\""));
 }

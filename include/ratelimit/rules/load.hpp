@@ -145,14 +145,21 @@ inline void flatten(const std::string& domain, const std::vector<std::string>& c
 }
 
 /// The registry's side of reading a rules file (see `AlgorithmNames`).
+/// A registry may also declare `static constexpr Algorithm default_algorithm` (what a limit
+/// naming none runs, else sliding_counter) and `static constexpr bool year_unit` (read `unit:
+/// year`, else refused as unknown).
 template <class Registry>
 AlgorithmNames algorithm_names() {
-  return AlgorithmNames{[](std::string_view name) {
-                          std::optional<Algorithm> found;
-                          Registry::visit(name, [&]<class M>() { found = Algorithm{M::name}; });
-                          return found;
-                        },
-                        Registry::names()};
+  AlgorithmNames names{[](std::string_view name) {
+                         std::optional<Algorithm> found;
+                         Registry::visit(name, [&]<class M>() { found = Algorithm{M::name}; });
+                         return found;
+                       },
+                       Registry::names()};
+  if constexpr (requires { Registry::default_algorithm; })
+    names.fallback = Registry::default_algorithm;
+  if constexpr (requires { Registry::year_unit; }) names.year_unit = Registry::year_unit;
+  return names;
 }
 
 /// The calendar extension goes with an algorithm that reads it (`LimitSpecModel`), whose
@@ -169,6 +176,10 @@ void check_params(const Rule& rule, const std::string& source) {
       } catch (const std::invalid_argument& e) {
         throw std::invalid_argument(where + e.what());
       }
+    } else if (rule.unit == "year") {
+      throw std::invalid_argument(where + "rate_limit.algorithm = \"" + std::string(M::name) +
+                                  "\": takes no year unit (only an algorithm that reads the "
+                                  "whole limit does)");
     } else if (rule.uses_calendar()) {
       throw std::invalid_argument(
           where + "rate_limit.algorithm = \"" + std::string(M::name) +
