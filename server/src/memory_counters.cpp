@@ -1,7 +1,7 @@
 #include <ratelimit/memory/in_memory_storage.hpp>
 
+#include "any_binding.hpp"
 #include "counters.hpp"
-#include "go_window.hpp"
 
 namespace ratelimit::server {
 namespace {
@@ -12,8 +12,7 @@ class MemoryCounters final : public Counters {
     std::vector<Decision> out;
     out.reserve(hits.size());
     for (const Hit& h : hits) {
-      const auto binding =
-          storage_.bind<GoWindowModel>(h.limit_id, GoWindowModel::Params{h.limit, h.window_s});
+      const auto binding = detail::AnyBinding<InMemoryStorage>::make(storage_, h);
       // A read (0 hits) is a peek: the storages refuse a cost below 1.
       out.push_back(binding.apply(h.key, now, Operation{h.hits > 0 ? h.hits : 1, h.hits <= 0}));
     }

@@ -6,14 +6,15 @@
 
 #include <ratelimit/redis.hpp>
 
+#include "any_binding.hpp"
 #include "counters.hpp"
-#include "go_window.hpp"
 
 namespace ratelimit::server {
 namespace {
 
 /// Counters on Redis (`RedisStorage` or `RedisClusterStorage`): each hit is one script call
-/// (server/lua/go_window.lua); on a cluster each counter lives on its key's node.
+/// (server/lua/go_window.lua, or the library algorithm's); on a cluster each counter lives on
+/// its key's node.
 /// A decision that the storage's failure policy had to make (Redis unreachable) is an error,
 /// as the reference returns Redis errors to the caller.
 template <class Storage>
@@ -78,8 +79,7 @@ class RedisCounters final : public Counters {
   }
 
  private:
-  using Binding = decltype(std::declval<Storage&>().template bind<GoWindowModel>(
-      std::string_view{}, GoWindowModel::Params{}));
+  using Binding = detail::AnyBinding<Storage>;
 
   /// The binding of a limit, kept for the next calls (bounded: cleared when it grows past
   /// 65,536 limits, which only a configuration that many limits or a flood of overrides
@@ -87,16 +87,15 @@ class RedisCounters final : public Counters {
   Binding binding_of(const Hit& h) {
     std::string id = h.limit_id;
     id += '\0';
+    id += h.algorithm;
+    id += '\0';
     id += std::to_string(h.limit);
     id += '/';
     id += std::to_string(h.window_s);
     const std::lock_guard lock(mutex_);
     if (const auto it = bindings_.find(id); it != bindings_.end()) return it->second;
     if (bindings_.size() >= 65'536) bindings_.clear();
-    return bindings_
-        .emplace(std::move(id), storage_.template bind<GoWindowModel>(
-                                    h.limit_id, GoWindowModel::Params{h.limit, h.window_s}))
-        .first->second;
+    return bindings_.emplace(std::move(id), Binding::make(storage_, h)).first->second;
   }
 
   Storage storage_;

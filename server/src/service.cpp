@@ -4,11 +4,13 @@
 #include <limits>
 #include <optional>
 #include <stdexcept>
+#include <type_traits>
 #include <unordered_set>
 #include <utility>
 #include <vector>
 
 #include "go_window.hpp"
+#include "server_algorithms.hpp"
 
 namespace ratelimit::server {
 namespace {
@@ -57,6 +59,10 @@ struct Planned {
   bool unlimited = false;
   bool shadow = false;
   bool quota = false;
+  /// Decided by a library algorithm (the rule's `algorithm`), not the Go window.
+  bool library = false;
+  /// A library algorithm's `requests_per_unit: 0`: denied without asking the storage.
+  bool blocked = false;
   std::optional<std::size_t> hit;  ///< its entry in the hits, when counted
   WireUnit unit{};
   std::int64_t limit = 0;
@@ -156,15 +162,28 @@ std::chrono::nanoseconds Service::system_now() {
 }
 
 void Service::reload(RulesConfig config) {
-  // Every limit is counted as the reference counts (go_window.hpp): a rule that names another
-  // algorithm (the library's extension) would silently be decided otherwise, so it is refused.
+  // A rule is served by the algorithm it names; its parameters are checked now, so that a
+  // limit no model can hold is refused with its line rather than failing every call.
   for (const Rules& rules : config.domains())
-    for (const Rule& r : rules.rules())
-      if (r.algorithm.name != GoWindowModel::name)
+    for (const Rule& r : rules.rules()) {
+      bool known = false;
+      ServerAlgorithms::visit(r.algorithm.name, [&]<class M>() {
+        known = true;
+        if (r.blocks() || std::is_same_v<M, GoWindowModel>) return;
+        try {
+          (void)M::from_rate(r.rate);
+        } catch (const std::invalid_argument& e) {
+          throw std::invalid_argument(r.source + ":" + std::to_string(r.line) +
+                                      ": rate_limit.algorithm = \"" +
+                                      std::string(r.algorithm.name) + "\": " + e.what());
+        }
+      });
+      if (!known)  // a configuration loaded with another registry
         throw std::invalid_argument(r.source + ":" + std::to_string(r.line) +
                                     ": rate_limit.algorithm = \"" + std::string(r.algorithm.name) +
-                                    "\": this server counts every limit as Envoy's rate limit "
-                                    "service does; leave the algorithm out");
+                                    "\": not an algorithm of this server (load the rules with "
+                                    "ServerAlgorithms)");
+    }
   auto next = std::make_shared<const RulesConfig>(std::move(config));
   const std::lock_guard lock(mutex_);
   config_ = std::move(next);
@@ -217,8 +236,10 @@ void Service::consult_cache(Call& call) const {
   call.cached.assign(call.hits.size(), false);
   if (!cache_) return;
   const std::int64_t now_s = seconds_of(call.now);
+  // Only the Go window's counters: a library algorithm may admit again before a window ends.
   for (std::size_t k = 0; k < call.hits.size(); ++k)
-    if (call.hits[k].hits > 0 && cache_->over(cache_key(call.hits[k], now_s), now_s))
+    if (call.hits[k].hits > 0 && call.hits[k].algorithm.empty() &&
+        cache_->over(cache_key(call.hits[k], now_s), now_s))
       call.cached[k] = call.any_cached = true;
   // As the reference: once one counter of the call is known over, the others are only read.
   if (call.any_cached)
@@ -241,7 +262,7 @@ std::vector<Decision> Service::merged(const Call& call, std::vector<Decision> se
       continue;
     }
     out[k] = sent[next++];
-    if (cache_ && h.hits > 0 && !out[k].allowed)
+    if (cache_ && h.hits > 0 && h.algorithm.empty() && !out[k].allowed)
       cache_->remember(cache_key(h, now_s), (now_s / h.window_s + 1) * h.window_s, now_s);
   }
   return out;
@@ -287,7 +308,7 @@ grpc::Status Service::plan(const pb::RateLimitRequest& request, Call& call) cons
       p.unit = *unit;
       p.limit = d.limit().requests_per_unit();
       if (settings_.listener) p.metric = request.domain() + ".override";
-      Hit hit{"override:", "", p.limit, unit->window_s, h};
+      Hit hit{"override:", "", p.limit, unit->window_s, h, {}};
       append_field(hit.limit_id, request.domain());
       hit.limit_id += std::to_string(unit->window_s);
       for (const auto& e : d.entries()) {
@@ -314,6 +335,7 @@ grpc::Status Service::plan(const pb::RateLimitRequest& request, Call& call) cons
     p.quota = m.rule->quota_mode;
     p.unit = *unit;
     p.limit = m.rule->rate.count;
+    p.library = m.rule->algorithm.name != GoWindowModel::name;
     p.name = m.rule->given_name;
     if (settings_.listener)
       p.metric =
@@ -322,8 +344,15 @@ grpc::Status Service::plan(const pb::RateLimitRequest& request, Call& call) cons
               if (e.key == k) return &e.value;
             return nullptr;
           });
+    if (p.library && m.rule->blocks()) {
+      p.blocked = true;  // from_rate refuses a limit of 0: nothing to count
+      continue;
+    }
     p.hit = hits.size();
-    hits.push_back(Hit{m.rule->id, std::move(m.key), p.limit, unit->window_s, h});
+    // A library algorithm's rate is the loader's (its units are second to day, whose periods
+    // are the Go dividers).
+    hits.push_back(Hit{m.rule->id, std::move(m.key), p.limit, unit->window_s, h,
+                       p.library ? m.rule->algorithm.name : std::string_view{}});
   }
   // A limit named in the `replaces` of another applying limit is not applied (ratelimit.go).
   for (Planned& p : plan)
@@ -427,6 +456,24 @@ void Service::should_rate_limit_async(const pb::RateLimitRequest& request,
 
 namespace {
 
+/// A library algorithm's `requests_per_unit: 0`: every call denied, never admitted (as the
+/// library's rule sets decide it).
+Decision blocked_decision() {
+  Decision d{};
+  d.retry_after = Decision::never;
+  return d;
+}
+
+/// `duration_until_reset` of a library algorithm's decision, in whole seconds rounded up: when
+/// admitted, until its counter is back to fresh (`reset_after`); when denied, until the same
+/// hit would be admitted (`retry_after`), or, for one that never will (more hits than the
+/// limit, or a limit of 0), `reset_after`, else the unit's length.
+std::int64_t library_reset_s(const Decision& d, std::int64_t unit_s) {
+  auto wait = d.allowed || d.retry_after == Decision::never ? d.reset_after : d.retry_after;
+  if (!d.allowed && d.retry_after == Decision::never && wait.count() <= 0) return unit_s;
+  return (wait.count() + 999'999'999) / 1'000'000'000;
+}
+
 /// Tells the listener what a counted descriptor came to.
 void report(Listener& listener, const Planned& p, const Decision& d, std::int64_t hits) {
   DecisionEvent e{};
@@ -462,13 +509,15 @@ void Service::finish(Call& call, const std::vector<Decision>& ds) const {
       st->set_limit_remaining(std::numeric_limits<std::uint32_t>::max());
       continue;
     }
-    if (!p.hit) {
+    if (!p.hit && !p.blocked) {
       st->set_code(pb::RateLimitResponse::OK);
       continue;
     }
-    const Decision& d = ds[*p.hit];
-    set_status(*st, p, d, p.unit.window_s - now_s % p.unit.window_s);
-    if (settings_.listener && call.hits[*p.hit].hits > 0)
+    Decision d = p.blocked ? blocked_decision() : ds[*p.hit];
+    set_status(*st, p, d,
+               p.library ? library_reset_s(d, p.unit.window_s)
+                         : p.unit.window_s - now_s % p.unit.window_s);
+    if (settings_.listener && p.hit && call.hits[*p.hit].hits > 0)
       report(*settings_.listener, p, d, call.hits[*p.hit].hits);
     const bool denied = st->code() == pb::RateLimitResponse::OVER_LIMIT;
     if (p.quota) {

@@ -62,9 +62,10 @@ class Service {
 
   /// Serves `config` from now on (the previous configuration is dropped). `config` is loaded
   /// with `ServerAlgorithms` (server_algorithms.hpp), so that a limit naming no algorithm runs
-  /// the reference's window. Throws `std::invalid_argument` "FILE:LINE: ..." for a rule that
-  /// names an algorithm (the library's extension, which this server does not serve yet); the
-  /// configuration in force then stays.
+  /// the reference's window, and one naming a library algorithm runs that. Throws
+  /// `std::invalid_argument` "FILE:LINE: rate_limit.algorithm = ...: ..." for a limit its
+  /// algorithm cannot hold (or an algorithm not in `ServerAlgorithms`); the configuration in
+  /// force then stays.
   void reload(RulesConfig config);
   /// The configuration being served (empty until the first `reload`).
   std::shared_ptr<const RulesConfig> config() const;

@@ -274,17 +274,25 @@ TEST_CASE("The binary serves its rules directory and exits 0 on SIGTERM", "[serv
   CHECK(WEXITSTATUS(status) == 0);
 }
 
-TEST_CASE("A rule naming an algorithm is refused, naming its file and line", "[server]") {
-  // Regression guard: the server counts as the reference; a rule asking for a token bucket
-  // must not be served silently as a fixed window.
+TEST_CASE("A rule naming an algorithm the server lacks is refused, naming its file and line",
+          "[server]") {
+  // calendar_quota is the library's, but not in ServerAlgorithms (its calendar months and
+  // weeks would differ from the reference's 30 and 7 days of the same unit names).
   rs::Service service(rs::make_memory_counters(), rs::ServiceSettings{});
   const ratelimit::RulesSource sources[] = {
       {"b.yaml",
-       "domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: second, "
+       "domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: day, "
+       "requests_per_unit: 1, algorithm: calendar_quota}\n"}};
+  CHECK_THROWS_WITH(
+      ratelimit::RulesConfig::from_strings<ratelimit::server::ServerAlgorithms>(sources),
+      Catch::StartsWith("b.yaml:4: rate_limit.algorithm = \"calendar_quota\": unknown algorithm"));
+  // A library algorithm keeps the library's units: a week is refused, naming it.
+  const ratelimit::RulesSource week[] = {
+      {"w.yaml",
+       "domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: week, "
        "requests_per_unit: 1, algorithm: token_bucket}\n"}};
   CHECK_THROWS_WITH(
-      service.reload(
-          ratelimit::RulesConfig::from_strings<ratelimit::server::ServerAlgorithms>(sources)),
-      Catch::StartsWith("b.yaml:3: rate_limit.algorithm = \"token_bucket\""));
+      ratelimit::RulesConfig::from_strings<ratelimit::server::ServerAlgorithms>(week),
+      Catch::StartsWith("w.yaml:3: rate_limit.algorithm = \"token_bucket\": takes no week"));
   CHECK(service.config() == nullptr);  // nothing was loaded
 }

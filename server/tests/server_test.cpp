@@ -529,3 +529,53 @@ TEST_CASE("Rules with the reference's units load only with the server's registry
       ratelimit::RulesConfig::from_strings<ratelimit::server::ServerAlgorithms>(zoned),
       Catch::StartsWith("z.yaml:3: rate_limit.time_zone = \"Europe/Madrid\""));
 }
+
+TEST_CASE("A rule naming a library algorithm is decided by it, a rule without one by the Go window",
+          "[server]") {
+  // The library's extension `rate_limit.algorithm`. A token bucket of capacity 3 refilled at
+  // 3 per minute gains one token every 60 / 3 = 20 s; a denied hit spends nothing.
+  Fixture f(R"(
+domain: alg
+descriptors:
+  - key: tb
+    rate_limit: {unit: minute, requests_per_unit: 3, algorithm: token_bucket}
+  - key: none
+    rate_limit: {unit: minute, requests_per_unit: 0, algorithm: token_bucket}
+  - key: go
+    rate_limit: {unit: minute, requests_per_unit: 3}
+)");
+  // After k hits from full the bucket is full again k * 20 s later (duration_until_reset).
+  for (std::uint32_t k = 1; k <= 3; ++k) {
+    INFO(k);
+    const auto res = f.ok("alg", {{{{"tb", "a"}}}});
+    CHECK(res.statuses(0).code() == Code::OK);
+    CHECK(res.statuses(0).current_limit().requests_per_unit() == 3);
+    CHECK(res.statuses(0).current_limit().unit() == pb::RateLimitResponse::RateLimit::MINUTE);
+    CHECK(res.statuses(0).limit_remaining() == 3 - k);
+    CHECK(res.statuses(0).duration_until_reset().seconds() == 20 * k);
+  }
+  // The fourth is denied: the next token comes in 20 s (retry_after).
+  const auto denied = f.ok("alg", {{{{"tb", "a"}}}});
+  CHECK(denied.overall_code() == Code::OVER_LIMIT);
+  CHECK(denied.statuses(0).limit_remaining() == 0);
+  CHECK(denied.statuses(0).duration_until_reset().seconds() == 20);
+  // A read (the descriptor's hits_addend 0) is a peek: 10 s later still no token, nothing spent.
+  f.clock.advance(std::chrono::seconds{10});
+  Desc read{{{"tb", "a"}}};
+  read.hits = 0;
+  CHECK(f.ok("alg", {read}).statuses(0).limit_remaining() == 0);
+  // 20 s after the denial one token is back (the denial spent none): admitted, 0 remain.
+  f.clock.advance(std::chrono::seconds{10});
+  const auto again = f.ok("alg", {{{{"tb", "a"}}}});
+  CHECK(again.statuses(0).code() == Code::OK);
+  CHECK(again.statuses(0).limit_remaining() == 0);
+  // requests_per_unit 0 denies every call; its reset is the unit's length (it never admits).
+  const auto none = f.ok("alg", {{{{"none", "a"}}}});
+  CHECK(none.statuses(0).code() == Code::OVER_LIMIT);
+  CHECK(none.statuses(0).current_limit().requests_per_unit() == 0);
+  CHECK(none.statuses(0).duration_until_reset().seconds() == 60);
+  // The rule without an algorithm is the Go window: the fourth hit of its minute is over
+  // (4 > 3).
+  for (int k = 0; k < 3; ++k) f.ok("alg", {{{{"go", "a"}}}});
+  CHECK(f.ok("alg", {{{{"go", "a"}}}}).overall_code() == Code::OVER_LIMIT);
+}
