@@ -20,15 +20,22 @@
 
 namespace ratelimit::server::detail {
 
-/// The parameters of `hit` for model `M`: the Go window's own, or the library model's of the
+/// The parameters of `hit` for model `M`: the Go window's own (a read for 0 hits), or the
+/// library model's of the
 /// rate "limit per window_s seconds" (`M::from_rate`, which throws `std::invalid_argument`
 /// naming the field out of range).
 template <class M>
 typename M::Params params_of(const Hit& hit) {
   if constexpr (std::is_same_v<M, GoWindowModel>)
-    return GoWindowModel::Params{hit.limit, hit.window_s};
+    return GoWindowModel::Params{hit.limit, hit.window_s, hit.hits <= 0, hit.count_denied};
   else
     return M::from_rate(Rate{hit.limit, std::chrono::seconds{hit.window_s}});
+}
+
+/// The operation of `hit`: its hits as the cost; a read (0 hits) is a peek of cost 1 (the
+/// storages refuse a cost below 1).
+inline Operation operation_of(const Hit& hit) {
+  return Operation{hit.hits > 0 ? hit.hits : 1, hit.hits <= 0};
 }
 
 /// A binding of `Storage` for any model of `ServerAlgorithms`, behind one type. Copies share the
@@ -70,8 +77,8 @@ class AnyBinding {
  private:
   struct Ops {
     Decision (*apply)(const void*, std::string_view, std::chrono::nanoseconds, const Operation&);
-    void (*apply_async)(const void*, std::string_view, std::chrono::nanoseconds,
-                        const Operation&, Done);
+    void (*apply_async)(const void*, std::string_view, std::chrono::nanoseconds, const Operation&,
+                        Done);
     Part (*part)(const void*, std::string_view, const Operation&);
   };
   template <class B>

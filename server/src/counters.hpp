@@ -36,6 +36,9 @@ struct Hit {
   /// name); empty: the Go window (go_window.hpp), whose parameters are limit and window_s. A
   /// library algorithm gets `M::from_rate(limit per window_s)`.
   std::string_view algorithm;
+  /// The Go window only: count a hit over the limit too (the reference), or only admitted
+  /// ones (the all-or-nothing option).
+  bool count_denied = true;
 };
 
 /// A storage of counters: the Go window's (see go_window.hpp) and the library's algorithms'.
@@ -56,6 +59,25 @@ class Counters {
     std::vector<Decision> ds;
     try {
       ds = count(hits, now);
+    } catch (...) {
+      return done({}, std::current_exception());
+    }
+    done(std::move(ds), nullptr);
+  }
+
+  /// All or nothing: every hit is admitted and counted, or nothing changes anywhere (the
+  /// storage's `decide_all`, as the library's rule sets decide). Returns each hit's decision
+  /// (when not all admitted, what each would have been). Hits name distinct counters. Throws
+  /// `std::runtime_error` when the storage fails.
+  virtual std::vector<Decision> count_all(std::span<const Hit> hits,
+                                          std::chrono::nanoseconds now) = 0;
+  /// `count_all` without blocking, called back as `count_async`. By default, `count_all` here.
+  virtual void count_all_async(
+      std::vector<Hit> hits, std::chrono::nanoseconds now,
+      std::function<void(std::vector<Decision>, std::exception_ptr)> done) {
+    std::vector<Decision> ds;
+    try {
+      ds = count_all(hits, now);
     } catch (...) {
       return done({}, std::current_exception());
     }

@@ -5,6 +5,7 @@
 #include <optional>
 #include <stdexcept>
 #include <type_traits>
+#include <unordered_map>
 #include <unordered_set>
 #include <utility>
 #include <vector>
@@ -150,7 +151,7 @@ class OverLimitCache {
 
 Service::Service(std::shared_ptr<Counters> counters, ServiceSettings settings, Now now)
     : counters_(std::move(counters)), settings_(std::move(settings)), now_(std::move(now)) {
-  if (settings_.over_limit_cache_bytes > 0)
+  if (settings_.over_limit_cache_bytes > 0 && !settings_.all_or_nothing)
     cache_ = std::make_unique<detail::OverLimitCache>(settings_.over_limit_cache_bytes);
 }
 
@@ -204,6 +205,12 @@ struct Service::Call {
   /// Per hit: known over its limit from the over-limit cache (not sent to the storage).
   std::vector<bool> cached;
   bool any_cached = false;
+  /// All or nothing: per hit, dropped from the next rounds (a denied shadow- or quota-mode
+  /// limit), and its latest decision.
+  std::vector<bool> dropped;
+  std::vector<Decision> decided;
+
+  std::vector<Hit> round() const;
 };
 
 namespace {
@@ -268,6 +275,34 @@ std::vector<Decision> Service::merged(const Call& call, std::vector<Decision> se
   return out;
 }
 
+namespace {
+
+/// All or nothing decides each counter once (`decide_all` refuses a key twice): descriptors
+/// on one counter become one hit of their summed hits, reported to each.
+void merge_same_counters(std::vector<Planned>& plan, std::vector<Hit>& hits) {
+  std::unordered_map<std::string, std::size_t> first;
+  std::vector<std::size_t> index(hits.size());
+  std::vector<Hit> kept;
+  for (std::size_t k = 0; k < hits.size(); ++k) {
+    std::string id(hits[k].algorithm);
+    append_field(id, hits[k].limit_id);
+    append_field(id, hits[k].key);
+    const auto [it, fresh] = first.emplace(std::move(id), kept.size());
+    index[k] = it->second;
+    if (fresh) {
+      kept.push_back(std::move(hits[k]));
+    } else {
+      Hit& into = kept[it->second];
+      into.hits = std::min(into.hits + hits[k].hits, std::int64_t{1} << 62);
+    }
+  }
+  hits = std::move(kept);
+  for (Planned& p : plan)
+    if (p.hit) p.hit = index[*p.hit];
+}
+
+}  // namespace
+
 grpc::Status Service::plan(const pb::RateLimitRequest& request, Call& call) const {
   // As the reference (src/service/ratelimit.go, shouldRateLimitWorker): a Go error returned
   // from the handler, which grpc-go reports as UNKNOWN with the error's text.
@@ -308,7 +343,7 @@ grpc::Status Service::plan(const pb::RateLimitRequest& request, Call& call) cons
       p.unit = *unit;
       p.limit = d.limit().requests_per_unit();
       if (settings_.listener) p.metric = request.domain() + ".override";
-      Hit hit{"override:", "", p.limit, unit->window_s, h, {}};
+      Hit hit{"override:", "", p.limit, unit->window_s, h, {}, true};
       append_field(hit.limit_id, request.domain());
       hit.limit_id += std::to_string(unit->window_s);
       for (const auto& e : d.entries()) {
@@ -352,7 +387,7 @@ grpc::Status Service::plan(const pb::RateLimitRequest& request, Call& call) cons
     // A library algorithm's rate is the loader's (its units are second to day, whose periods
     // are the Go dividers).
     hits.push_back(Hit{m.rule->id, std::move(m.key), p.limit, unit->window_s, h,
-                       p.library ? m.rule->algorithm.name : std::string_view{}});
+                       p.library ? m.rule->algorithm.name : std::string_view{}, true});
   }
   // A limit named in the `replaces` of another applying limit is not applied (ratelimit.go).
   for (Planned& p : plan)
@@ -372,6 +407,10 @@ grpc::Status Service::plan(const pb::RateLimitRequest& request, Call& call) cons
     hits = std::move(kept);
     for (Planned& p : plan)
       if (p.hit) p.hit = index[*p.hit];
+  }
+  if (settings_.all_or_nothing) {
+    merge_same_counters(call.plan, hits);
+    for (Hit& hit : hits) hit.count_denied = false;  // a call over its limits counts nothing
   }
   return grpc::Status::OK;
 }
@@ -403,6 +442,57 @@ grpc::Status storage_error(const std::string& what) {
 
 }  // namespace
 
+/// The hits of the next all-or-nothing round: those not dropped.
+std::vector<Hit> Service::Call::round() const {
+  std::vector<Hit> out;
+  for (std::size_t k = 0; k < hits.size(); ++k)
+    if (!dropped[k]) out.push_back(hits[k]);
+  return out;
+}
+
+/// Takes a round's decisions (in `round()`'s order); true when another round is due: not all
+/// admitted, and a denied shadow-mode hit, or a denied quota-mode hit while some quota-mode hit
+/// admits, is dropped (the library's rule sets: such a denial does not deny the call).
+bool Service::after_round(Call& call, std::vector<Decision> decided) const {
+  std::vector<std::size_t> sent;
+  for (std::size_t k = 0; k < call.hits.size(); ++k)
+    if (!call.dropped[k]) sent.push_back(k);
+  bool all = true;
+  for (std::size_t i = 0; i < sent.size(); ++i) {
+    call.decided[sent[i]] = decided[i];
+    all = all && decided[i].allowed;
+  }
+  if (all) return false;
+  std::vector<const Planned*> owner(call.hits.size(), nullptr);
+  for (const Planned& p : call.plan)
+    if (p.hit && owner[*p.hit] == nullptr) owner[*p.hit] = &p;
+  std::size_t quota_total = 0, quota_over = 0;
+  for (const std::size_t k : sent)
+    if (owner[k] != nullptr && owner[k]->quota) {
+      ++quota_total;
+      if (!call.decided[k].allowed) ++quota_over;
+    }
+  bool dropped = false;
+  for (const std::size_t k : sent) {
+    const Planned* p = owner[k];
+    if (call.decided[k].allowed || p == nullptr) continue;
+    if (p->shadow || (p->quota && quota_over < quota_total)) call.dropped[k] = dropped = true;
+  }
+  return dropped;
+}
+
+void Service::all_or_nothing_async(std::shared_ptr<Call> call,
+                                   std::function<void(grpc::Status)> done) {
+  counters_->count_all_async(call->round(), call->now,
+                             [this, call, done](std::vector<Decision> ds, std::exception_ptr err) {
+                               if (err) return done(storage_error(what(err)));
+                               if (after_round(*call, std::move(ds)))
+                                 return all_or_nothing_async(call, done);
+                               finish(*call, merged(*call, call->decided));
+                               done(grpc::Status::OK);
+                             });
+}
+
 grpc::Status Service::should_rate_limit(const pb::RateLimitRequest& request,
                                         pb::RateLimitResponse& response) {
   Call call;
@@ -411,6 +501,19 @@ grpc::Status Service::should_rate_limit(const pb::RateLimitRequest& request,
   call.now = now_();
   consult_cache(call);
   std::vector<Decision> ds;
+  if (settings_.all_or_nothing) {
+    call.dropped.assign(call.hits.size(), false);
+    call.decided.assign(call.hits.size(), Decision{});
+    try {
+      while (!call.hits.empty() &&
+             after_round(call, counters_->count_all(call.round(), call.now))) {
+      }
+    } catch (const std::exception& e) {
+      return storage_error(e.what());
+    }
+    finish(call, merged(call, call.decided));
+    return grpc::Status::OK;
+  }
   try {
     if (call.plan.size() > 1 && !call.hits.empty() && !call.any_cached)
       keep_only_the_first_over(call.hits, counters_->count(reads_of(call.hits), call.now));
@@ -431,6 +534,15 @@ void Service::should_rate_limit_async(const pb::RateLimitRequest& request,
   if (grpc::Status st = plan(request, *call); !st.ok()) return done(st);
   call->now = now_();
   consult_cache(*call);
+  if (settings_.all_or_nothing) {
+    call->dropped.assign(call->hits.size(), false);
+    call->decided.assign(call->hits.size(), Decision{});
+    if (call->hits.empty()) {
+      finish(*call, {});
+      return done(grpc::Status::OK);
+    }
+    return all_or_nothing_async(std::move(call), std::move(done));
+  }
   auto counters = counters_;
   auto count = [this, call, counters, done]() {
     auto send = to_send(call->hits, call->cached);

@@ -117,6 +117,25 @@ TEST_CASE("Settings the server does not implement are refused by name", "[server
                     Catch::StartsWith("GRPC_PORT = \"70000\": not a port"));
 }
 
+TEST_CASE("All-or-nothing counting is our own setting, off by default, refused on a cluster",
+          "[server]") {
+  CHECK_FALSE(settings_from({}).all_or_nothing);
+  CHECK(settings_from({{"RATELIMIT_SERVER_ALL_OR_NOTHING", "true"}}).all_or_nothing);
+  CHECK_FALSE(settings_from({{"RATELIMIT_SERVER_ALL_OR_NOTHING", "true"}},
+                            {"--ratelimit-server-all-or-nothing=false"})
+                  .all_or_nothing);  // the flag wins
+  CHECK_THROWS_WITH(settings_from({{"RATELIMIT_SERVER_ALL_OR_NOTHING", "yes"}}),
+                    Catch::StartsWith("RATELIMIT_SERVER_ALL_OR_NOTHING = \"yes\": not a boolean"));
+  // A misspelt variable of our prefix is refused by name, not ignored.
+  CHECK_THROWS_WITH(settings_from({{"RATELIMIT_SERVER_ALL_OR_NOTHNG", "true"}}),
+                    Catch::StartsWith("RATELIMIT_SERVER_ALL_OR_NOTHNG: not a setting"));
+  CHECK_THROWS_WITH(settings_from({{"RATELIMIT_SERVER_ALL_OR_NOTHING", "true"},
+                                   {"REDIS_TYPE", "cluster"},
+                                   {"REDIS_URL", "127.0.0.1:7000"}}),
+                    Catch::StartsWith("RATELIMIT_SERVER_ALL_OR_NOTHING = true: not with "
+                                      "REDIS_TYPE = cluster"));
+}
+
 TEST_CASE("A broken rules file on reload keeps the previous configuration", "[server]") {
   // Source: ratelimit.go reloadConfig: a config error is logged and counted, the old
   // configuration stays.

@@ -579,3 +579,82 @@ descriptors:
   for (int k = 0; k < 3; ++k) f.ok("alg", {{{{"go", "a"}}}});
   CHECK(f.ok("alg", {{{{"go", "a"}}}}).overall_code() == Code::OVER_LIMIT);
 }
+
+TEST_CASE("All or nothing: a call's descriptors are counted only if every one is within its limit",
+          "[server]") {
+  // RATELIMIT_SERVER_ALL_OR_NOTHING (ours): the storage's decide_all, as the library's rule
+  // sets decide. Limits: a 1 per minute (Go window), b 3 per minute (Go window), t a token
+  // bucket of 2 (a token every 60 / 2 = 30 s).
+  const std::string yaml = R"(
+domain: aon
+descriptors:
+  - key: a
+    rate_limit: {unit: minute, requests_per_unit: 1}
+  - key: b
+    rate_limit: {unit: minute, requests_per_unit: 3}
+  - key: t
+    rate_limit: {unit: minute, requests_per_unit: 2, algorithm: token_bucket}
+  - key: s
+    shadow_mode: true
+    rate_limit: {unit: minute, requests_per_unit: 1}
+)";
+  ratelimit::server::ServiceSettings settings;
+  settings.all_or_nothing = true;
+  Fixture f(yaml, settings);
+  const Desc a{{{"a", "x"}}}, b{{{"b", "x"}}}, t{{{"t", "x"}}}, s{{{"s", "x"}}};
+  // First call: a 1 <= 1, b 1 <= 3, t 1 of 2: all admitted and counted.
+  const auto first = f.ok("aon", {a, b, t});
+  CHECK(first.overall_code() == Code::OK);
+  CHECK(first.statuses(0).limit_remaining() == 0);  // 1 - 1
+  CHECK(first.statuses(1).limit_remaining() == 2);  // 3 - 1
+  CHECK(first.statuses(2).limit_remaining() == 1);  // 2 - 1
+  // Second: a would be 2 > 1, so nothing is counted; b and t report their counters as they
+  // are (the storage's dry run).
+  const auto second = f.ok("aon", {a, b, t});
+  CHECK(second.overall_code() == Code::OVER_LIMIT);
+  CHECK(second.statuses(0).code() == Code::OVER_LIMIT);
+  CHECK(second.statuses(0).limit_remaining() == 0);  // 1 - 1
+  CHECK(second.statuses(1).code() == Code::OK);
+  CHECK(second.statuses(1).limit_remaining() == 2);  // 3 - 1
+  CHECK(second.statuses(2).limit_remaining() == 1);  // 2 - 1
+  // Proof that b and t were not counted: alone they are at their first call's counts.
+  const auto bt = f.ok("aon", {b, t});
+  CHECK(bt.overall_code() == Code::OK);
+  CHECK(bt.statuses(0).limit_remaining() == 1);  // 3 - 2: the first call and this one
+  CHECK(bt.statuses(1).limit_remaining() == 0);  // 2 - 2
+  // Two descriptors on one counter are one hit of 2: b is at 2, 2 + 2 > 3, none counted.
+  const auto twice = f.ok("aon", {b, b});
+  CHECK(twice.overall_code() == Code::OVER_LIMIT);
+  CHECK(f.ok("aon", {b}).statuses(0).limit_remaining() == 0);  // 3 - 3: b was at 2
+  // A call of one descriptor over its limit counts nothing either (the reference counts every
+  // hit): 5 hits on a fresh b counter of 3 are over (5 > 3), and then 1 hit leaves 3 - 1 = 2.
+  Desc five{{{"b", "y"}}};
+  five.hits = 5;
+  CHECK(f.ok("aon", {five}).overall_code() == Code::OVER_LIMIT);
+  CHECK(f.ok("aon", {{{{"b", "y"}}}}).statuses(0).limit_remaining() == 2);
+  // A shadow-mode limit's denial does not deny the call: it is dropped and the rest decided
+  // again.
+  f.clock.advance(std::chrono::seconds{60});  // new Go windows
+  f.ok("aon", {s});                           // s at 1 of 1
+  const auto shadow = f.ok("aon", {s, b});
+  CHECK(shadow.overall_code() == Code::OK);
+  CHECK(shadow.statuses(0).code() == Code::OK);      // shadow: reported OK, 0 remaining
+  CHECK(shadow.statuses(1).limit_remaining() == 2);  // b counted: 3 - 1
+}
+
+TEST_CASE("Without all or nothing every hit is counted, as the reference", "[server]") {
+  // The default, as the reference (src/redis/fixed_cache_impl.go, DoLimit): when a descriptor
+  // of a call goes over, only it is counted and the others are read. Here b (a limit of 0) is
+  // over, so a is only read.
+  Fixture f(R"(
+domain: d
+descriptors:
+  - key: a
+    rate_limit: {unit: minute, requests_per_unit: 5}
+  - key: b
+    rate_limit: {unit: minute, requests_per_unit: 0}
+)");
+  const Desc a{{{"a", "x"}}}, b{{{"b", "x"}}};
+  CHECK(f.ok("d", {a, b}).overall_code() == Code::OVER_LIMIT);
+  CHECK(f.ok("d", {a}).statuses(0).limit_remaining() == 4);  // 5 - 1: only this call counted a
+}
