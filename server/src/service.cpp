@@ -209,6 +209,8 @@ struct Service::Call {
   /// limit), and its latest decision.
   std::vector<bool> dropped;
   std::vector<Decision> decided;
+  /// All or nothing: false when the last round denied, so nothing was counted.
+  bool counted = true;
 
   std::vector<Hit> round() const;
 };
@@ -462,6 +464,7 @@ bool Service::after_round(Call& call, std::vector<Decision> decided) const {
     call.decided[sent[i]] = decided[i];
     all = all && decided[i].allowed;
   }
+  call.counted = all;
   if (all) return false;
   std::vector<const Planned*> owner(call.hits.size(), nullptr);
   for (const Planned& p : call.plan)
@@ -629,7 +632,9 @@ void Service::finish(Call& call, const std::vector<Decision>& ds) const {
     set_status(*st, p, d,
                p.library ? library_reset_s(d, p.unit.window_s)
                          : p.unit.window_s - now_s % p.unit.window_s);
-    if (settings_.listener && p.hit && call.hits[*p.hit].hits > 0)
+    // A call that counted nothing (all or nothing) reports only its denials: the others'
+    // admissions were dry runs.
+    if (settings_.listener && p.hit && call.hits[*p.hit].hits > 0 && (call.counted || !d.allowed))
       report(*settings_.listener, p, d, call.hits[*p.hit].hits);
     const bool denied = st->code() == pb::RateLimitResponse::OVER_LIMIT;
     if (p.quota) {

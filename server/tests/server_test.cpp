@@ -19,6 +19,7 @@
 #include <ratelimit/rules.hpp>
 
 #include "counters.hpp"
+#include "support/counting_listener.hpp"
 #if defined(RATELIMIT_SERVER_TEST_CLUSTER)
 #include "support/cluster_backend.hpp"
 #elif defined(RATELIMIT_SERVER_HAVE_REDIS)
@@ -649,6 +650,30 @@ descriptors:
   CHECK(shadow.overall_code() == Code::OK);
   CHECK(shadow.statuses(0).code() == Code::OK);      // shadow: reported OK, 0 remaining
   CHECK(shadow.statuses(1).limit_remaining() == 2);  // b counted: 3 - 1
+}
+
+TEST_CASE("All or nothing: a call that counted nothing reports only its denials to the listener",
+          "[server]") {
+  // Regression guard: the dry-run admissions of a call that counted nothing were reported to
+  // the listener (the Prometheus decisions) as if spent.
+  ratelimit::server::ServiceSettings settings;
+  settings.all_or_nothing = true;
+  auto listener = std::make_shared<rltest::CountingListener>();
+  settings.listener = listener;
+  Fixture f(R"(
+domain: l
+descriptors:
+  - key: a
+    rate_limit: {unit: minute, requests_per_unit: 0}
+  - key: b
+    rate_limit: {unit: minute, requests_per_unit: 5}
+)",
+            settings);
+  CHECK(f.ok("l", {{{{"a", "x"}}}, {{{"b", "x"}}}}).overall_code() == Code::OVER_LIMIT);
+  CHECK(listener->total() == 1);  // a's denial (1 > 0); b's admission was a dry run
+  CHECK(listener->count("l.b", ratelimit::Outcome::allowed) == 0);
+  f.ok("l", {{{{"b", "x"}}}});
+  CHECK(listener->count("l.b", ratelimit::Outcome::allowed) == 1);  // counted: reported
 }
 #endif
 

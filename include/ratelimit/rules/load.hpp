@@ -53,7 +53,9 @@
 /// (`algorithm: calendar_quota`, in the registry `QuotaAlgorithms` of ratelimit/calendar.hpp) the
 /// units `week` and `month` and the fields `time_zone` (IANA name, default UTC) and `first_day` (of
 /// a week, default monday); other algorithms refuse those. `requests_per_unit: 0` blocks every
-/// matching request (denied with `retry_after == Decision::never`). Several files: `RulesConfig`
+/// matching request (denied with `retry_after == Decision::never`). A registry may also name
+/// the algorithm of a limit that names none and accept `unit: year` (`algorithm_names`; the
+/// gRPC server's registry does both). Several files: `RulesConfig`
 /// (rules/config.hpp). Stricter than the reference: a rule name used twice in a domain and a
 /// missing `requests_per_unit` (0 there) are refused; `unlimited: true` with a
 /// `requests_per_unit` is accepted (ignored) as there.
