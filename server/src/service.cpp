@@ -395,9 +395,10 @@ grpc::Status Service::plan(const pb::RateLimitRequest& request, Call& call) cons
   for (Planned& p : plan)
     if (p.rule != nullptr && !p.rule->given_name.empty() &&
         replacing.count(p.rule->given_name) != 0) {
-      hits[*p.hit].hits = -1;  // dropped below
+      if (p.hit) hits[*p.hit].hits = -1;  // dropped below (a blocked limit has no hit)
       p.hit.reset();
       p.rule = nullptr;
+      p.blocked = false;
     }
   std::vector<std::size_t> index(hits.size());
   {
@@ -412,7 +413,15 @@ grpc::Status Service::plan(const pb::RateLimitRequest& request, Call& call) cons
   }
   if (settings_.all_or_nothing) {
     merge_same_counters(call.plan, hits);
-    for (Hit& hit : hits) hit.count_denied = false;  // a call over its limits counts nothing
+    // A limit of 0 of a library algorithm is denied without the storage: the call then counts
+    // nothing, its other descriptors only read (a shadow- or quota-mode one does not deny).
+    const bool blocked = std::any_of(plan.begin(), plan.end(), [](const Planned& p) {
+      return p.blocked && !p.shadow && !p.quota;
+    });
+    for (Hit& hit : hits) {
+      hit.count_denied = false;  // a call over its limits counts nothing
+      if (blocked) hit.hits = 0;
+    }
   }
   return grpc::Status::OK;
 }

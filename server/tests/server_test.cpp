@@ -675,6 +675,27 @@ descriptors:
   f.ok("l", {{{{"b", "x"}}}});
   CHECK(listener->count("l.b", ratelimit::Outcome::allowed) == 1);  // counted: reported
 }
+
+TEST_CASE("All or nothing: a library algorithm's limit of 0 makes the call count nothing",
+          "[server]") {
+  // Regression guard: a token bucket of 0 is denied without the storage, and the call's other
+  // descriptors were counted beside it.
+  ratelimit::server::ServiceSettings settings;
+  settings.all_or_nothing = true;
+  Fixture f(R"(
+domain: z
+descriptors:
+  - key: none
+    rate_limit: {unit: minute, requests_per_unit: 0, algorithm: token_bucket}
+  - key: b
+    rate_limit: {unit: minute, requests_per_unit: 5}
+)",
+            settings);
+  const auto res = f.ok("z", {{{{"none", "x"}}}, {{{"b", "x"}}}});
+  CHECK(res.overall_code() == Code::OVER_LIMIT);
+  CHECK(res.statuses(1).limit_remaining() == 5);                          // read: 5 - 0
+  CHECK(f.ok("z", {{{{"b", "x"}}}}).statuses(0).limit_remaining() == 4);  // 5 - 1: only this
+}
 #endif
 
 TEST_CASE("Without all or nothing every hit is counted, as the reference", "[server]") {
@@ -692,4 +713,24 @@ descriptors:
   const Desc a{{{"a", "x"}}}, b{{{"b", "x"}}};
   CHECK(f.ok("d", {a, b}).overall_code() == Code::OVER_LIMIT);
   CHECK(f.ok("d", {a}).statuses(0).limit_remaining() == 4);  // 5 - 1: only this call counted a
+}
+
+TEST_CASE("A library algorithm's limit of 0 named in another's replaces is not applied",
+          "[server]") {
+  // Regression guard: such a limit has no counter, and dropping it read a hit it lacked.
+  Fixture f(R"(
+domain: r
+descriptors:
+  - key: a
+    rate_limit: {unit: minute, requests_per_unit: 0, algorithm: token_bucket, name: zero}
+  - key: b
+    rate_limit:
+      unit: minute
+      requests_per_unit: 5
+      replaces: [{name: zero}]
+)");
+  const auto res = f.ok("r", {{{{"a", "x"}}}, {{{"b", "x"}}}});
+  CHECK(res.overall_code() == Code::OK);
+  CHECK_FALSE(res.statuses(0).has_current_limit());  // replaced: not applied
+  CHECK(res.statuses(1).limit_remaining() == 4);     // 5 - 1
 }
