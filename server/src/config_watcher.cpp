@@ -2,6 +2,7 @@
 
 #include <iostream>
 
+#include "server_algorithms.hpp"
 #include "settings.hpp"
 
 namespace ratelimit::server {
@@ -37,8 +38,8 @@ bool ConfigWatcher::poll() {
   seen_ = sig;
   try {
     const auto files = rules_files(dir_, ignore_dotfiles_);
-    service_->reload(
-        RulesConfig::from_files(std::span<const std::filesystem::path>(files), merge_));
+    service_->reload(RulesConfig::from_files<ServerAlgorithms>(
+        std::span<const std::filesystem::path>(files), merge_));
     loaded_ = loaded_ || !files.empty();
     error_.clear();
     return true;

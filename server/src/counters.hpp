@@ -10,6 +10,7 @@
 #include <memory>
 #include <span>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include <ratelimit/core/decision.hpp>
@@ -23,17 +24,24 @@ class Listener;              // core/listener.hpp
 namespace ratelimit::server {
 
 /// One descriptor's hits on one counter: the limit's identity (stable across reloads while the
-/// limit's path and unit stay), the counter within it, the limit and its window, and the hits
-/// (0 reads without counting).
+/// limit's path and unit stay), the counter within it, the limit and its window, the hits
+/// (0 reads without counting) and the algorithm.
 struct Hit {
   std::string limit_id;
   std::string key;
-  std::int64_t limit = 0;
-  std::int64_t window_s = 1;
+  std::int64_t limit = 0;     ///< requests per window, 0 to 2^32 - 1
+  std::int64_t window_s = 1;  ///< the window (for a library algorithm: the rate's period), >= 1
   std::int64_t hits = 1;
+  /// A name of `ServerAlgorithms` (the rule's `algorithm`, pointing at the model's static
+  /// name); empty: the Go window (go_window.hpp), whose parameters are limit and window_s. A
+  /// library algorithm gets `M::from_rate(limit per window_s)`.
+  std::string_view algorithm;
+  /// The Go window only: count a hit over the limit too (the reference), or only admitted
+  /// ones (the all-or-nothing option).
+  bool count_denied = true;
 };
 
-/// A storage of Go-style window counters (see go_window.hpp).
+/// A storage of counters: the Go window's (see go_window.hpp) and the library's algorithms'.
 /// Thread safety: `count` is safe from many threads.
 class Counters {
  public:
@@ -51,6 +59,25 @@ class Counters {
     std::vector<Decision> ds;
     try {
       ds = count(hits, now);
+    } catch (...) {
+      return done({}, std::current_exception());
+    }
+    done(std::move(ds), nullptr);
+  }
+
+  /// All or nothing: every hit is admitted and counted, or nothing changes anywhere (the
+  /// storage's `decide_all`, as the library's rule sets decide). Returns each hit's decision
+  /// (when not all admitted, what each would have been). Hits name distinct counters. Throws
+  /// `std::runtime_error` when the storage fails.
+  virtual std::vector<Decision> count_all(std::span<const Hit> hits,
+                                          std::chrono::nanoseconds now) = 0;
+  /// `count_all` without blocking, called back as `count_async`. By default, `count_all` here.
+  virtual void count_all_async(
+      std::vector<Hit> hits, std::chrono::nanoseconds now,
+      std::function<void(std::vector<Decision>, std::exception_ptr)> done) {
+    std::vector<Decision> ds;
+    try {
+      ds = count_all(hits, now);
     } catch (...) {
       return done({}, std::current_exception());
     }

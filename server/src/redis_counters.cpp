@@ -6,14 +6,15 @@
 
 #include <ratelimit/redis.hpp>
 
+#include "any_binding.hpp"
 #include "counters.hpp"
-#include "go_window.hpp"
 
 namespace ratelimit::server {
 namespace {
 
 /// Counters on Redis (`RedisStorage` or `RedisClusterStorage`): each hit is one script call
-/// (server/lua/go_window.lua); on a cluster each counter lives on its key's node.
+/// (server/lua/go_window.lua, or the library algorithm's); on a cluster each counter lives on
+/// its key's node.
 /// A decision that the storage's failure policy had to make (Redis unreachable) is an error,
 /// as the reference returns Redis errors to the caller.
 template <class Storage>
@@ -30,7 +31,7 @@ class RedisCounters final : public Counters {
     out.reserve(hits.size());
     for (const Hit& h : hits) {
       const auto binding = binding_of(h);
-      const Decision d = binding.apply(h.key, now, Operation{h.hits > 0 ? h.hits : 1, h.hits <= 0});
+      const Decision d = binding.apply(h.key, now, detail::operation_of(h));
       if (d.degraded)
         throw std::runtime_error(
             "Redis did not answer (its errors are counted in ratelimit_redis_errors_total on "
@@ -38,6 +39,50 @@ class RedisCounters final : public Counters {
       out.push_back(d);
     }
     return out;
+  }
+
+  std::vector<Decision> count_all(std::span<const Hit> hits,
+                                  std::chrono::nanoseconds now) override {
+    std::vector<Binding> bindings;
+    for (const Hit& h : hits) bindings.push_back(binding_of(h));
+    std::vector<typename Storage::Part> parts;
+    for (std::size_t i = 0; i < hits.size(); ++i)
+      parts.push_back(bindings[i].part(hits[i].key, detail::operation_of(hits[i])));
+    std::vector<Decision> out(hits.size());
+    storage_.decide_all(parts, now, out);
+    throw_if_degraded(out);
+    return out;
+  }
+
+  /// One script call for every hit; `done` runs on the storage's I/O thread when it answers.
+  void count_all_async(
+      std::vector<Hit> hits, std::chrono::nanoseconds now,
+      std::function<void(std::vector<Decision>, std::exception_ptr)> done) override {
+    // The parts point at the bindings and keys: both live in `held` until the answer.
+    struct Held {
+      std::vector<Hit> hits;
+      std::vector<Binding> bindings;
+    };
+    auto held = std::make_shared<Held>();
+    held->hits = std::move(hits);
+    std::vector<typename Storage::Part> parts;
+    try {
+      for (const Hit& h : held->hits) held->bindings.push_back(binding_of(h));
+      for (std::size_t i = 0; i < held->hits.size(); ++i)
+        parts.push_back(
+            held->bindings[i].part(held->hits[i].key, detail::operation_of(held->hits[i])));
+      storage_.decide_all_async(parts, now,
+                                [held, done](std::vector<Decision>&& out, bool) mutable {
+                                  try {
+                                    throw_if_degraded(out);
+                                  } catch (...) {
+                                    return done({}, std::current_exception());
+                                  }
+                                  done(std::move(out), nullptr);
+                                });
+    } catch (...) {
+      return done({}, std::current_exception());
+    }
   }
 
   /// Every hit sent at once; `done` runs on the storage's I/O thread when the last answers.
@@ -63,23 +108,21 @@ class RedisCounters final : public Counters {
     }
     for (std::size_t i = 0; i < g->hits.size(); ++i) {
       const Hit& h = g->hits[i];
-      g->bindings[i].apply_async(
-          h.key, now, Operation{h.hits > 0 ? h.hits : 1, h.hits <= 0}, [g, i](Decision d) {
-            g->out[i] = d;
-            if (d.degraded) g->failed = true;
-            if (g->left.fetch_sub(1) != 1) return;
-            if (g->failed)
-              return g->done({}, std::make_exception_ptr(std::runtime_error(
-                                     "Redis did not answer (its errors are counted in "
-                                     "ratelimit_redis_errors_total on /metrics)")));
-            g->done(std::move(g->out), nullptr);
-          });
+      g->bindings[i].apply_async(h.key, now, detail::operation_of(h), [g, i](Decision d) {
+        g->out[i] = d;
+        if (d.degraded) g->failed = true;
+        if (g->left.fetch_sub(1) != 1) return;
+        if (g->failed)
+          return g->done({}, std::make_exception_ptr(std::runtime_error(
+                                 "Redis did not answer (its errors are counted in "
+                                 "ratelimit_redis_errors_total on /metrics)")));
+        g->done(std::move(g->out), nullptr);
+      });
     }
   }
 
  private:
-  using Binding = decltype(std::declval<Storage&>().template bind<GoWindowModel>(
-      std::string_view{}, GoWindowModel::Params{}));
+  using Binding = detail::AnyBinding<Storage>;
 
   /// The binding of a limit, kept for the next calls (bounded: cleared when it grows past
   /// 65,536 limits, which only a configuration that many limits or a flood of overrides
@@ -87,16 +130,26 @@ class RedisCounters final : public Counters {
   Binding binding_of(const Hit& h) {
     std::string id = h.limit_id;
     id += '\0';
+    id += h.algorithm;
+    id += '\0';
     id += std::to_string(h.limit);
     id += '/';
     id += std::to_string(h.window_s);
+    if (h.algorithm.empty() && h.hits <= 0) id += 'r';      // the Go window's reading binding
+    if (h.algorithm.empty() && !h.count_denied) id += 'a';  // counting only admitted hits
     const std::lock_guard lock(mutex_);
     if (const auto it = bindings_.find(id); it != bindings_.end()) return it->second;
     if (bindings_.size() >= 65'536) bindings_.clear();
-    return bindings_
-        .emplace(std::move(id), storage_.template bind<GoWindowModel>(
-                                    h.limit_id, GoWindowModel::Params{h.limit, h.window_s}))
-        .first->second;
+    return bindings_.emplace(std::move(id), Binding::make(storage_, h)).first->second;
+  }
+
+  /// A decision the failure policy made (Redis did not answer) is the caller's error.
+  static void throw_if_degraded(const std::vector<Decision>& out) {
+    for (const Decision& d : out)
+      if (d.degraded)
+        throw std::runtime_error(
+            "Redis did not answer (its errors are counted in ratelimit_redis_errors_total on "
+            "/metrics)");
   }
 
   Storage storage_;

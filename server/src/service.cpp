@@ -4,9 +4,14 @@
 #include <limits>
 #include <optional>
 #include <stdexcept>
+#include <type_traits>
+#include <unordered_map>
 #include <unordered_set>
 #include <utility>
 #include <vector>
+
+#include "go_window.hpp"
+#include "server_algorithms.hpp"
 
 namespace ratelimit::server {
 namespace {
@@ -15,37 +20,37 @@ namespace pb = envoy::service::ratelimit::v3;
 using Unit = pb::RateLimitResponse::RateLimit::Unit;
 
 /// A limit as the wire reports it: the unit enum and the window in seconds (the reference's
-/// UnitToDivider, src/utils/utilities.go: a month is 30 days, a year 365).
+/// UnitToDivider, src/utils/utilities.go: a week is 7 days, a month 30, a year 365).
 struct WireUnit {
   Unit unit;
   std::int64_t window_s;
 };
 
+/// The units by wire number (Envoy's rls.proto: WEEK, added last, is 7) and rules-file name.
+constexpr struct {
+  int number;
+  Unit unit;
+  std::string_view name;
+} units[] = {{1, pb::RateLimitResponse::RateLimit::SECOND, "second"},
+             {2, pb::RateLimitResponse::RateLimit::MINUTE, "minute"},
+             {3, pb::RateLimitResponse::RateLimit::HOUR, "hour"},
+             {4, pb::RateLimitResponse::RateLimit::DAY, "day"},
+             {7, pb::RateLimitResponse::RateLimit::WEEK, "week"},
+             {5, pb::RateLimitResponse::RateLimit::MONTH, "month"},
+             {6, pb::RateLimitResponse::RateLimit::YEAR, "year"}};
+
+/// The unit of a limit override: its number as the reference reads it (a cast to the response's
+/// enum, src/config/config_impl.go GetLimit), so 7 is a week though Envoy's RateLimitUnit lacks it.
 std::optional<WireUnit> unit_of_enum(int value) {
-  switch (value) {
-    case 1:
-      return WireUnit{pb::RateLimitResponse::RateLimit::SECOND, 1};
-    case 2:
-      return WireUnit{pb::RateLimitResponse::RateLimit::MINUTE, 60};
-    case 3:
-      return WireUnit{pb::RateLimitResponse::RateLimit::HOUR, 3600};
-    case 4:
-      return WireUnit{pb::RateLimitResponse::RateLimit::DAY, 86400};
-    case 5:
-      return WireUnit{pb::RateLimitResponse::RateLimit::MONTH, 86400 * 30};
-    case 6:
-      return WireUnit{pb::RateLimitResponse::RateLimit::YEAR, 86400 * 365};
-    default:
-      return std::nullopt;
-  }
+  for (const auto& u : units)
+    if (u.number == value) return WireUnit{u.unit, GoWindowModel::divider(u.name)};
+  return std::nullopt;
 }
 
-/// The unit of a rules file's limit (the reader accepts second to day for these limits).
+/// The unit of a rules file's limit (the loader gives it in lower case).
 std::optional<WireUnit> unit_of_rule(const Rule& r) {
-  static constexpr std::pair<std::string_view, int> names[] = {
-      {"second", 1}, {"minute", 2}, {"hour", 3}, {"day", 4}, {"month", 5}, {"year", 6}};
-  for (const auto& [n, v] : names)
-    if (r.unit == n) return unit_of_enum(v);
+  for (const auto& u : units)
+    if (r.unit == u.name) return WireUnit{u.unit, GoWindowModel::divider(u.name)};
   return std::nullopt;
 }
 
@@ -55,6 +60,10 @@ struct Planned {
   bool unlimited = false;
   bool shadow = false;
   bool quota = false;
+  /// Decided by a library algorithm (the rule's `algorithm`), not the Go window.
+  bool library = false;
+  /// A library algorithm's `requests_per_unit: 0`: denied without asking the storage.
+  bool blocked = false;
   std::optional<std::size_t> hit;  ///< its entry in the hits, when counted
   WireUnit unit{};
   std::int64_t limit = 0;
@@ -142,7 +151,7 @@ class OverLimitCache {
 
 Service::Service(std::shared_ptr<Counters> counters, ServiceSettings settings, Now now)
     : counters_(std::move(counters)), settings_(std::move(settings)), now_(std::move(now)) {
-  if (settings_.over_limit_cache_bytes > 0)
+  if (settings_.over_limit_cache_bytes > 0 && !settings_.all_or_nothing)
     cache_ = std::make_unique<detail::OverLimitCache>(settings_.over_limit_cache_bytes);
 }
 
@@ -154,15 +163,28 @@ std::chrono::nanoseconds Service::system_now() {
 }
 
 void Service::reload(RulesConfig config) {
-  // Every limit is counted as the reference counts (go_window.hpp): a rule that names another
-  // algorithm (the library's extension) would silently be decided otherwise, so it is refused.
+  // A rule is served by the algorithm it names; its parameters are checked now, so that a
+  // limit no model can hold is refused with its line rather than failing every call.
   for (const Rules& rules : config.domains())
-    for (const Rule& r : rules.rules())
-      if (r.algorithm != Algorithm::sliding_counter)
+    for (const Rule& r : rules.rules()) {
+      bool known = false;
+      ServerAlgorithms::visit(r.algorithm.name, [&]<class M>() {
+        known = true;
+        if (r.blocks() || std::is_same_v<M, GoWindowModel>) return;
+        try {
+          (void)M::from_rate(r.rate);
+        } catch (const std::invalid_argument& e) {
+          throw std::invalid_argument(r.source + ":" + std::to_string(r.line) +
+                                      ": rate_limit.algorithm = \"" +
+                                      std::string(r.algorithm.name) + "\": " + e.what());
+        }
+      });
+      if (!known)  // a configuration loaded with another registry
         throw std::invalid_argument(r.source + ":" + std::to_string(r.line) +
                                     ": rate_limit.algorithm = \"" + std::string(r.algorithm.name) +
-                                    "\": this server counts every limit as Envoy's rate limit "
-                                    "service does; leave the algorithm out");
+                                    "\": not an algorithm of this server (load the rules with "
+                                    "ServerAlgorithms)");
+    }
   auto next = std::make_shared<const RulesConfig>(std::move(config));
   const std::lock_guard lock(mutex_);
   config_ = std::move(next);
@@ -183,6 +205,14 @@ struct Service::Call {
   /// Per hit: known over its limit from the over-limit cache (not sent to the storage).
   std::vector<bool> cached;
   bool any_cached = false;
+  /// All or nothing: per hit, dropped from the next rounds (a denied shadow- or quota-mode
+  /// limit), and its latest decision.
+  std::vector<bool> dropped;
+  std::vector<Decision> decided;
+  /// All or nothing: false when the last round denied, so nothing was counted.
+  bool counted = true;
+
+  std::vector<Hit> round() const;
 };
 
 namespace {
@@ -215,8 +245,10 @@ void Service::consult_cache(Call& call) const {
   call.cached.assign(call.hits.size(), false);
   if (!cache_) return;
   const std::int64_t now_s = seconds_of(call.now);
+  // Only the Go window's counters: a library algorithm may admit again before a window ends.
   for (std::size_t k = 0; k < call.hits.size(); ++k)
-    if (call.hits[k].hits > 0 && cache_->over(cache_key(call.hits[k], now_s), now_s))
+    if (call.hits[k].hits > 0 && call.hits[k].algorithm.empty() &&
+        cache_->over(cache_key(call.hits[k], now_s), now_s))
       call.cached[k] = call.any_cached = true;
   // As the reference: once one counter of the call is known over, the others are only read.
   if (call.any_cached)
@@ -239,11 +271,39 @@ std::vector<Decision> Service::merged(const Call& call, std::vector<Decision> se
       continue;
     }
     out[k] = sent[next++];
-    if (cache_ && h.hits > 0 && !out[k].allowed)
+    if (cache_ && h.hits > 0 && h.algorithm.empty() && !out[k].allowed)
       cache_->remember(cache_key(h, now_s), (now_s / h.window_s + 1) * h.window_s, now_s);
   }
   return out;
 }
+
+namespace {
+
+/// All or nothing decides each counter once (`decide_all` refuses a key twice): descriptors
+/// on one counter become one hit of their summed hits, reported to each.
+void merge_same_counters(std::vector<Planned>& plan, std::vector<Hit>& hits) {
+  std::unordered_map<std::string, std::size_t> first;
+  std::vector<std::size_t> index(hits.size());
+  std::vector<Hit> kept;
+  for (std::size_t k = 0; k < hits.size(); ++k) {
+    std::string id(hits[k].algorithm);
+    append_field(id, hits[k].limit_id);
+    append_field(id, hits[k].key);
+    const auto [it, fresh] = first.emplace(std::move(id), kept.size());
+    index[k] = it->second;
+    if (fresh) {
+      kept.push_back(std::move(hits[k]));
+    } else {
+      Hit& into = kept[it->second];
+      into.hits = std::min(into.hits + hits[k].hits, std::int64_t{1} << 62);
+    }
+  }
+  hits = std::move(kept);
+  for (Planned& p : plan)
+    if (p.hit) p.hit = index[*p.hit];
+}
+
+}  // namespace
 
 grpc::Status Service::plan(const pb::RateLimitRequest& request, Call& call) const {
   // As the reference (src/service/ratelimit.go, shouldRateLimitWorker): a Go error returned
@@ -280,11 +340,12 @@ grpc::Status Service::plan(const pb::RateLimitRequest& request, Call& call) cons
       if (!unit)
         return {grpc::StatusCode::INVALID_ARGUMENT,
                 "RateLimitOverride.unit = " + std::to_string(d.limit().unit()) +
-                    ": not a known unit (SECOND, MINUTE, HOUR, DAY, MONTH or YEAR)"};
+                    ": not a known unit (SECOND = 1, MINUTE = 2, HOUR = 3, DAY = 4, MONTH = 5, "
+                    "YEAR = 6 or WEEK = 7)"};
       p.unit = *unit;
       p.limit = d.limit().requests_per_unit();
       if (settings_.listener) p.metric = request.domain() + ".override";
-      Hit hit{"override:", "", p.limit, unit->window_s, h};
+      Hit hit{"override:", "", p.limit, unit->window_s, h, {}, true};
       append_field(hit.limit_id, request.domain());
       hit.limit_id += std::to_string(unit->window_s);
       for (const auto& e : d.entries()) {
@@ -305,12 +366,13 @@ grpc::Status Service::plan(const pb::RateLimitRequest& request, Call& call) cons
     }
     if (m.rule == nullptr) continue;
     const auto unit = unit_of_rule(*m.rule);
-    if (!unit) continue;  // a calendar unit: not served by this server (refused at load)
+    if (!unit) continue;  // none: the loader reads no other unit
     p.rule = m.rule;
     p.shadow = m.rule->shadow_mode;
     p.quota = m.rule->quota_mode;
     p.unit = *unit;
     p.limit = m.rule->rate.count;
+    p.library = m.rule->algorithm.name != GoWindowModel::name;
     p.name = m.rule->given_name;
     if (settings_.listener)
       p.metric =
@@ -319,16 +381,24 @@ grpc::Status Service::plan(const pb::RateLimitRequest& request, Call& call) cons
               if (e.key == k) return &e.value;
             return nullptr;
           });
+    if (p.library && m.rule->blocks()) {
+      p.blocked = true;  // from_rate refuses a limit of 0: nothing to count
+      continue;
+    }
     p.hit = hits.size();
-    hits.push_back(Hit{m.rule->id, std::move(m.key), p.limit, unit->window_s, h});
+    // A library algorithm's rate is the loader's (its units are second to day, whose periods
+    // are the Go dividers).
+    hits.push_back(Hit{m.rule->id, std::move(m.key), p.limit, unit->window_s, h,
+                       p.library ? m.rule->algorithm.name : std::string_view{}, true});
   }
   // A limit named in the `replaces` of another applying limit is not applied (ratelimit.go).
   for (Planned& p : plan)
     if (p.rule != nullptr && !p.rule->given_name.empty() &&
         replacing.count(p.rule->given_name) != 0) {
-      hits[*p.hit].hits = -1;  // dropped below
+      if (p.hit) hits[*p.hit].hits = -1;  // dropped below (a blocked limit has no hit)
       p.hit.reset();
       p.rule = nullptr;
+      p.blocked = false;
     }
   std::vector<std::size_t> index(hits.size());
   {
@@ -340,6 +410,18 @@ grpc::Status Service::plan(const pb::RateLimitRequest& request, Call& call) cons
     hits = std::move(kept);
     for (Planned& p : plan)
       if (p.hit) p.hit = index[*p.hit];
+  }
+  if (settings_.all_or_nothing) {
+    merge_same_counters(call.plan, hits);
+    // A limit of 0 of a library algorithm is denied without the storage: the call then counts
+    // nothing, its other descriptors only read (a shadow- or quota-mode one does not deny).
+    const bool blocked = std::any_of(plan.begin(), plan.end(), [](const Planned& p) {
+      return p.blocked && !p.shadow && !p.quota;
+    });
+    for (Hit& hit : hits) {
+      hit.count_denied = false;  // a call over its limits counts nothing
+      if (blocked) hit.hits = 0;
+    }
   }
   return grpc::Status::OK;
 }
@@ -371,6 +453,58 @@ grpc::Status storage_error(const std::string& what) {
 
 }  // namespace
 
+/// The hits of the next all-or-nothing round: those not dropped.
+std::vector<Hit> Service::Call::round() const {
+  std::vector<Hit> out;
+  for (std::size_t k = 0; k < hits.size(); ++k)
+    if (!dropped[k]) out.push_back(hits[k]);
+  return out;
+}
+
+/// Takes a round's decisions (in `round()`'s order); true when another round is due: not all
+/// admitted, and a denied shadow-mode hit, or a denied quota-mode hit while some quota-mode hit
+/// admits, is dropped (the library's rule sets: such a denial does not deny the call).
+bool Service::after_round(Call& call, std::vector<Decision> decided) const {
+  std::vector<std::size_t> sent;
+  for (std::size_t k = 0; k < call.hits.size(); ++k)
+    if (!call.dropped[k]) sent.push_back(k);
+  bool all = true;
+  for (std::size_t i = 0; i < sent.size(); ++i) {
+    call.decided[sent[i]] = decided[i];
+    all = all && decided[i].allowed;
+  }
+  call.counted = all;
+  if (all) return false;
+  std::vector<const Planned*> owner(call.hits.size(), nullptr);
+  for (const Planned& p : call.plan)
+    if (p.hit && owner[*p.hit] == nullptr) owner[*p.hit] = &p;
+  std::size_t quota_total = 0, quota_over = 0;
+  for (const std::size_t k : sent)
+    if (owner[k] != nullptr && owner[k]->quota) {
+      ++quota_total;
+      if (!call.decided[k].allowed) ++quota_over;
+    }
+  bool dropped = false;
+  for (const std::size_t k : sent) {
+    const Planned* p = owner[k];
+    if (call.decided[k].allowed || p == nullptr) continue;
+    if (p->shadow || (p->quota && quota_over < quota_total)) call.dropped[k] = dropped = true;
+  }
+  return dropped;
+}
+
+void Service::all_or_nothing_async(std::shared_ptr<Call> call,
+                                   std::function<void(grpc::Status)> done) {
+  counters_->count_all_async(call->round(), call->now,
+                             [this, call, done](std::vector<Decision> ds, std::exception_ptr err) {
+                               if (err) return done(storage_error(what(err)));
+                               if (after_round(*call, std::move(ds)))
+                                 return all_or_nothing_async(call, done);
+                               finish(*call, merged(*call, call->decided));
+                               done(grpc::Status::OK);
+                             });
+}
+
 grpc::Status Service::should_rate_limit(const pb::RateLimitRequest& request,
                                         pb::RateLimitResponse& response) {
   Call call;
@@ -379,6 +513,19 @@ grpc::Status Service::should_rate_limit(const pb::RateLimitRequest& request,
   call.now = now_();
   consult_cache(call);
   std::vector<Decision> ds;
+  if (settings_.all_or_nothing) {
+    call.dropped.assign(call.hits.size(), false);
+    call.decided.assign(call.hits.size(), Decision{});
+    try {
+      while (!call.hits.empty() &&
+             after_round(call, counters_->count_all(call.round(), call.now))) {
+      }
+    } catch (const std::exception& e) {
+      return storage_error(e.what());
+    }
+    finish(call, merged(call, call.decided));
+    return grpc::Status::OK;
+  }
   try {
     if (call.plan.size() > 1 && !call.hits.empty() && !call.any_cached)
       keep_only_the_first_over(call.hits, counters_->count(reads_of(call.hits), call.now));
@@ -399,6 +546,15 @@ void Service::should_rate_limit_async(const pb::RateLimitRequest& request,
   if (grpc::Status st = plan(request, *call); !st.ok()) return done(st);
   call->now = now_();
   consult_cache(*call);
+  if (settings_.all_or_nothing) {
+    call->dropped.assign(call->hits.size(), false);
+    call->decided.assign(call->hits.size(), Decision{});
+    if (call->hits.empty()) {
+      finish(*call, {});
+      return done(grpc::Status::OK);
+    }
+    return all_or_nothing_async(std::move(call), std::move(done));
+  }
   auto counters = counters_;
   auto count = [this, call, counters, done]() {
     auto send = to_send(call->hits, call->cached);
@@ -423,6 +579,24 @@ void Service::should_rate_limit_async(const pb::RateLimitRequest& request,
 }
 
 namespace {
+
+/// A library algorithm's `requests_per_unit: 0`: every call denied, never admitted (as the
+/// library's rule sets decide it).
+Decision blocked_decision() {
+  Decision d{};
+  d.retry_after = Decision::never;
+  return d;
+}
+
+/// `duration_until_reset` of a library algorithm's decision, in whole seconds rounded up: when
+/// admitted, until its counter is back to fresh (`reset_after`); when denied, until the same
+/// hit would be admitted (`retry_after`), or, for one that never will (more hits than the
+/// limit, or a limit of 0), `reset_after`, else the unit's length.
+std::int64_t library_reset_s(const Decision& d, std::int64_t unit_s) {
+  auto wait = d.allowed || d.retry_after == Decision::never ? d.reset_after : d.retry_after;
+  if (!d.allowed && d.retry_after == Decision::never && wait.count() <= 0) return unit_s;
+  return (wait.count() + 999'999'999) / 1'000'000'000;
+}
 
 /// Tells the listener what a counted descriptor came to.
 void report(Listener& listener, const Planned& p, const Decision& d, std::int64_t hits) {
@@ -459,13 +633,17 @@ void Service::finish(Call& call, const std::vector<Decision>& ds) const {
       st->set_limit_remaining(std::numeric_limits<std::uint32_t>::max());
       continue;
     }
-    if (!p.hit) {
+    if (!p.hit && !p.blocked) {
       st->set_code(pb::RateLimitResponse::OK);
       continue;
     }
-    const Decision& d = ds[*p.hit];
-    set_status(*st, p, d, p.unit.window_s - now_s % p.unit.window_s);
-    if (settings_.listener && call.hits[*p.hit].hits > 0)
+    Decision d = p.blocked ? blocked_decision() : ds[*p.hit];
+    set_status(*st, p, d,
+               p.library ? library_reset_s(d, p.unit.window_s)
+                         : p.unit.window_s - now_s % p.unit.window_s);
+    // A call that counted nothing (all or nothing) reports only its denials: the others'
+    // admissions were dry runs.
+    if (settings_.listener && p.hit && call.hits[*p.hit].hits > 0 && (call.counted || !d.allowed))
       report(*settings_.listener, p, d, call.hits[*p.hit].hits);
     const bool denied = st->code() == pb::RateLimitResponse::OVER_LIMIT;
     if (p.quota) {

@@ -38,6 +38,14 @@ struct ServiceSettings {
   /// without asking the storage, and, as in the reference, the call's other descriptors are
   /// then read, not counted (src/limiter/base_limiter.go, src/redis/fixed_cache_impl.go).
   std::size_t over_limit_cache_bytes = 0;
+  /// RATELIMIT_SERVER_ALL_OR_NOTHING (ours, not the reference's): a call's hits are counted only
+  /// if every one is admitted, else none is (the storage's `decide_all`, as the library's rule
+  /// sets decide); a denied shadow-mode hit, and a denied quota-mode hit unless every
+  /// quota-mode hit of the call is denied, is dropped and the rest decided again. Two
+  /// descriptors on one counter are one hit of their summed hits. The over-limit cache is not
+  /// used (a denial counts nothing, so a counter is not known over). Default: the reference's
+  /// every hit counted.
+  bool all_or_nothing = false;
   /// When set, hears of every counted descriptor's decision (not reads), named as the
   /// reference names its stats ("<domain>.<key>_<value>...", see `RuleSet::metric_name`; a
   /// limit override is "<domain>.override"), e.g. a `PrometheusExporter`.
@@ -60,9 +68,12 @@ class Service {
   Service(std::shared_ptr<Counters> counters, ServiceSettings settings, Now now = system_now);
   ~Service();
 
-  /// Serves `config` from now on (the previous configuration is dropped). Throws
-  /// `std::invalid_argument` "FILE:LINE: ..." for a rule that names an algorithm (the library's
-  /// extension, which this server does not serve yet); the configuration in force then stays.
+  /// Serves `config` from now on (the previous configuration is dropped). `config` is loaded
+  /// with `ServerAlgorithms` (server_algorithms.hpp), so that a limit naming no algorithm runs
+  /// the reference's window, and one naming a library algorithm runs that. Throws
+  /// `std::invalid_argument` "FILE:LINE: rate_limit.algorithm = ...: ..." for a limit its
+  /// algorithm cannot hold (or an algorithm not in `ServerAlgorithms`); the configuration in
+  /// force then stays.
   void reload(RulesConfig config);
   /// The configuration being served (empty until the first `reload`).
   std::shared_ptr<const RulesConfig> config() const;
@@ -90,6 +101,8 @@ class Service {
   void finish(Call& call, const std::vector<Decision>& decisions) const;
   void consult_cache(Call& call) const;
   std::vector<Decision> merged(const Call& call, std::vector<Decision> sent) const;
+  bool after_round(Call& call, std::vector<Decision> decided) const;
+  void all_or_nothing_async(std::shared_ptr<Call> call, std::function<void(grpc::Status)> done);
 
   std::shared_ptr<Counters> counters_;
   ServiceSettings settings_;

@@ -145,6 +145,10 @@ const std::map<std::string, Apply, std::less<>>& ours() {
            throw std::invalid_argument(n + " = \"" + v + "\": not a size in bytes (0 to 2^40)");
          s.local_cache_bytes = static_cast<std::size_t>(bytes);
        }},
+      {"RATELIMIT_SERVER_ALL_OR_NOTHING",
+       [](Settings& s, const std::string& n, const std::string& v) {
+         s.all_or_nothing = parse_bool(n, v);
+       }},
       {"GRACEFUL_SHUTDOWN_SECONDS",
        [](Settings& s, const std::string& n, const std::string& v) {
          s.shutdown_grace = std::chrono::seconds{parse_port(n, v)};
@@ -170,6 +174,9 @@ constexpr std::string_view reference_prefixes[] = {"REDIS_",
                                                    "GRPC_MAX_CONNECTION_",
                                                    "CONFIG_"};
 
+/// The prefix of this server's own variables (not the reference's): an unknown one is refused.
+constexpr std::string_view own_prefix = "RATELIMIT_SERVER_";
+
 bool has_reference_prefix(std::string_view name) {
   return std::any_of(std::begin(reference_prefixes), std::end(reference_prefixes),
                      [&](std::string_view p) { return name.substr(0, p.size()) == p; });
@@ -192,6 +199,10 @@ Settings read_settings(const std::function<std::optional<std::string>(const std:
   for (const std::string& name : environment_names) {
     const auto it = table.find(name);
     if (it == table.end()) {
+      if (name.rfind(own_prefix, 0) == 0)
+        throw std::invalid_argument(name + ": not a setting of this server (its own are " +
+                                    std::string(own_prefix) +
+                                    "ALL_OR_NOTHING and those of server/README.md)");
       if (has_reference_prefix(name))
         throw std::invalid_argument(
             name +
@@ -212,6 +223,12 @@ Settings read_settings(const std::function<std::optional<std::string>(const std:
       throw std::invalid_argument("flag " + arg.substr(0, eq) + ": not a setting of this server");
     it->second(s, "--" + arg.substr(2, eq - 2), arg.substr(eq + 1));
   }
+  // One script decides a call's counters all or nothing; on a cluster they would span slots,
+  // and every call of several descriptors would fail.
+  if (s.all_or_nothing && s.redis_type == "cluster" && !s.redis_url.empty())
+    throw std::invalid_argument(
+        "RATELIMIT_SERVER_ALL_OR_NOTHING = true: not with REDIS_TYPE = cluster (a call's "
+        "counters live on several slots, which one all-or-nothing script cannot reach)");
   return s;
 }
 

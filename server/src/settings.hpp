@@ -48,6 +48,8 @@ struct Settings {
   std::string redis_tls_client_key;                  ///< REDIS_TLS_CLIENT_KEY
   int redis_pool_size = 2;                           ///< REDIS_POOL_SIZE (connections)
   std::chrono::milliseconds shutdown_grace{10'000};  ///< GRACEFUL_SHUTDOWN_SECONDS (ours)
+  /// RATELIMIT_SERVER_ALL_OR_NOTHING (ours): see `ServiceSettings::all_or_nothing`.
+  bool all_or_nothing = false;
 
   /// The directory of rules files: RUNTIME_ROOT/RUNTIME_SUBDIRECTORY/RUNTIME_APPDIRECTORY.
   std::filesystem::path config_dir() const;
@@ -58,7 +60,8 @@ struct Settings {
 /// not parse, a flag that is not a setting, or a setting of the reference service that this
 /// server does not implement (e.g. BACKEND_TYPE=memcache, USE_STATSD=true), or any variable
 /// with one of the reference's prefixes (REDIS_, RUNTIME_, MEMCACHE_, STATSD_, GRPC_,
-/// HEADER_RATELIMIT_) that is not one of ours.
+/// HEADER_RATELIMIT_) or our own (RATELIMIT_SERVER_) that is not one of ours. All-or-nothing
+/// with REDIS_TYPE=cluster is refused (a call's counters span slots, which one script cannot).
 Settings read_settings(const std::function<std::optional<std::string>(const std::string&)>& env,
                        const std::vector<std::string>& args,
                        const std::vector<std::string>& environment_names);

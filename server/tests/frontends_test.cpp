@@ -33,6 +33,7 @@
 #include "health.grpc.pb.h"
 #include "http_server.hpp"
 #include "rls.grpc.pb.h"
+#include "server_algorithms.hpp"
 #include "service.hpp"
 #include "settings.hpp"
 
@@ -116,6 +117,25 @@ TEST_CASE("Settings the server does not implement are refused by name", "[server
                     Catch::StartsWith("GRPC_PORT = \"70000\": not a port"));
 }
 
+TEST_CASE("All-or-nothing counting is our own setting, off by default, refused on a cluster",
+          "[server]") {
+  CHECK_FALSE(settings_from({}).all_or_nothing);
+  CHECK(settings_from({{"RATELIMIT_SERVER_ALL_OR_NOTHING", "true"}}).all_or_nothing);
+  CHECK_FALSE(settings_from({{"RATELIMIT_SERVER_ALL_OR_NOTHING", "true"}},
+                            {"--ratelimit-server-all-or-nothing=false"})
+                  .all_or_nothing);  // the flag wins
+  CHECK_THROWS_WITH(settings_from({{"RATELIMIT_SERVER_ALL_OR_NOTHING", "yes"}}),
+                    Catch::StartsWith("RATELIMIT_SERVER_ALL_OR_NOTHING = \"yes\": not a boolean"));
+  // A misspelt variable of our prefix is refused by name, not ignored.
+  CHECK_THROWS_WITH(settings_from({{"RATELIMIT_SERVER_ALL_OR_NOTHNG", "true"}}),
+                    Catch::StartsWith("RATELIMIT_SERVER_ALL_OR_NOTHNG: not a setting"));
+  CHECK_THROWS_WITH(settings_from({{"RATELIMIT_SERVER_ALL_OR_NOTHING", "true"},
+                                   {"REDIS_TYPE", "cluster"},
+                                   {"REDIS_URL", "127.0.0.1:7000"}}),
+                    Catch::StartsWith("RATELIMIT_SERVER_ALL_OR_NOTHING = true: not with "
+                                      "REDIS_TYPE = cluster"));
+}
+
 TEST_CASE("A broken rules file on reload keeps the previous configuration", "[server]") {
   // Source: ratelimit.go reloadConfig: a config error is logged and counted, the old
   // configuration stays.
@@ -152,7 +172,8 @@ TEST_CASE("HTTP: /json answers the request as JSON, 429 when over; /healthcheck;
   settings.listener = exporter;
   auto service = std::make_shared<rs::Service>(rs::make_memory_counters(), settings);
   const ratelimit::RulesSource sources[] = {{"a.yaml", one_per_minute}};
-  service->reload(ratelimit::RulesConfig::from_strings(sources));
+  service->reload(
+      ratelimit::RulesConfig::from_strings<ratelimit::server::ServerAlgorithms>(sources));
   bool healthy = true;
   rs::HttpServer http(
       service, [&] { return healthy; }, "127.0.0.1", 0, [exporter] { return exporter->render(); });
@@ -272,15 +293,25 @@ TEST_CASE("The binary serves its rules directory and exits 0 on SIGTERM", "[serv
   CHECK(WEXITSTATUS(status) == 0);
 }
 
-TEST_CASE("A rule naming an algorithm is refused, naming its file and line", "[server]") {
-  // Regression guard: the server counts as the reference; a rule asking for a token bucket
-  // must not be served silently as a fixed window.
+TEST_CASE("A rule naming an algorithm the server lacks is refused, naming its file and line",
+          "[server]") {
+  // calendar_quota is the library's, but not in ServerAlgorithms (its calendar months and
+  // weeks would differ from the reference's 30 and 7 days of the same unit names).
   rs::Service service(rs::make_memory_counters(), rs::ServiceSettings{});
   const ratelimit::RulesSource sources[] = {
       {"b.yaml",
-       "domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: second, "
+       "domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: day, "
+       "requests_per_unit: 1, algorithm: calendar_quota}\n"}};
+  CHECK_THROWS_WITH(
+      ratelimit::RulesConfig::from_strings<ratelimit::server::ServerAlgorithms>(sources),
+      Catch::StartsWith("b.yaml:4: rate_limit.algorithm = \"calendar_quota\": unknown algorithm"));
+  // A library algorithm keeps the library's units: a week is refused, naming it.
+  const ratelimit::RulesSource week[] = {
+      {"w.yaml",
+       "domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: week, "
        "requests_per_unit: 1, algorithm: token_bucket}\n"}};
-  CHECK_THROWS_WITH(service.reload(ratelimit::RulesConfig::from_strings(sources)),
-                    Catch::StartsWith("b.yaml:3: rate_limit.algorithm = \"token_bucket\""));
+  CHECK_THROWS_WITH(
+      ratelimit::RulesConfig::from_strings<ratelimit::server::ServerAlgorithms>(week),
+      Catch::StartsWith("w.yaml:3: rate_limit.algorithm = \"token_bucket\": takes no week"));
   CHECK(service.config() == nullptr);  // nothing was loaded
 }

@@ -19,11 +19,15 @@
 #include <ratelimit/rules.hpp>
 
 #include "counters.hpp"
-#ifdef RATELIMIT_SERVER_HAVE_REDIS
+#include "support/counting_listener.hpp"
+#if defined(RATELIMIT_SERVER_TEST_CLUSTER)
+#include "support/cluster_backend.hpp"
+#elif defined(RATELIMIT_SERVER_HAVE_REDIS)
 #include "support/redis_backend.hpp"
 #endif
 #include "grpc_server.hpp"
 #include "rls.grpc.pb.h"
+#include "server_algorithms.hpp"
 #include "service.hpp"
 
 namespace {
@@ -46,9 +50,14 @@ struct Desc {
 
 /// The counters of this run of a test case: each case runs once in process and, in a build with
 /// Redis, once on the Redis server of RATELIMIT_TEST_REDIS (which must be set: see
-/// tests/support/redis_backend.hpp), under a key prefix of its own.
+/// tests/support/redis_backend.hpp), under a key prefix of its own. The executable built for
+/// Redis Cluster (server_cluster_test) runs each case once, on the cluster of
+/// RATELIMIT_TEST_CLUSTER (tests/support/cluster_backend.hpp).
 std::shared_ptr<ratelimit::server::Counters> counters_under_test() {
-#ifdef RATELIMIT_SERVER_HAVE_REDIS
+#if defined(RATELIMIT_SERVER_TEST_CLUSTER)
+  INFO("storage: Redis Cluster");
+  return ratelimit::server::make_redis_cluster_counters(rltest::test_cluster_options("server"));
+#elif defined(RATELIMIT_SERVER_HAVE_REDIS)
   const bool redis = GENERATE(false, true);
   if (redis) {
     INFO("storage: Redis");
@@ -73,7 +82,8 @@ struct Fixture {
 
   void load(const std::string& yaml) {
     const ratelimit::RulesSource sources[] = {{"test.yaml", yaml}};
-    service->reload(ratelimit::RulesConfig::from_strings(sources));
+    service->reload(
+        ratelimit::RulesConfig::from_strings<ratelimit::server::ServerAlgorithms>(sources));
   }
 
   std::pair<grpc::Status, pb::RateLimitResponse> call(const std::string& domain,
@@ -443,4 +453,284 @@ TEST_CASE("The over-limit cache answers a counter over its limit without countin
   // The next day the entry has expired with its window: 5 - 1 = 4 remain.
   f.clock.advance(std::chrono::seconds{86400});
   CHECK(f.ok("messaging", {marketing}).statuses(0).limit_remaining() == 4);
+}
+
+TEST_CASE("Units week, month and year are the reference's epoch-aligned windows of 7, 30, 365 days",
+          "[server]") {
+  // Source: the reference's UnitToDivider (src/utils/utilities.go): WEEK 7 * 86400, MONTH
+  // 30 * 86400, YEAR 365 * 86400 seconds; CalculateReset: divider - now % divider. Unit names
+  // are read in any case (config_impl.go upper-cases them).
+  Fixture f(R"(
+domain: long
+descriptors:
+  - key: w
+    rate_limit: {unit: Week, requests_per_unit: 2}
+  - key: m
+    rate_limit: {unit: month, requests_per_unit: 2}
+  - key: y
+    rate_limit: {unit: YEAR, requests_per_unit: 2}
+)");
+  using RL = pb::RateLimitResponse::RateLimit;
+  // day0 is day 19676 of the epoch: 19676 = 7 * 2810 + 6 = 30 * 655 + 26 = 365 * 53 + 331, so
+  // the windows end 1, 4 and 34 days later.
+  struct Case {
+    const char* key;
+    RL::Unit unit;
+    std::int64_t reset_s;
+  };
+  const Case cases[] = {
+      {"w", RL::WEEK, 1 * 86400}, {"m", RL::MONTH, 4 * 86400}, {"y", RL::YEAR, 34 * 86400}};
+  for (const Case& c : cases) {
+    INFO(c.key);
+    const auto first = f.ok("long", {{{{c.key, "a"}}}});
+    CHECK(first.statuses(0).current_limit().unit() == c.unit);
+    CHECK(first.statuses(0).limit_remaining() == 1);  // 2 - 1
+    CHECK(first.statuses(0).duration_until_reset().seconds() == c.reset_s);
+  }
+  // One second before the week's end: still the same window, the third hit is over (3 > 2).
+  f.clock.advance(std::chrono::seconds{86400 - 1});
+  f.ok("long", {{{{"w", "a"}}}});
+  const auto third = f.ok("long", {{{{"w", "a"}}}});
+  CHECK(third.overall_code() == Code::OVER_LIMIT);
+  CHECK(third.statuses(0).duration_until_reset().seconds() == 1);
+  // At the week's end a new window of 604800 s starts: 2 - 1 remain.
+  f.clock.advance(std::chrono::seconds{1});
+  const auto fresh = f.ok("long", {{{{"w", "a"}}}});
+  CHECK(fresh.statuses(0).limit_remaining() == 1);
+  CHECK(fresh.statuses(0).duration_until_reset().seconds() == 7 * 86400);
+  // The month's window is still the first: its count was 1, now 2 of 2.
+  const auto month = f.ok("long", {{{{"m", "a"}}}});
+  CHECK(month.statuses(0).limit_remaining() == 0);
+  CHECK(month.statuses(0).duration_until_reset().seconds() == 3 * 86400);  // 4 days - 1 day
+}
+
+TEST_CASE("A limit override takes WEEK by its wire number 7, as the reference casts it",
+          "[server]") {
+  // Source: config_impl.go GetLimit casts the override's unit number to the response's enum,
+  // where WEEK = 7 (Envoy's rls.proto); UnitToDivider gives 604800 s.
+  Fixture f(messaging);
+  Desc d{{{"to_number", "206"}}};
+  d.override_rpu = 3;
+  d.override_unit = 7;
+  const auto res = f.ok("messaging", {d});
+  CHECK(res.statuses(0).current_limit().unit() == pb::RateLimitResponse::RateLimit::WEEK);
+  CHECK(res.statuses(0).limit_remaining() == 2);                         // 3 - 1
+  CHECK(res.statuses(0).duration_until_reset().seconds() == 1 * 86400);  // 19676 % 7 = 6
+}
+
+TEST_CASE("Rules with the reference's units load only with the server's registry", "[server]") {
+  const ratelimit::RulesSource year[] = {
+      {"y.yaml",
+       "domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: year, "
+       "requests_per_unit: 1}\n"}};
+  // The library's own registry keeps its units: a year is unknown there (line 4, the unit).
+  CHECK_THROWS_WITH(ratelimit::RulesConfig::from_strings(year),
+                    Catch::StartsWith("y.yaml:4: rate_limit.unit = \"year\": unknown unit"));
+  CHECK_NOTHROW(ratelimit::RulesConfig::from_strings<ratelimit::server::ServerAlgorithms>(year));
+  // The reference's windows have no time zone: refused naming the field, the file and the
+  // descriptor's line (3), where the loader reports a limit's parameters.
+  const ratelimit::RulesSource zoned[] = {
+      {"z.yaml",
+       "domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: week, "
+       "requests_per_unit: 1, time_zone: Europe/Madrid}\n"}};
+  CHECK_THROWS_WITH(
+      ratelimit::RulesConfig::from_strings<ratelimit::server::ServerAlgorithms>(zoned),
+      Catch::StartsWith("z.yaml:3: rate_limit.time_zone = \"Europe/Madrid\""));
+}
+
+TEST_CASE("A rule naming a library algorithm is decided by it, a rule without one by the Go window",
+          "[server]") {
+  // The library's extension `rate_limit.algorithm`. A token bucket of capacity 3 refilled at
+  // 3 per minute gains one token every 60 / 3 = 20 s; a denied hit spends nothing.
+  Fixture f(R"(
+domain: alg
+descriptors:
+  - key: tb
+    rate_limit: {unit: minute, requests_per_unit: 3, algorithm: token_bucket}
+  - key: none
+    rate_limit: {unit: minute, requests_per_unit: 0, algorithm: token_bucket}
+  - key: go
+    rate_limit: {unit: minute, requests_per_unit: 3}
+)");
+  // After k hits from full the bucket is full again k * 20 s later (duration_until_reset).
+  for (std::uint32_t k = 1; k <= 3; ++k) {
+    INFO(k);
+    const auto res = f.ok("alg", {{{{"tb", "a"}}}});
+    CHECK(res.statuses(0).code() == Code::OK);
+    CHECK(res.statuses(0).current_limit().requests_per_unit() == 3);
+    CHECK(res.statuses(0).current_limit().unit() == pb::RateLimitResponse::RateLimit::MINUTE);
+    CHECK(res.statuses(0).limit_remaining() == 3 - k);
+    CHECK(res.statuses(0).duration_until_reset().seconds() == 20 * k);
+  }
+  // The fourth is denied: the next token comes in 20 s (retry_after).
+  const auto denied = f.ok("alg", {{{{"tb", "a"}}}});
+  CHECK(denied.overall_code() == Code::OVER_LIMIT);
+  CHECK(denied.statuses(0).limit_remaining() == 0);
+  CHECK(denied.statuses(0).duration_until_reset().seconds() == 20);
+  // A read (the descriptor's hits_addend 0) is a peek: 10 s later still no token, nothing spent.
+  f.clock.advance(std::chrono::seconds{10});
+  Desc read{{{"tb", "a"}}};
+  read.hits = 0;
+  CHECK(f.ok("alg", {read}).statuses(0).limit_remaining() == 0);
+  // 20 s after the denial one token is back (the denial spent none): admitted, 0 remain.
+  f.clock.advance(std::chrono::seconds{10});
+  const auto again = f.ok("alg", {{{{"tb", "a"}}}});
+  CHECK(again.statuses(0).code() == Code::OK);
+  CHECK(again.statuses(0).limit_remaining() == 0);
+  // requests_per_unit 0 denies every call; its reset is the unit's length (it never admits).
+  const auto none = f.ok("alg", {{{{"none", "a"}}}});
+  CHECK(none.statuses(0).code() == Code::OVER_LIMIT);
+  CHECK(none.statuses(0).current_limit().requests_per_unit() == 0);
+  CHECK(none.statuses(0).duration_until_reset().seconds() == 60);
+  // The rule without an algorithm is the Go window: the fourth hit of its minute is over
+  // (4 > 3).
+  for (int k = 0; k < 3; ++k) f.ok("alg", {{{{"go", "a"}}}});
+  CHECK(f.ok("alg", {{{{"go", "a"}}}}).overall_code() == Code::OVER_LIMIT);
+}
+
+// All or nothing is refused with a cluster (settings.cpp): one script cannot span its slots.
+#ifndef RATELIMIT_SERVER_TEST_CLUSTER
+TEST_CASE("All or nothing: a call's descriptors are counted only if every one is within its limit",
+          "[server]") {
+  // RATELIMIT_SERVER_ALL_OR_NOTHING (ours): the storage's decide_all, as the library's rule
+  // sets decide. Limits: a 1 per minute (Go window), b 3 per minute (Go window), t a token
+  // bucket of 2 (a token every 60 / 2 = 30 s).
+  const std::string yaml = R"(
+domain: aon
+descriptors:
+  - key: a
+    rate_limit: {unit: minute, requests_per_unit: 1}
+  - key: b
+    rate_limit: {unit: minute, requests_per_unit: 3}
+  - key: t
+    rate_limit: {unit: minute, requests_per_unit: 2, algorithm: token_bucket}
+  - key: s
+    shadow_mode: true
+    rate_limit: {unit: minute, requests_per_unit: 1}
+)";
+  ratelimit::server::ServiceSettings settings;
+  settings.all_or_nothing = true;
+  Fixture f(yaml, settings);
+  const Desc a{{{"a", "x"}}}, b{{{"b", "x"}}}, t{{{"t", "x"}}}, s{{{"s", "x"}}};
+  // First call: a 1 <= 1, b 1 <= 3, t 1 of 2: all admitted and counted.
+  const auto first = f.ok("aon", {a, b, t});
+  CHECK(first.overall_code() == Code::OK);
+  CHECK(first.statuses(0).limit_remaining() == 0);  // 1 - 1
+  CHECK(first.statuses(1).limit_remaining() == 2);  // 3 - 1
+  CHECK(first.statuses(2).limit_remaining() == 1);  // 2 - 1
+  // Second: a would be 2 > 1, so nothing is counted; b and t report their counters as they
+  // are (the storage's dry run).
+  const auto second = f.ok("aon", {a, b, t});
+  CHECK(second.overall_code() == Code::OVER_LIMIT);
+  CHECK(second.statuses(0).code() == Code::OVER_LIMIT);
+  CHECK(second.statuses(0).limit_remaining() == 0);  // 1 - 1
+  CHECK(second.statuses(1).code() == Code::OK);
+  CHECK(second.statuses(1).limit_remaining() == 2);  // 3 - 1
+  CHECK(second.statuses(2).limit_remaining() == 1);  // 2 - 1
+  // Proof that b and t were not counted: alone they are at their first call's counts.
+  const auto bt = f.ok("aon", {b, t});
+  CHECK(bt.overall_code() == Code::OK);
+  CHECK(bt.statuses(0).limit_remaining() == 1);  // 3 - 2: the first call and this one
+  CHECK(bt.statuses(1).limit_remaining() == 0);  // 2 - 2
+  // Two descriptors on one counter are one hit of 2: b is at 2, 2 + 2 > 3, none counted.
+  const auto twice = f.ok("aon", {b, b});
+  CHECK(twice.overall_code() == Code::OVER_LIMIT);
+  CHECK(f.ok("aon", {b}).statuses(0).limit_remaining() == 0);  // 3 - 3: b was at 2
+  // A call of one descriptor over its limit counts nothing either (the reference counts every
+  // hit): 5 hits on a fresh b counter of 3 are over (5 > 3), and then 1 hit leaves 3 - 1 = 2.
+  Desc five{{{"b", "y"}}};
+  five.hits = 5;
+  CHECK(f.ok("aon", {five}).overall_code() == Code::OVER_LIMIT);
+  CHECK(f.ok("aon", {{{{"b", "y"}}}}).statuses(0).limit_remaining() == 2);
+  // A shadow-mode limit's denial does not deny the call: it is dropped and the rest decided
+  // again.
+  f.clock.advance(std::chrono::seconds{60});  // new Go windows
+  f.ok("aon", {s});                           // s at 1 of 1
+  const auto shadow = f.ok("aon", {s, b});
+  CHECK(shadow.overall_code() == Code::OK);
+  CHECK(shadow.statuses(0).code() == Code::OK);      // shadow: reported OK, 0 remaining
+  CHECK(shadow.statuses(1).limit_remaining() == 2);  // b counted: 3 - 1
+}
+
+TEST_CASE("All or nothing: a call that counted nothing reports only its denials to the listener",
+          "[server]") {
+  // Regression guard: the dry-run admissions of a call that counted nothing were reported to
+  // the listener (the Prometheus decisions) as if spent.
+  ratelimit::server::ServiceSettings settings;
+  settings.all_or_nothing = true;
+  auto listener = std::make_shared<rltest::CountingListener>();
+  settings.listener = listener;
+  Fixture f(R"(
+domain: l
+descriptors:
+  - key: a
+    rate_limit: {unit: minute, requests_per_unit: 0}
+  - key: b
+    rate_limit: {unit: minute, requests_per_unit: 5}
+)",
+            settings);
+  CHECK(f.ok("l", {{{{"a", "x"}}}, {{{"b", "x"}}}}).overall_code() == Code::OVER_LIMIT);
+  CHECK(listener->total() == 1);  // a's denial (1 > 0); b's admission was a dry run
+  CHECK(listener->count("l.b", ratelimit::Outcome::allowed) == 0);
+  f.ok("l", {{{{"b", "x"}}}});
+  CHECK(listener->count("l.b", ratelimit::Outcome::allowed) == 1);  // counted: reported
+}
+
+TEST_CASE("All or nothing: a library algorithm's limit of 0 makes the call count nothing",
+          "[server]") {
+  // Regression guard: a token bucket of 0 is denied without the storage, and the call's other
+  // descriptors were counted beside it.
+  ratelimit::server::ServiceSettings settings;
+  settings.all_or_nothing = true;
+  Fixture f(R"(
+domain: z
+descriptors:
+  - key: none
+    rate_limit: {unit: minute, requests_per_unit: 0, algorithm: token_bucket}
+  - key: b
+    rate_limit: {unit: minute, requests_per_unit: 5}
+)",
+            settings);
+  const auto res = f.ok("z", {{{{"none", "x"}}}, {{{"b", "x"}}}});
+  CHECK(res.overall_code() == Code::OVER_LIMIT);
+  CHECK(res.statuses(1).limit_remaining() == 5);                          // read: 5 - 0
+  CHECK(f.ok("z", {{{{"b", "x"}}}}).statuses(0).limit_remaining() == 4);  // 5 - 1: only this
+}
+#endif
+
+TEST_CASE("Without all or nothing every hit is counted, as the reference", "[server]") {
+  // The default, as the reference (src/redis/fixed_cache_impl.go, DoLimit): when a descriptor
+  // of a call goes over, only it is counted and the others are read. Here b (a limit of 0) is
+  // over, so a is only read.
+  Fixture f(R"(
+domain: d
+descriptors:
+  - key: a
+    rate_limit: {unit: minute, requests_per_unit: 5}
+  - key: b
+    rate_limit: {unit: minute, requests_per_unit: 0}
+)");
+  const Desc a{{{"a", "x"}}}, b{{{"b", "x"}}};
+  CHECK(f.ok("d", {a, b}).overall_code() == Code::OVER_LIMIT);
+  CHECK(f.ok("d", {a}).statuses(0).limit_remaining() == 4);  // 5 - 1: only this call counted a
+}
+
+TEST_CASE("A library algorithm's limit of 0 named in another's replaces is not applied",
+          "[server]") {
+  // Regression guard: such a limit has no counter, and dropping it read a hit it lacked.
+  Fixture f(R"(
+domain: r
+descriptors:
+  - key: a
+    rate_limit: {unit: minute, requests_per_unit: 0, algorithm: token_bucket, name: zero}
+  - key: b
+    rate_limit:
+      unit: minute
+      requests_per_unit: 5
+      replaces: [{name: zero}]
+)");
+  const auto res = f.ok("r", {{{{"a", "x"}}}, {{{"b", "x"}}}});
+  CHECK(res.overall_code() == Code::OK);
+  CHECK_FALSE(res.statuses(0).has_current_limit());  // replaced: not applied
+  CHECK(res.statuses(1).limit_remaining() == 4);     // 5 - 1
 }

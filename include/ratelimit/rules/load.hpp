@@ -53,7 +53,9 @@
 /// (`algorithm: calendar_quota`, in the registry `QuotaAlgorithms` of ratelimit/calendar.hpp) the
 /// units `week` and `month` and the fields `time_zone` (IANA name, default UTC) and `first_day` (of
 /// a week, default monday); other algorithms refuse those. `requests_per_unit: 0` blocks every
-/// matching request (denied with `retry_after == Decision::never`). Several files: `RulesConfig`
+/// matching request (denied with `retry_after == Decision::never`). A registry may also name
+/// the algorithm of a limit that names none and accept `unit: year` (`algorithm_names`; the
+/// gRPC server's registry does both). Several files: `RulesConfig`
 /// (rules/config.hpp). Stricter than the reference: a rule name used twice in a domain and a
 /// missing `requests_per_unit` (0 there) are refused; `unlimited: true` with a
 /// `requests_per_unit` is accepted (ignored) as there.
@@ -145,14 +147,21 @@ inline void flatten(const std::string& domain, const std::vector<std::string>& c
 }
 
 /// The registry's side of reading a rules file (see `AlgorithmNames`).
+/// A registry may also declare `static constexpr Algorithm default_algorithm` (what a limit
+/// naming none runs, else sliding_counter) and `static constexpr bool year_unit` (read `unit:
+/// year`, else refused as unknown).
 template <class Registry>
 AlgorithmNames algorithm_names() {
-  return AlgorithmNames{[](std::string_view name) {
-                          std::optional<Algorithm> found;
-                          Registry::visit(name, [&]<class M>() { found = Algorithm{M::name}; });
-                          return found;
-                        },
-                        Registry::names()};
+  AlgorithmNames names{[](std::string_view name) {
+                         std::optional<Algorithm> found;
+                         Registry::visit(name, [&]<class M>() { found = Algorithm{M::name}; });
+                         return found;
+                       },
+                       Registry::names()};
+  if constexpr (requires { Registry::default_algorithm; })
+    names.fallback = Registry::default_algorithm;
+  if constexpr (requires { Registry::year_unit; }) names.year_unit = Registry::year_unit;
+  return names;
 }
 
 /// The calendar extension goes with an algorithm that reads it (`LimitSpecModel`), whose
@@ -169,6 +178,10 @@ void check_params(const Rule& rule, const std::string& source) {
       } catch (const std::invalid_argument& e) {
         throw std::invalid_argument(where + e.what());
       }
+    } else if (rule.unit == "year") {
+      throw std::invalid_argument(where + "rate_limit.algorithm = \"" + std::string(M::name) +
+                                  "\": takes no year unit (only an algorithm that reads the "
+                                  "whole limit does)");
     } else if (rule.uses_calendar()) {
       throw std::invalid_argument(
           where + "rate_limit.algorithm = \"" + std::string(M::name) +

@@ -153,6 +153,10 @@ struct LevelIndex {
 struct AlgorithmNames {
   std::function<std::optional<Algorithm>(std::string_view)> find;
   std::string list;
+  /// The algorithm of a limit that names none: the registry's `default_algorithm`, if declared.
+  Algorithm fallback = Algorithm::sliding_counter;
+  /// Whether `unit: year` (365 days) is read: only if the registry declares `year_unit = true`.
+  bool year_unit = false;
 };
 
 /// The limits of what a rules file may make the reader do: a file is read whole, and YAML
@@ -550,9 +554,12 @@ class RulesReader {
       node.rate.period = hours{24 * 7};
     else if (lower == "month")  // extension: its longest length, 31 days
       node.rate.period = hours{24 * 31};
+    else if (lower == "year" && algorithms_.year_unit)  // extension: 365 days
+      node.rate.period = hours{24 * 365};
     else
       fail(unit_line, "rate_limit.unit = " + quoted(unit) +
-                          ": unknown unit (expected second, minute, hour, day, week or month)");
+                          ": unknown unit (expected second, minute, hour, day, week" +
+                          (algorithms_.year_unit ? ", month or year)" : " or month)"));
     node.unit = lower;
     node.time_zone = scalar(f[6], "time_zone", line, false);
     node.first_day = scalar(f[7], "first_day", line, false);
@@ -581,6 +588,7 @@ class RulesReader {
     node.rate.count = count;
 
     const std::string algo = scalar(f[2], "algorithm", line, false);
+    node.algorithm = algorithms_.fallback;
     if (!algo.empty()) {
       const auto found = algorithms_.find(algo);
       if (!found)
