@@ -7,6 +7,8 @@
 #include <ratelimit/metrics.hpp>
 #include <ratelimit/ratelimit.hpp>
 #include <ratelimit/redis.hpp>
+#include <ratelimit/redis/lease/storage.hpp>
+#include <ratelimit/redis/regional/exchanger.hpp>
 #include <ratelimit/rules.hpp>
 
 #include <chrono>
@@ -60,7 +62,27 @@ void rules(Storage storage) {
   service.should_rate_limit_async(request, [](RateLimitResponse) {});
 }
 
+// The far storages hold fewer models (docs/far.md): the windows and the buckets they state a
+// bound for.
+template <class Storage, class C>
+void far_models(Storage storage, C clock) {
+  TokenBucket<C, Storage> token({10, per_second(5)}, storage, clock, "token");
+  FixedWindow<C, Storage> fixed(per_second(5), storage, clock, "fixed");
+  SlidingCounter<C, Storage> counter(per_second(5), storage, clock, "counter");
+  (void)token.try_acquire("k", 2);
+  (void)fixed.try_acquire("k", 2);
+  (void)counter.try_acquire("k", 2);
+  token.try_acquire_async("k", 1, [](Decision) {});
+}
+
 void instantiate() {
+  RegionalStorage regional(RegionalOptions{});
+  RegionalExchanger exchanger(regional);
+  far_models(regional, SystemClock{});
+  LeakyBucket<SystemClock, RegionalStorage> leaky({10, per_second(5)}, regional);
+  (void)leaky.try_acquire("k");
+  far_models(LeasedStorage(LeaseOptions{}), ManualClock{});
+
   every_algorithm(InMemoryStorage{}, ManualClock{});
   every_algorithm(RedisStorage(RedisOptions{}), SystemClock{});
   every_algorithm(RedisClusterStorage(RedisClusterOptions{}), SystemClock{});

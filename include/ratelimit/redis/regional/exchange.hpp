@@ -163,7 +163,8 @@ class RegionalState {
     s.exchanges = exchanges_.load(std::memory_order_relaxed);
     s.units_pushed = units_pushed_.load(std::memory_order_relaxed);
     s.push_failures = push_failures_.load(std::memory_order_relaxed);
-    for (const auto& r : remotes_) s.partitioned += r->cut.load(std::memory_order_relaxed) ? 1 : 0;
+    for (const auto& r : remotes_)
+      s.partitioned += r->cut.load(std::memory_order_relaxed) ? 1u : 0u;
     return s;
   }
 
