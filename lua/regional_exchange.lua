@@ -14,9 +14,13 @@
 --          hash some region has not acknowledged whole is kept at least `hold` more (and the
 --          set with it): a bucket's unseen units must not be forgotten while a partition lasts.
 --          Returns { hash, its PTTL (ms), d_1, ..., d_m, ... } for the hashes with a d_r > 0.
--- add      on this region's Redis. KEYS: a hash. ARGV: 'add' | field | d. HINCRBY field d if
---          the hash still exists (an acknowledgement: s:<r> += d; an undone claim after a
---          failed push: c:<r> -= d). Returns 1, or 0 when the hash had expired.
+-- add      on this region's Redis. KEYS: a hash. ARGV: 'add' | field | d | s:<r> | c:<r>.
+--          HINCRBY field d if the hash still exists (an acknowledgement: s:<r> += d; an undone
+--          claim after a failed push: c:<r> -= d), then s:<r> = min(s:<r>, c:<r>): a claim
+--          taken again after it expired while its first round was still under way is pushed
+--          twice and acknowledged twice, and s:<r> must never count more units than were
+--          claimed (a phantom acknowledgement would let this region admit more than U units
+--          that region r never debits). Returns 1, or 0 when the hash had expired.
 -- push     on another region's Redis. KEYS: the same hash name. ARGV: 'push' | field n:<self>
 --          | d | TTL ms | (optional, buckets) extra ms | hold ms. HINCRBY field d (counts merge by
 --          addition; never a written total) and keeps the longer of the hash's TTL and the
@@ -77,6 +81,11 @@ if mode == 'claim' then
 elseif mode == 'add' then
   if redis.call('EXISTS', KEYS[1]) == 0 then return 0 end
   redis.call('HINCRBY', KEYS[1], ARGV[2], ARGV[3])
+  if ARGV[5] then
+    local s = tonumber(redis.call('HGET', KEYS[1], ARGV[4]) or '0')
+    local c = tonumber(redis.call('HGET', KEYS[1], ARGV[5]) or '0')
+    if s > c then redis.call('HINCRBY', KEYS[1], ARGV[4], c - s) end
+  end
   return 1
 elseif mode == 'push' then
   local ttl, extra, hold = tonumber(ARGV[4]), tonumber(ARGV[5] or '0'), tonumber(ARGV[6] or '0')

@@ -1,0 +1,92 @@
+// Attacks on the regional token and leaky buckets (redis/regional/bucket.hpp, docs/far.md): the
+// claimed bound is that over any interval of length D all R regions together admit at most
+// C + r D + (R - 1) U. Each case is a schedule that once broke it (or a hostile input), on one
+// redis-server per region (regions.hpp). Time is the ManualClock's (nanoseconds passed to
+// apply); exchanges are explicit steps, their two halves split where the attack needs it.
+
+#include <algorithm>
+#include <chrono>
+#include <cstdint>
+#include <optional>
+#include <random>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include <catch2/catch.hpp>
+#include <ratelimit/ratelimit.hpp>
+#include <ratelimit/redis/regional/storage.hpp>
+
+#include "far/regions.hpp"
+
+namespace {
+
+using namespace std::chrono_literals;
+using ratelimit::LeakyBucketModel;
+using ratelimit::RegionalStorage;
+using ratelimit::TokenBucketModel;
+
+ratelimit::detail::GcraParams bucket(std::int64_t capacity, std::int64_t count,
+                                     std::chrono::nanoseconds period = 1s) {
+  return ratelimit::detail::make_gcra_params(capacity, count, period);
+}
+
+std::vector<RegionalStorage> storages(const rltest::Regions& regions,
+                                      std::chrono::milliseconds interval = 100ms,
+                                      std::chrono::milliseconds delay = 40ms) {
+  std::vector<RegionalStorage> out;
+  for (std::size_t i = 0; i < regions.size(); ++i)
+    out.emplace_back(regions.options(i, interval, delay));
+  return out;
+}
+
+ratelimit::Operation spend(std::int64_t cost = 1) { return ratelimit::Operation{cost}; }
+
+// regions.hpp's timeouts: a link's connect 2 s + command 0.3 s, the local connect 2 s +
+// command 5 s, so a claim older than 9 300 ms (of the callers' clock) counts as lost and is
+// claimed again.
+constexpr auto claim_expiry = 9300ms;
+
+}  // namespace
+
+TEMPLATE_TEST_CASE(
+    "A claim taken again while its first round is still under way is acknowledged once, not "
+    "credited twice",
+    "[far][redis][bucket][attack]", TokenBucketModel, LeakyBucketModel) {
+  // Fault pinned: a round whose claim is older than the claim expiry (another instance of the
+  // region, a clock ahead, a process paused between claim and push) has its units claimed
+  // again by a second round. Both rounds push (r1 counts the 5 units twice: it only denies
+  // more, as documented) but both also acknowledged them, so r0's s:r1 said 10 of its 5 units
+  // were seen. Those 5 phantom acknowledgements let r0 later admit U + 5 units r1 never
+  // debits. With C = 10, r = 10 per s (100 ms a unit), U = 5, R = 2, the bound at one instant
+  // (D = 0) is C + (R - 1) U = 15.
+  rltest::Regions regions(2);
+  auto s = storages(regions);
+  constexpr std::int64_t C = 10, U = 5;
+  auto a = s[0].bind<TestType>("api", bucket(C, 10), U);
+  auto b = s[1].bind<TestType>("api", bucket(C, 10), U);
+  REQUIRE(a.apply("k", 0ms, spend(5)).allowed);  // r0: 5 unseen (= U)
+  auto first = s[0].begin_exchange(0ms);         // claims the 5, stamped 0 ms
+  auto second = s[0].begin_exchange(claim_expiry + 1ms);  // 9 301 > 9 300: claimed again
+  REQUIRE(first.hashes() == 1);
+  REQUIRE(second.hashes() == 1);
+  CHECK(s[0].finish_exchange(std::move(first)).units_pushed == 5);
+  CHECK(s[0].finish_exchange(std::move(second)).units_pushed == 5);
+  // r1 debits what it holds of r0, 5 + 5 = 10, at 10 s: empty until 11 s.
+  CHECK_FALSE(b.apply("k", 10s, spend()).allowed);
+  // At 100 s every bucket is full again. r0 admits one unit at a time before any exchange:
+  // its 5 units were acknowledged once, so it may admit U = 5 unseen, then the unseen bound
+  // denies (faulty: 10, up to its bucket, on 5 phantom acknowledgements).
+  const auto t = 100s;
+  std::int64_t r0 = 0, r1 = 0;
+  for (int i = 0; i < 12; ++i) r0 += a.apply("k", t, spend()).allowed ? 1 : 0;
+  CHECK(r0 == U);
+  // r1 admits its U unseen, exchanges (r0 debits them later, not now), and U more: its bucket
+  // of 10, having debited nothing new from r0 (r0 has not pushed its units of 100 s).
+  for (int i = 0; i < 7; ++i) r1 += b.apply("k", t, spend()).allowed ? 1 : 0;
+  REQUIRE(s[1].exchange(t).units_pushed == 5);
+  for (int i = 0; i < 7; ++i) r1 += b.apply("k", t, spend()).allowed ? 1 : 0;
+  CHECK(r1 == C);
+  // All regions at the instant 100 s: at most C + (R - 1) U = 10 + 5 = 15.
+  CHECK(r0 + r1 <= C + U);
+}
