@@ -65,8 +65,8 @@ TEMPLATE_TEST_CASE(
   constexpr std::int64_t C = 10, U = 5;
   auto a = s[0].bind<TestType>("api", bucket(C, 10), U);
   auto b = s[1].bind<TestType>("api", bucket(C, 10), U);
-  REQUIRE(a.apply("k", 0ms, spend(5)).allowed);  // r0: 5 unseen (= U)
-  auto first = s[0].begin_exchange(0ms);         // claims the 5, stamped 0 ms
+  REQUIRE(a.apply("k", 0ms, spend(5)).allowed);           // r0: 5 unseen (= U)
+  auto first = s[0].begin_exchange(0ms);                  // claims the 5, stamped 0 ms
   auto second = s[0].begin_exchange(claim_expiry + 1ms);  // 9 301 > 9 300: claimed again
   REQUIRE(first.hashes() == 1);
   REQUIRE(second.hashes() == 1);
@@ -89,4 +89,39 @@ TEMPLATE_TEST_CASE(
   CHECK(r1 == C);
   // All regions at the instant 100 s: at most C + (R - 1) U = 10 + 5 = 15.
   CHECK(r0 + r1 <= C + U);
+}
+
+TEMPLATE_TEST_CASE(
+    "A claim lost with its round is claimed again after the claim expiry even while newer "
+    "claims keep coming",
+    "[far][redis][bucket][attack]", TokenBucketModel, LeakyBucketModel) {
+  // Fault pinned: every round that claimed new units restamped the region's claim, so a claim
+  // lost with its round (its reply timed out after the script ran) never looked older than
+  // the expiry while the key had traffic: its units stayed unseen for good, and a client in
+  // one region was held to U minus them. C = 10, r = 10 per s (100 ms a unit), S = 100 ms,
+  // d = 50 ms: the default U = C + ceil(r (S + 2d)) = 10 + 2 = 12.
+  rltest::Regions regions(2);
+  auto s = storages(regions, 100ms, 50ms);
+  auto a = s[0].bind<TestType>("api", bucket(10, 10));
+  REQUIRE(a.unseen_limit() == 12);
+  REQUIRE(a.apply("k", 0ms, spend(10)).allowed);  // full again at 1 s
+  {
+    auto lost = s[0].begin_exchange(0ms);  // claims the 10; never finished: its reply was lost
+    REQUIRE(lost.hashes() == 1);
+  }
+  // One unit every 200 ms up to 20 s (the refill is 2 per 200 ms: from 1.8 s on the bucket is
+  // full before each one), each followed by a round: unseen is at most 10 + 1 = 11 <= 12, so
+  // every one is admitted. A round after 9 300 ms (the expiry) claims the lost 10 again.
+  for (std::int64_t t = 200; t <= 20000; t += 200) {  // ms
+    const auto now = std::chrono::nanoseconds{t * 1'000'000};
+    REQUIRE(a.apply("k", now, spend()).allowed);
+    (void)s[0].exchange(now);
+  }
+  // At 21 s the bucket is full (the last unit, at 20 s, refilled at 20.1 s) and nothing is
+  // unseen: the client gets its whole bucket, 10 (faulty: 12 - 10 lost = 2, then unseen
+  // denials).
+  std::int64_t admitted = 0;
+  for (int i = 0; i < 12; ++i) admitted += a.apply("k", 21s, spend()).allowed ? 1 : 0;
+  CHECK(admitted == 10);
+  CHECK(s[0].stats().unseen_denials == 0);
 }

@@ -16,11 +16,15 @@ inline constexpr std::string_view regional_exchange = R"lua(-- regional_exchange
 --          many hashes | m | m region names | now, ms | expiry, ms | hold, ms (optional, 0:
 --          none; the buckets' sets give one). For each hash of the set
 --          (SRANDMEMBER: a bounded sample), d_r = n:<self> - c:<r> for each region r, and
---          c:<r> += d_r, t:<r> = now (ms): the units this round pushes to r (another exchanger of
---          this region claims only what is left). A claim neither acknowledged nor undone
---          (c:<r> > s:<r>) whose last stamp t:<r> is older than `expiry` (longer than a round
---          can last) was lost with its round (a reply that timed out after the script ran): it
---          is claimed again (c:<r> = s:<r> first), so those units are pushed after all. A
+--          c:<r> += d_r: the units this round pushes to r (another exchanger of this region
+--          claims only what is left). t:<r> = now (ms) only when no earlier claim is
+--          outstanding (c:<r> = s:<r> before it): the time of the oldest claim neither
+--          acknowledged nor undone. One older than `expiry` (longer than a round can last)
+--          was lost with its round (a reply that timed out after the script ran): everything
+--          outstanding is claimed again (c:<r> = s:<r> first), so those units are pushed after
+--          all (a round still under way pushes some twice: only more debits; s:<r> never
+--          exceeds c:<r>, see add). Were every new claim to restamp, a lost one would never
+--          look old while the key has traffic, and its units would stay unseen for good. A
 --          hash that expired, or that every region has acknowledged whole, leaves the set. A
 --          hash some region has not acknowledged whole is kept at least `hold` more (and the
 --          set with it): a bucket's unseen units must not be forgotten while a partition lasts.
@@ -66,7 +70,9 @@ if mode == 'claim' then
         local d = mine - c
         if d > 0 then
           redis.call('HINCRBY', h, 'c:' .. r, d)
-          redis.call('HINCRBY', h, 't:' .. r, now - stamp)  -- (HINCRBY: no other command needed)
+          if c <= s then  -- the oldest outstanding claim (HINCRBY: no other command needed)
+            redis.call('HINCRBY', h, 't:' .. r, now - stamp)
+          end
           any = true
         else
           d = 0
