@@ -125,3 +125,69 @@ TEMPLATE_TEST_CASE(
   CHECK(admitted == 10);
   CHECK(s[0].stats().unseen_denials == 0);
 }
+
+TEMPLATE_TEST_CASE(
+    "Random costs, peeks, rounds split, finished late, out of order or lost, jumps past the "
+    "claim expiry and clocks apart or stepping back never admit more than C + r D + (R - 1) U "
+    "in any interval",
+    "[far][redis][bucket][attack]", TokenBucketModel, LeakyBucketModel) {
+  // C = 10, r = 10 per s (100 ms a unit), U = 4, R = 3: in any [a, b] of length D (ms) the
+  // admitted units are at most 10 + D / 100 + 2 x 4, i.e. units x 100 <= 1800 + D. Rounds are
+  // begun and left pending, finished in any order, or dropped (a lost claim), and time now and
+  // then jumps 9.4 s (past the 9 300 ms claim expiry) so that lost and pending claims are
+  // claimed again while older rounds are still to finish. Each region reads its own clock:
+  // r1 `skew` ms ahead, r2 `skew` ms behind, and r2's steps back 2 s halfway; the bound is
+  // checked on the true time line. A bucket's state is written by its own region only (a push
+  // adds counts, never times), so its refills follow one clock and the skew costs nothing here.
+  rltest::Regions regions(3);
+  auto s = storages(regions);
+  constexpr std::int64_t C = 10, U = 4;
+  std::vector<ratelimit::RegionalBucketBinding<TestType>> b;
+  for (auto& r : s) b.push_back(r.template bind<TestType>("api", bucket(C, 10), U));
+  std::vector<std::vector<ratelimit::ExchangeRound>> pending(3);
+  const std::int64_t skew = GENERATE(0, 300);
+  std::mt19937 rng(GENERATE(1u, 2u, 3u));
+  std::vector<std::int64_t> offset{0, skew, -skew};             // ms each region's clock is ahead
+  std::vector<std::pair<std::int64_t, std::int64_t>> admitted;  // (true ms, units), in order
+  std::int64_t t_ms = 5000;
+  for (int i = 0; i < 1200; ++i) {
+    t_ms += static_cast<std::int64_t>(rng() % 30);
+    if (rng() % 150 == 0) t_ms += 9400;
+    if (i == 600) offset[2] -= 2000;
+    const std::size_t r = rng() % 3;
+    const auto now = std::chrono::nanoseconds{(t_ms + offset[r]) * 1'000'000};
+    const unsigned what = rng() % 100;
+    if (what < 60) {
+      const std::int64_t cost = 1 + static_cast<std::int64_t>(rng() % 3);
+      if (b[r].apply("k", now, spend(cost)).allowed) admitted.emplace_back(t_ms, cost);
+    } else if (what < 68) {
+      ratelimit::Operation look{1 + static_cast<std::int64_t>(rng() % 3), true};
+      (void)b[r].apply("k", now, look);
+    } else if (what < 80) {
+      pending[r].push_back(s[r].begin_exchange(now));
+    } else if (what < 92) {
+      if (!pending[r].empty()) {
+        const std::size_t k = rng() % pending[r].size();
+        (void)s[r].finish_exchange(std::move(pending[r][k]));
+        pending[r].erase(pending[r].begin() + static_cast<std::ptrdiff_t>(k));
+      }
+    } else if (what < 95) {
+      if (!pending[r].empty()) pending[r].erase(pending[r].begin());  // lost with its reply
+    } else {
+      (void)s[r].exchange(now);
+    }
+  }
+  REQUIRE(admitted.size() > 100);
+  std::int64_t worst = 0;  // the most units of an interval above its C + r D, per 100 ms
+  for (std::size_t i = 0; i < admitted.size(); ++i) {
+    std::int64_t units = 0;
+    for (std::size_t j = i; j < admitted.size(); ++j) {
+      units += admitted[j].second;
+      const std::int64_t d = admitted[j].first - admitted[i].first;
+      worst = std::max(worst, units * 100 - (C * 100 + d));
+      REQUIRE(units * 100 <= (C + 2 * U) * 100 + d);
+    }
+  }
+  WARN("worst excess over C + r D: " << worst / 100.0 << " units (bound (R - 1) U = " << 2 * U
+                                     << ")");
+}
