@@ -5,11 +5,13 @@
 // apply); exchanges are explicit steps, their two halves split where the attack needs it.
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cstdint>
 #include <optional>
 #include <random>
 #include <string>
+#include <thread>
 #include <utility>
 #include <vector>
 
@@ -190,4 +192,47 @@ TEMPLATE_TEST_CASE(
   }
   WARN("worst excess over C + r D: " << worst / 100.0 << " units (bound (R - 1) U = " << 2 * U
                                      << ")");
+}
+
+TEST_CASE(
+    "Threads deciding in two regions while several exchangers per region race, one of them "
+    "with a clock 10 s ahead, stay within C + (R - 1) U at one instant",
+    "[far][redis][bucket][attack]") {
+  // C = 50, r = 10 per s, U = 10, R = 2, every decision at t = 1 s (no refill): at most
+  // C + (R - 1) U = 60 admitted. Three threads per region spend 1 or 2 units until their
+  // bucket denies 200 times; two exchanger threads per region (two instances) run rounds,
+  // one dated 10 s ahead (past the 9 300 ms claim expiry: it claims again what the other has
+  // under way, and both acknowledge).
+  rltest::Regions regions(2);
+  auto s = storages(regions);
+  constexpr std::int64_t C = 50, U = 10;
+  std::vector<ratelimit::RegionalBucketBinding<TokenBucketModel>> b;
+  for (auto& r : s) b.push_back(r.bind<TokenBucketModel>("api", bucket(C, 10), U));
+  const auto t = 1s;
+  std::atomic<std::int64_t> admitted{0};
+  std::atomic<bool> stop{false};
+  std::vector<std::thread> exchangers;
+  for (std::size_t r = 0; r < 2; ++r)
+    for (auto at : {t, t + 10s})
+      exchangers.emplace_back([&, r, at] {
+        while (!stop.load()) (void)s[r].exchange(at);
+      });
+  std::vector<std::thread> deciders;
+  for (std::size_t r = 0; r < 2; ++r)
+    for (unsigned k = 0; k < 3; ++k)
+      deciders.emplace_back([&, r, k] {
+        int denied = 0;
+        for (std::int64_t i = 0; denied < 200; ++i) {
+          const std::int64_t cost = 1 + (i + k) % 2;
+          if (b[r].apply("k", t, spend(cost)).allowed)
+            admitted += cost;
+          else
+            ++denied;
+        }
+      });
+  for (auto& d : deciders) d.join();
+  stop = true;
+  for (auto& e : exchangers) e.join();
+  CHECK(admitted.load() <= C + U);
+  WARN("admitted " << admitted.load() << " of the bound C + U = " << C + U);
 }
