@@ -8,6 +8,7 @@
 #include <atomic>
 #include <chrono>
 #include <cstdint>
+#include <limits>
 #include <optional>
 #include <random>
 #include <string>
@@ -235,4 +236,61 @@ TEST_CASE(
   for (auto& e : exchangers) e.join();
   CHECK(admitted.load() <= C + U);
   WARN("admitted " << admitted.load() << " of the bound C + U = " << C + U);
+}
+
+TEMPLATE_TEST_CASE(
+    "A request costing more than U is told it can never pass, not to retry after the next "
+    "exchange",
+    "[far][redis][bucket][attack]", TokenBucketModel, LeakyBucketModel) {
+  // Fault pinned: an unseen denial says retry after S (the next exchange), but a cost above U
+  // fails the unseen bound (unseen + cost <= U) whatever the exchange does: a client that
+  // obeys retry_after retried forever. C = 10, U = 3, cost 5 <= C: the bucket alone would
+  // admit it; the answer is `never`, as for a cost above the limit. A cost of 3 = U passes.
+  rltest::Regions regions(2);
+  auto s = storages(regions);
+  auto a = s[0].bind<TestType>("api", bucket(10, 10), 3);
+  const auto d = a.apply("k", 0ms, spend(5));
+  CHECK_FALSE(d.allowed);
+  CHECK(d.degraded);
+  CHECK(d.retry_after == ratelimit::Decision::never);
+  CHECK(d.remaining == 10);  // nothing spent
+  CHECK(a.apply("k", 0ms, spend(3)).allowed);
+  // A cost that fits U but not the unseen units left waits for the exchange, as before.
+  const auto later = a.apply("k", 0ms, spend(1));
+  CHECK_FALSE(later.allowed);
+  CHECK(later.retry_after == 100ms);  // S
+}
+
+TEST_CASE("Hostile input on a regional bucket: a huge key, a huge cost, more keys than a round",
+          "[far][redis][bucket][attack]") {
+  rltest::Regions regions(2);
+  auto o0 = regions.options(0, 100ms, 40ms), o1 = regions.options(1, 100ms, 40ms);
+  o0.exchange_batch = 5;  // a round pushes at most 5 hashes of the limiter
+  RegionalStorage s0(o0), s1(o1);
+  auto a = s0.bind<TokenBucketModel>("api", bucket(10, 10), 10);
+  auto b = s1.bind<TokenBucketModel>("api", bucket(10, 10), 10);
+  // A 10 000-byte key (named by its digest in Redis) is one hash in both regions: r1 debits
+  // r0's 4 units: 10 - 4 = 6.
+  const std::string huge(10000, 'x');
+  REQUIRE(a.apply(huge, 0ms, spend(4)).allowed);
+  REQUIRE(s0.exchange(0ms).units_pushed == 4);
+  CHECK(b.apply(huge, 0ms, ratelimit::Operation{1, true}).remaining == 6);
+  // The largest cost: denied by the bucket (more than C = 10), never to pass, nothing spent.
+  const auto big = a.apply("c", 0ms, spend(std::numeric_limits<std::int64_t>::max()));
+  CHECK_FALSE(big.allowed);
+  CHECK(big.retry_after == ratelimit::Decision::never);
+  CHECK(a.apply("c", 0ms, ratelimit::Operation{1, true}).remaining == 10);
+  // 40 keys with a unit each: every round claims at most 5 hashes, and rounds push all 40
+  // in the end (a random sample each round; 400 rounds leave none behind but with a
+  // probability far below 10^-9).
+  for (int k = 0; k < 40; ++k) REQUIRE(a.apply("f" + std::to_string(k), 0ms, spend()).allowed);
+  std::uint64_t pushed = 0;
+  for (int round = 0; round < 400 && pushed < 40; ++round) {
+    auto claimed = s0.begin_exchange(0ms);
+    CHECK(claimed.hashes() <= 5);
+    pushed += s0.finish_exchange(std::move(claimed)).units_pushed;
+  }
+  CHECK(pushed == 40);
+  for (int k = 0; k < 40; ++k)
+    CHECK(b.apply("f" + std::to_string(k), 0ms, ratelimit::Operation{1, true}).remaining == 9);
 }
