@@ -18,6 +18,7 @@
 
 #include <catch2/catch.hpp>
 #include <ratelimit/ratelimit.hpp>
+#include <ratelimit/redis/regional/exchanger.hpp>
 #include <ratelimit/redis/regional/storage.hpp>
 
 #include "far/regions.hpp"
@@ -293,4 +294,72 @@ TEST_CASE("Hostile input on a regional bucket: a huge key, a huge cost, more key
   CHECK(pushed == 40);
   for (int k = 0; k < 40; ++k)
     CHECK(b.apply("f" + std::to_string(k), 0ms, ratelimit::Operation{1, true}).remaining == 9);
+}
+
+TEST_CASE(
+    "A region whose Redis is gone decides by its failure policy, and its exchange neither "
+    "throws nor pushes",
+    "[far][redis][bucket][attack]") {
+  rltest::Regions regions(2);
+  std::vector<RegionalStorage> s;
+  for (auto policy : {ratelimit::FailurePolicy::fail_closed, ratelimit::FailurePolicy::fail_open,
+                      ratelimit::FailurePolicy::local_fallback}) {
+    auto o = regions.options(0, 100ms, 40ms);
+    o.local.failure_policy = policy;
+    o.local.fallback_divisor = 2;
+    o.local.command_timeout = 300ms;
+    o.local.connect_timeout = 300ms;
+    s.emplace_back(o);
+  }
+  RegionalStorage r1(regions.options(1, 100ms, 40ms));
+  std::vector<ratelimit::RegionalBucketBinding<TokenBucketModel>> b;
+  for (auto& st : s) b.push_back(st.bind<TokenBucketModel>("api", bucket(10, 10), 10));
+  auto other = r1.bind<TokenBucketModel>("api", bucket(10, 10), 10);
+  REQUIRE(b[0].apply("k", 0ms, spend(2)).allowed);
+  rltest::RedisAdmin admin0(regions.endpoint(0));
+  try {
+    (void)admin0.run({"SHUTDOWN", "NOSAVE"});  // r0's Redis is gone
+  } catch (const std::exception&) {            // it exits without a reply
+  }
+  // fail_closed denies (retry in 1 ms), fail_open admits, local_fallback decides on its share
+  // of the bucket: C / 2 = 5 at once, then none (r = 5 per s: 200 ms a unit).
+  const auto closed = b[0].apply("k", 0ms, spend());
+  CHECK_FALSE(closed.allowed);
+  CHECK(closed.degraded);
+  CHECK(b[1].apply("k", 0ms, spend()).allowed);
+  std::int64_t fallback = 0;
+  for (int i = 0; i < 8; ++i) fallback += b[2].apply("k", 0ms, spend()).allowed ? 1 : 0;
+  CHECK(fallback == 5);
+  CHECK(s[0].stats().degraded == 1);
+  // The exchange cannot claim: it pushes nothing and throws nothing; r1 saw nothing of r0.
+  CHECK(s[0].exchange(0ms).units_pushed == 0);
+  CHECK(other.apply("k", 0ms, ratelimit::Operation{1, true}).remaining == 10);
+}
+
+TEST_CASE(
+    "A background exchanger destroyed while its round waits on a black-holed link stops; the "
+    "units are pushed once when the link heals",
+    "[far][redis][bucket][attack]") {
+  rltest::Regions regions(2);
+  auto s = storages(regions, 20ms, 0ms);
+  auto a = s[0].bind<TokenBucketModel>("api", bucket(10, 10), 10);
+  auto b = s[1].bind<TokenBucketModel>("api", bucket(10, 10), 10);
+  REQUIRE(a.apply("k", 0ms, spend(3)).allowed);
+  regions.partition(0, true);
+  {
+    ratelimit::ManualClock clock;
+    ratelimit::RegionalExchanger<ratelimit::ManualClock> exchanger(s[0], clock);
+    // Wait (real time, no assertion on it) until a round has failed, then end the exchanger
+    // while the next one is likely under way.
+    const auto until = std::chrono::steady_clock::now() + 10s;
+    while (s[0].stats().push_failures == 0 && std::chrono::steady_clock::now() < until)
+      std::this_thread::sleep_for(5ms);
+    REQUIRE(s[0].stats().push_failures > 0);
+  }
+  regions.partition(0, false);
+  // The black hole dropped every push; healed, a round pushes the 3 units once: 10 - 3 = 7.
+  std::uint64_t pushed = 0;
+  for (int i = 0; i < 200 && pushed < 3; ++i) pushed += s[0].exchange(0ms).units_pushed;
+  CHECK(pushed == 3);
+  CHECK(b.apply("k", 0ms, ratelimit::Operation{1, true}).remaining == 7);
 }
