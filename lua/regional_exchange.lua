@@ -5,18 +5,26 @@
 --          many hashes | m | m region names | now, ms | expiry, ms | hold, ms (optional, 0:
 --          none; the buckets' sets give one). For each hash of the set
 --          (SRANDMEMBER: a bounded sample), d_r = n:<self> - c:<r> for each region r, and
---          c:<r> += d_r, t:<r> = now (ms): the units this round pushes to r (another exchanger of
---          this region claims only what is left). A claim neither acknowledged nor undone
---          (c:<r> > s:<r>) whose last stamp t:<r> is older than `expiry` (longer than a round
---          can last) was lost with its round (a reply that timed out after the script ran): it
---          is claimed again (c:<r> = s:<r> first), so those units are pushed after all. A
+--          c:<r> += d_r: the units this round pushes to r (another exchanger of this region
+--          claims only what is left). t:<r> = now (ms) only when no earlier claim is
+--          outstanding (c:<r> = s:<r> before it): the time of the oldest claim neither
+--          acknowledged nor undone. One older than `expiry` (longer than a round can last)
+--          was lost with its round (a reply that timed out after the script ran): everything
+--          outstanding is claimed again (c:<r> = s:<r> first), so those units are pushed after
+--          all (a round still under way pushes some twice: only more debits; s:<r> never
+--          exceeds c:<r>, see add). Were every new claim to restamp, a lost one would never
+--          look old while the key has traffic, and its units would stay unseen for good. A
 --          hash that expired, or that every region has acknowledged whole, leaves the set. A
 --          hash some region has not acknowledged whole is kept at least `hold` more (and the
 --          set with it): a bucket's unseen units must not be forgotten while a partition lasts.
 --          Returns { hash, its PTTL (ms), d_1, ..., d_m, ... } for the hashes with a d_r > 0.
--- add      on this region's Redis. KEYS: a hash. ARGV: 'add' | field | d. HINCRBY field d if
---          the hash still exists (an acknowledgement: s:<r> += d; an undone claim after a
---          failed push: c:<r> -= d). Returns 1, or 0 when the hash had expired.
+-- add      on this region's Redis. KEYS: a hash. ARGV: 'add' | field | d | s:<r> | c:<r>.
+--          HINCRBY field d if the hash still exists (an acknowledgement: s:<r> += d; an undone
+--          claim after a failed push: c:<r> -= d), then s:<r> = min(s:<r>, c:<r>): a claim
+--          taken again after it expired while its first round was still under way is pushed
+--          twice and acknowledged twice, and s:<r> must never count more units than were
+--          claimed (a phantom acknowledgement would let this region admit more than U units
+--          that region r never debits). Returns 1, or 0 when the hash had expired.
 -- push     on another region's Redis. KEYS: the same hash name. ARGV: 'push' | field n:<self>
 --          | d | TTL ms | (optional, buckets) extra ms | hold ms. HINCRBY field d (counts merge by
 --          addition; never a written total) and keeps the longer of the hash's TTL and the
@@ -51,7 +59,9 @@ if mode == 'claim' then
         local d = mine - c
         if d > 0 then
           redis.call('HINCRBY', h, 'c:' .. r, d)
-          redis.call('HINCRBY', h, 't:' .. r, now - stamp)  -- (HINCRBY: no other command needed)
+          if c <= s then  -- the oldest outstanding claim (HINCRBY: no other command needed)
+            redis.call('HINCRBY', h, 't:' .. r, now - stamp)
+          end
           any = true
         else
           d = 0
@@ -77,6 +87,11 @@ if mode == 'claim' then
 elseif mode == 'add' then
   if redis.call('EXISTS', KEYS[1]) == 0 then return 0 end
   redis.call('HINCRBY', KEYS[1], ARGV[2], ARGV[3])
+  if ARGV[5] then
+    local s = tonumber(redis.call('HGET', KEYS[1], ARGV[4]) or '0')
+    local c = tonumber(redis.call('HGET', KEYS[1], ARGV[5]) or '0')
+    if s > c then redis.call('HINCRBY', KEYS[1], ARGV[4], c - s) end
+  end
   return 1
 elseif mode == 'push' then
   local ttl, extra, hold = tonumber(ARGV[4]), tonumber(ARGV[5] or '0'), tonumber(ARGV[6] or '0')

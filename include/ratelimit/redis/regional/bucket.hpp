@@ -210,7 +210,10 @@ class RegionalBucketBinding {
       d.allowed = false;
       d.degraded = true;
       d.delay = std::chrono::nanoseconds{0};
-      d.retry_after = state_->options().exchange_interval;
+      // More than U units at once fail the unseen bound whatever the exchange does.
+      d.retry_after = op.cost > unseen_limit_
+                          ? Decision::never
+                          : std::chrono::nanoseconds{state_->options().exchange_interval};
       return d;
     }
     if (d.allowed != (v[0] == 1)) return std::nullopt;

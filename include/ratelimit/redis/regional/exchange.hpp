@@ -272,8 +272,7 @@ class RegionalState {
         } else {
           push_failures_.fetch_add(1, std::memory_order_relaxed);
         }
-        local_calls.push_back(add_call(claim.hash, (ok ? "s:" : "c:") + remote.name,
-                                       ok ? claim.units[r] : -claim.units[r]));
+        local_calls.push_back(add_call(claim.hash, remote.name, ok, claim.units[r]));
       }
       if (failed) report.failed.push_back(remote.name);
       set_cut(remote, failed, why, round.at_);
@@ -303,11 +302,17 @@ class RegionalState {
     return (slowest + options_.local.connect_timeout + options_.local.command_timeout).count();
   }
 
-  static RedisCall add_call(const std::string& hash, std::string field, std::int64_t d) {
+  /// Acknowledges `units` pushed to `region` (s:<region> += units) or undoes their claim
+  /// (c:<region> -= units); either way s:<region> stays at most c:<region>, so that a claim
+  /// pushed twice (taken again after it expired while its first round was under way) is not
+  /// acknowledged twice (lua/regional_exchange.lua).
+  static RedisCall add_call(const std::string& hash, const std::string& region, bool acked,
+                            std::int64_t units) {
     RedisCall c;
     c.script = &regional_exchange_script();
     c.keys.push_back(hash);
-    c.argv = {"add", std::move(field), std::to_string(d)};
+    c.argv = {"add", (acked ? "s:" : "c:") + region, std::to_string(acked ? units : -units),
+              "s:" + region, "c:" + region};
     return c;
   }
 

@@ -10,7 +10,8 @@
 /// background) pushes this region's new admissions to every other region's Redis, as increments
 /// of this region's own field of the window's hash (redis/regional/exchange.hpp). A region
 /// admits at most U units per key and window that some other region has not acknowledged yet;
-/// beyond that it denies (`degraded`, retry_after = S) until an exchange catches up.
+/// beyond that it denies (`degraded`, retry_after = S) until an exchange catches up (a request
+/// of more than U units: retry_after = never).
 ///
 /// Bounds, with R regions, N per window W, exchange interval S and one-way delay d:
 /// - over-admission: at most (R - 1) U per window (sliding counter: on its estimate). Every
@@ -204,7 +205,10 @@ class RegionalBinding {
       state_->unseen_denials.fetch_add(1, std::memory_order_relaxed);
       d.allowed = false;
       d.degraded = true;
-      d.retry_after = state_->options().exchange_interval;
+      // More than U units at once fail the unseen bound whatever the exchange does.
+      d.retry_after = op.cost > unseen_limit_
+                          ? Decision::never
+                          : std::chrono::nanoseconds{state_->options().exchange_interval};
       return d;
     }
     if (d.allowed != (v[0] == 1)) return std::nullopt;
