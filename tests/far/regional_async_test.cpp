@@ -290,3 +290,66 @@ TEST_CASE(
   // Every completion ran exactly once (and none twice, by the time all have run once).
   for (int i = 0; i < n; ++i) CHECK(outcomes[i]->calls == 1);
 }
+
+TEST_CASE(
+    "try_acquire_all_async on a regional limiter completes on the I/O thread with the blocking "
+    "call's decision",
+    "[far][redis][async]") {
+  // A regional decision spans one key, so an all-of on a RegionalStorage holds one limiter;
+  // before decide_all_async it, too, made the blocking round trip on the caller's thread.
+  rltest::Regions regions(1);
+  auto s = storages(regions);
+  ManualClock clock;
+  clock.set(5ms);
+  ratelimit::SlidingCounter<ManualClock, RegionalStorage> limiter(ratelimit::Rate{10, 1s}, s[0],
+                                                                  clock, "api");
+  for (int i = 0; i < 3; ++i) {
+    const auto sync = ratelimit::try_acquire_all("sync", 3, limiter);
+    std::promise<ratelimit::AllOfDecision<1>> promise;
+    auto future = promise.get_future();
+    std::atomic<int> calls{0};
+    std::thread::id thread;
+    ratelimit::try_acquire_all_async(
+        "async", 3,
+        [&](ratelimit::AllOfDecision<1> d) {
+          thread = std::this_thread::get_id();
+          if (calls.fetch_add(1) == 0) promise.set_value(d);
+        },
+        limiter);
+    REQUIRE(future.wait_for(hang_guard) == std::future_status::ready);
+    const auto async = future.get();
+    CHECK(thread != std::this_thread::get_id());
+    // Request i spends 3 of 10: admitted while 3 (i + 1) <= 10, 10 - 3 (i + 1) left.
+    CHECK(async.allowed);
+    CHECK(async.decisions[0].remaining == 10 - 3 * (i + 1));
+    CHECK(async.allowed == sync.allowed);
+    CHECK(async.decisions[0] == sync.decisions[0]);
+    (void)limiter.peek("async");  // the I/O thread is past the first reply (see above)
+    CHECK(calls == 1);
+  }
+}
+
+TEST_CASE(
+    "A regional decide_all_async refuses more than one part before it asks Redis, and "
+    "completes an empty list at once",
+    "[far][redis][async]") {
+  rltest::Regions regions(1);
+  auto s = storages(regions);
+  const auto a = s[0].bind<FixedWindowModel>("api", params_of<FixedWindowModel>());
+  const std::array<RegionalStorage::Part, 2> two{a.part("k", Operation{1}),
+                                                 a.part("j", Operation{1})};
+  int calls = 0;
+  const auto count = [&](std::vector<Decision>&&, bool) { ++calls; };
+  CHECK_THROWS_WITH(s[0].decide_all_async(two, 0ns, count),
+                    Catch::Contains("parts (count)") && Catch::Contains("one key at a time"));
+  CHECK(calls == 0);
+  bool all = false;
+  s[0].decide_all_async({}, 0ns, [&](std::vector<Decision>&& ds, bool a_) {
+    ++calls;
+    all = a_ && ds.empty();
+  });
+  CHECK(calls == 1);  // no part: done before the call returned, on this thread
+  CHECK(all);
+  // Nothing was spent by the refused call: the whole limit of 10 is left.
+  CHECK(a.apply("k", 0ns, Operation{1, true}).remaining == 10);
+}

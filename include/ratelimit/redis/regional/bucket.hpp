@@ -132,7 +132,7 @@ class RegionalBucketBinding {
 
   /// The part of a one-key `decide_all`.
   RegionalPart part(std::string_view key, const Operation& op, std::string_view = {}) const {
-    return RegionalPart{key, op, &apply_part, this};
+    return RegionalPart{key, op, &apply_part, this, &apply_part_async};
   }
 
   /// The same keys decided with other parameters (validated as `bind` does); the unseen bound
@@ -281,6 +281,10 @@ class RegionalBucketBinding {
   static Decision apply_part(const void* b, std::string_view key, std::chrono::nanoseconds now,
                              const Operation& op) {
     return static_cast<const RegionalBucketBinding*>(b)->apply(key, now, op);
+  }
+  static void apply_part_async(const void* b, std::string_view key, std::chrono::nanoseconds now,
+                               const Operation& op, Completion<Decision> done) {
+    static_cast<const RegionalBucketBinding*>(b)->apply_async(key, now, op, std::move(done));
   }
 
   std::shared_ptr<detail::RegionalState> state_;

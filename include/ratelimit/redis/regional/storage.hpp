@@ -28,6 +28,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <span>
@@ -112,7 +113,7 @@ class RegionalBinding {
 
   /// The part of a one-key `decide_all`.
   RegionalPart part(std::string_view key, const Operation& op, std::string_view = {}) const {
-    return RegionalPart{key, op, &apply_part, this};
+    return RegionalPart{key, op, &apply_part, this, &apply_part_async};
   }
 
   /// The same keys decided with other parameters (validated as `bind` does); the unseen bound
@@ -277,6 +278,10 @@ class RegionalBinding {
                              const Operation& op) {
     return static_cast<const RegionalBinding*>(b)->apply(key, now, op);
   }
+  static void apply_part_async(const void* b, std::string_view key, std::chrono::nanoseconds now,
+                               const Operation& op, Completion<Decision> done) {
+    static_cast<const RegionalBinding*>(b)->apply_async(key, now, op, std::move(done));
+  }
 
   std::shared_ptr<detail::RegionalState> state_;
   typename M::Params params_;
@@ -343,6 +348,35 @@ class RegionalStorage {
     if (parts.empty()) return true;
     out[0] = parts[0].apply(parts[0].binding, parts[0].key, now, parts[0].op);
     return out[0].allowed;
+  }
+
+  /// `decide_all` without blocking: `done(decisions, all_admitted)` is called exactly once,
+  /// as the part's `apply_async` completes (on this region's I/O thread, or before this returns
+  /// when Redis is not asked or there is no part; see core/completion.hpp). The part's key and
+  /// binding are copied before this returns. Throws as `decide_all` (and then never calls
+  /// `done`). Thread safety: safe from many threads.
+  void decide_all_async(std::span<const Part> parts, std::chrono::nanoseconds now,
+                        std::function<void(std::vector<Decision>&&, bool)> done) const {
+    if (parts.size() > 1)
+      detail::invalid("decide_all: parts (count)", static_cast<std::int64_t>(parts.size()),
+                      "a RegionalStorage decides one key at a time");
+    if (parts.empty()) {
+      std::vector<Decision> none;
+      try {
+        done(std::move(none), true);
+      } catch (...) {  // see core/completion.hpp
+      }
+      return;
+    }
+    parts[0].apply_async(parts[0].binding, parts[0].key, now, parts[0].op,
+                         [done = std::move(done)](Decision d) {
+                           const bool all = d.allowed;
+                           std::vector<Decision> ds{d};
+                           try {
+                             done(std::move(ds), all);
+                           } catch (...) {  // see core/completion.hpp
+                           }
+                         });
   }
 
   /// One exchange round at `now` (the clock's reading; it only dates the partition reports):
