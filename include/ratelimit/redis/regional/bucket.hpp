@@ -58,6 +58,7 @@
 #include <utility>
 #include <vector>
 
+#include "../../core/completion.hpp"
 #include "../../core/decision.hpp"
 #include "../../core/detail/arith.hpp"
 #include "../../core/detail/validate.hpp"
@@ -91,28 +92,34 @@ class RegionalBucketBinding {
   Decision apply(std::string_view key, std::chrono::nanoseconds now, const Operation& op) const {
     detail::check_cost(op.cost);
     auto& local = state_->local();
-    const std::int64_t t_us = detail::wire_time_us(now);
-    detail::RedisCall call;
-    call.script = &detail::regional_bucket_script();
-    call.keys = {dirty_, detail::redis_key(state_->options().local.key_prefix, key, tail_)};
-    M::Wire::args(bound_, params_, std::to_string(t_us), op, hold_ms_, call.argv);
-    const std::size_t m = state_->remote_count();
-    call.argv.push_back(state_->options().region);
-    M::Wire::push_pair(detail::i128{params_.period}, params_, call.argv);  // one unit's worth
-    call.argv.push_back(std::to_string(m == 0 ? -1 : unseen_limit_));
-    call.argv.push_back(std::to_string(std::min(op.cost, params_.limit + 1)));
-    call.argv.push_back(std::to_string(m));
-    for (std::size_t i = 0; i < m; ++i) call.argv.push_back(state_->remote_name(i));
     std::vector<detail::RedisCall> calls;
-    calls.push_back(std::move(call));
+    calls.push_back(call(key, now, op));
     auto results = local.execute(std::move(calls), local.deadline_from_now());
-    if (results.front().failure) return degrade(key, now, op);
-    const auto d = decode(*results.front().reply, op);
-    if (!d) {
-      local.report({RedisFailureKind::protocol, "unexpected reply from the regional bucket"});
-      return degrade(key, now, op);
-    }
-    return *d;
+    return finish(results.front(), key, now, op);
+  }
+
+  /// `apply` without blocking: `done(Decision)` is called exactly once, with the decision
+  /// `apply` would give, on this region's Redis client's I/O thread, or before this returns
+  /// when Redis is not asked (circuit open, backpressure; see core/completion.hpp). The key is
+  /// copied and the storage's shared state held until `done` runs: the binding, its limiter
+  /// and its storage may go first. Throws std::invalid_argument for cost < 1 (and never calls
+  /// `done`). Thread safety: safe from many threads.
+  void apply_async(std::string_view key, std::chrono::nanoseconds now, const Operation& op,
+                   Completion<Decision> done) const {
+    detail::check_cost(op.cost);
+    auto& local = state_->local();
+    const auto deadline = local.deadline_from_now();
+    // Only the local fallback decides on the key after the reply (the call is built before
+    // this returns); a long key it keeps counts against max_in_flight_bytes.
+    std::string kept = fallback_ ? std::string(key) : std::string();
+    const std::size_t held = kept.size() > detail::max_plain_key_bytes ? kept.size() : 0;
+    auto finish_here = [self = *this, kept = std::move(kept), now, op,
+                        done = std::move(done)](std::vector<detail::RedisResult>&& r) {
+      Decision d = self.finish(r.front(), kept, now, op);
+      detail::complete_safely(done, std::move(d));
+    };
+    local.execute_one_async([&] { return call(key, now, op); }, deadline, std::move(finish_here),
+                            held);
   }
 
   /// Refused: units already pushed to other regions cannot be taken back from here. Throws
@@ -125,7 +132,7 @@ class RegionalBucketBinding {
 
   /// The part of a one-key `decide_all`.
   RegionalPart part(std::string_view key, const Operation& op, std::string_view = {}) const {
-    return RegionalPart{key, op, &apply_part, this};
+    return RegionalPart{key, op, &apply_part, this, &apply_part_async};
   }
 
   /// The same keys decided with other parameters (validated as `bind` does); the unseen bound
@@ -188,6 +195,38 @@ class RegionalBucketBinding {
     return M::Wire::fallback(p, state_->options().local.fallback_divisor);
   }
 
+  /// The script call deciding `key` at `now` (lua/regional_bucket.lua).
+  detail::RedisCall call(std::string_view key, std::chrono::nanoseconds now,
+                         const Operation& op) const {
+    const std::int64_t t_us = detail::wire_time_us(now);
+    detail::RedisCall call;
+    call.script = &detail::regional_bucket_script();
+    call.keys = {dirty_, detail::redis_key(state_->options().local.key_prefix, key, tail_)};
+    M::Wire::args(bound_, params_, std::to_string(t_us), op, hold_ms_, call.argv);
+    const std::size_t m = state_->remote_count();
+    call.argv.push_back(state_->options().region);
+    M::Wire::push_pair(detail::i128{params_.period}, params_, call.argv);  // one unit's worth
+    call.argv.push_back(std::to_string(m == 0 ? -1 : unseen_limit_));
+    call.argv.push_back(std::to_string(std::min(op.cost, params_.limit + 1)));
+    call.argv.push_back(std::to_string(m));
+    for (std::size_t i = 0; i < m; ++i) call.argv.push_back(state_->remote_name(i));
+    return call;
+  }
+
+  /// The decision from the call's result: the reply decoded, or the failure policy's when
+  /// Redis failed or the reply is not the script's. `apply` and `apply_async` both end here.
+  Decision finish(const detail::RedisResult& result, std::string_view key,
+                  std::chrono::nanoseconds now, const Operation& op) const {
+    if (result.failure) return degrade(key, now, op);
+    const auto d = decode(*result.reply, op);
+    if (!d) {
+      state_->local().report(
+          {RedisFailureKind::protocol, "unexpected reply from the regional bucket"});
+      return degrade(key, now, op);
+    }
+    return *d;
+  }
+
   /// The decision from the script's reply {admitted, reason, t, at_us, at_rem, unseen,
   /// debited}: the model's on the state after the debit, or an unseen denial.
   std::optional<Decision> decode(const redisReply& reply, const Operation& op) const {
@@ -245,6 +284,10 @@ class RegionalBucketBinding {
   static Decision apply_part(const void* b, std::string_view key, std::chrono::nanoseconds now,
                              const Operation& op) {
     return static_cast<const RegionalBucketBinding*>(b)->apply(key, now, op);
+  }
+  static void apply_part_async(const void* b, std::string_view key, std::chrono::nanoseconds now,
+                               const Operation& op, Completion<Decision> done) {
+    static_cast<const RegionalBucketBinding*>(b)->apply_async(key, now, op, std::move(done));
   }
 
   std::shared_ptr<detail::RegionalState> state_;

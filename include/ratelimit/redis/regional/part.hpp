@@ -10,6 +10,7 @@
 #include "../../algorithms/leaky_bucket.hpp"
 #include "../../algorithms/sliding_counter.hpp"
 #include "../../algorithms/token_bucket.hpp"
+#include "../../core/completion.hpp"
 #include "../../core/decision.hpp"
 #include "../../core/storage.hpp"
 
@@ -39,6 +40,10 @@ struct RegionalPart {
   Decision (*apply)(const void* binding, std::string_view key, std::chrono::nanoseconds now,
                     const Operation& op);
   const void* binding;
+  /// Decides the part without blocking: its binding's apply_async (which copies the binding
+  /// and the key before it returns).
+  void (*apply_async)(const void* binding, std::string_view key, std::chrono::nanoseconds now,
+                      const Operation& op, Completion<Decision> done);
 };
 
 }  // namespace ratelimit

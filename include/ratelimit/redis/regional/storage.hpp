@@ -29,6 +29,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <span>
@@ -41,6 +42,7 @@
 
 #include "../../algorithms/fixed_window.hpp"
 #include "../../algorithms/sliding_counter.hpp"
+#include "../../core/completion.hpp"
 #include "../../core/decision.hpp"
 #include "../../core/detail/validate.hpp"
 #include "../../core/storage.hpp"
@@ -72,35 +74,34 @@ class RegionalBinding {
   Decision apply(std::string_view key, std::chrono::nanoseconds now, const Operation& op) const {
     detail::check_cost(op.cost);
     auto& local = state_->local();
-    const std::int64_t t = detail::wire_time_us(now), w = window_us();
-    const std::int64_t k = t / w, e = t - k * w;
-    detail::RedisCall call;
-    call.script = &detail::regional_window_script();
-    call.keys = {dirty_, hash_of(key, k)};
-    if constexpr (sliding) call.keys.push_back(hash_of(key, k - 1));
-    const std::int64_t matters_us = (k + (sliding ? 2 : 1)) * w - t;
-    const std::int64_t ttl_ms = matters_us / 1000 + 1 + local.options().ttl_margin.count();
-    const std::size_t m = state_->remote_count();
-    call.argv = {state_->options().region,
-                 std::to_string(std::min(op.cost, params_.limit + 1)),
-                 std::to_string(params_.limit),
-                 std::to_string(m == 0 ? -1 : unseen_limit_),
-                 std::to_string(w),
-                 std::to_string(e),
-                 op.peek ? "1" : "0",
-                 std::to_string(ttl_ms),
-                 std::to_string(m)};
-    for (std::size_t i = 0; i < m; ++i) call.argv.push_back(state_->remote_name(i));
     std::vector<detail::RedisCall> calls;
-    calls.push_back(std::move(call));
+    calls.push_back(call(key, now, op));
     auto results = local.execute(std::move(calls), local.deadline_from_now());
-    if (results.front().failure) return degrade(key, now, op);
-    const auto d = decode(*results.front().reply, t * 1000, op);
-    if (!d) {
-      local.report({RedisFailureKind::protocol, "unexpected reply from the regional script"});
-      return degrade(key, now, op);
-    }
-    return *d;
+    return finish(results.front(), key, now, op);
+  }
+
+  /// `apply` without blocking: `done(Decision)` is called exactly once, with the decision
+  /// `apply` would give, on this region's Redis client's I/O thread, or before this returns
+  /// when Redis is not asked (circuit open, backpressure; see core/completion.hpp). The key is
+  /// copied and the storage's shared state held until `done` runs: the binding, its limiter
+  /// and its storage may go first. Throws std::invalid_argument for cost < 1 (and never calls
+  /// `done`). Thread safety: safe from many threads.
+  void apply_async(std::string_view key, std::chrono::nanoseconds now, const Operation& op,
+                   Completion<Decision> done) const {
+    detail::check_cost(op.cost);
+    auto& local = state_->local();
+    const auto deadline = local.deadline_from_now();
+    // Only the local fallback decides on the key after the reply (the call is built before
+    // this returns); a long key it keeps counts against max_in_flight_bytes.
+    std::string kept = fallback_ ? std::string(key) : std::string();
+    const std::size_t held = kept.size() > detail::max_plain_key_bytes ? kept.size() : 0;
+    auto finish_here = [self = *this, kept = std::move(kept), now, op,
+                        done = std::move(done)](std::vector<detail::RedisResult>&& r) {
+      Decision d = self.finish(r.front(), kept, now, op);
+      detail::complete_safely(done, std::move(d));
+    };
+    local.execute_one_async([&] { return call(key, now, op); }, deadline, std::move(finish_here),
+                            held);
   }
 
   /// Refused: counts already pushed to other regions cannot be taken back from here. Throws
@@ -113,7 +114,7 @@ class RegionalBinding {
 
   /// The part of a one-key `decide_all`.
   RegionalPart part(std::string_view key, const Operation& op, std::string_view = {}) const {
-    return RegionalPart{key, op, &apply_part, this};
+    return RegionalPart{key, op, &apply_part, this, &apply_part_async};
   }
 
   /// The same keys decided with other parameters (validated as `bind` does); the unseen bound
@@ -180,6 +181,46 @@ class RegionalBinding {
     return h;
   }
 
+  /// The script call deciding `key` at `now` (lua/regional_window.lua).
+  detail::RedisCall call(std::string_view key, std::chrono::nanoseconds now,
+                         const Operation& op) const {
+    const std::int64_t t = detail::wire_time_us(now), w = window_us();
+    const std::int64_t k = t / w, e = t - k * w;
+    detail::RedisCall call;
+    call.script = &detail::regional_window_script();
+    call.keys = {dirty_, hash_of(key, k)};
+    if constexpr (sliding) call.keys.push_back(hash_of(key, k - 1));
+    const std::int64_t matters_us = (k + (sliding ? 2 : 1)) * w - t;
+    const std::int64_t ttl_ms =
+        matters_us / 1000 + 1 + state_->local().options().ttl_margin.count();
+    const std::size_t m = state_->remote_count();
+    call.argv = {state_->options().region,
+                 std::to_string(std::min(op.cost, params_.limit + 1)),
+                 std::to_string(params_.limit),
+                 std::to_string(m == 0 ? -1 : unseen_limit_),
+                 std::to_string(w),
+                 std::to_string(e),
+                 op.peek ? "1" : "0",
+                 std::to_string(ttl_ms),
+                 std::to_string(m)};
+    for (std::size_t i = 0; i < m; ++i) call.argv.push_back(state_->remote_name(i));
+    return call;
+  }
+
+  /// The decision from the call's result: the reply decoded, or the failure policy's when
+  /// Redis failed or the reply is not the script's. `apply` and `apply_async` both end here.
+  Decision finish(const detail::RedisResult& result, std::string_view key,
+                  std::chrono::nanoseconds now, const Operation& op) const {
+    if (result.failure) return degrade(key, now, op);
+    const auto d = decode(*result.reply, detail::wire_time_us(now) * 1000, op);
+    if (!d) {
+      state_->local().report(
+          {RedisFailureKind::protocol, "unexpected reply from the regional script"});
+      return degrade(key, now, op);
+    }
+    return *d;
+  }
+
   /// The decision from the script's reply {admitted, reason, c, p, unseen, unseen_p}: the
   /// model's on the counts every region contributed, or an unseen denial.
   std::optional<Decision> decode(const redisReply& reply, std::int64_t t_ns,
@@ -240,6 +281,10 @@ class RegionalBinding {
   static Decision apply_part(const void* b, std::string_view key, std::chrono::nanoseconds now,
                              const Operation& op) {
     return static_cast<const RegionalBinding*>(b)->apply(key, now, op);
+  }
+  static void apply_part_async(const void* b, std::string_view key, std::chrono::nanoseconds now,
+                               const Operation& op, Completion<Decision> done) {
+    static_cast<const RegionalBinding*>(b)->apply_async(key, now, op, std::move(done));
   }
 
   std::shared_ptr<detail::RegionalState> state_;
@@ -307,6 +352,35 @@ class RegionalStorage {
     if (parts.empty()) return true;
     out[0] = parts[0].apply(parts[0].binding, parts[0].key, now, parts[0].op);
     return out[0].allowed;
+  }
+
+  /// `decide_all` without blocking: `done(decisions, all_admitted)` is called exactly once,
+  /// as the part's `apply_async` completes (on this region's I/O thread, or before this returns
+  /// when Redis is not asked or there is no part; see core/completion.hpp). The part's key and
+  /// binding are copied before this returns. Throws as `decide_all` (and then never calls
+  /// `done`). Thread safety: safe from many threads.
+  void decide_all_async(std::span<const Part> parts, std::chrono::nanoseconds now,
+                        std::function<void(std::vector<Decision>&&, bool)> done) const {
+    if (parts.size() > 1)
+      detail::invalid("decide_all: parts (count)", static_cast<std::int64_t>(parts.size()),
+                      "a RegionalStorage decides one key at a time");
+    if (parts.empty()) {
+      std::vector<Decision> none;
+      try {
+        done(std::move(none), true);
+      } catch (...) {  // see core/completion.hpp
+      }
+      return;
+    }
+    parts[0].apply_async(parts[0].binding, parts[0].key, now, parts[0].op,
+                         [done = std::move(done)](Decision d) {
+                           const bool all = d.allowed;
+                           std::vector<Decision> ds{d};
+                           try {
+                             done(std::move(ds), all);
+                           } catch (...) {  // see core/completion.hpp
+                           }
+                         });
   }
 
   /// One exchange round at `now` (the clock's reading; it only dates the partition reports):
