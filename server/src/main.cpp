@@ -61,6 +61,7 @@ int run(int argc, char** argv) {
   service_settings.reset_header = settings.reset_header;
   service_settings.over_limit_cache_bytes = settings.local_cache_bytes;
   service_settings.all_or_nothing = settings.all_or_nothing;
+  service_settings.stop_increment_when_over = settings.stop_increment_when_over;
   auto exporter = std::make_shared<ratelimit::PrometheusExporter>();
   service_settings.listener = exporter;
   auto service = std::make_shared<Service>(make_counters(settings, exporter), service_settings);

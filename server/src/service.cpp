@@ -151,6 +151,13 @@ class OverLimitCache {
 
 Service::Service(std::shared_ptr<Counters> counters, ServiceSettings settings, Now now)
     : counters_(std::move(counters)), settings_(std::move(settings)), now_(std::move(now)) {
+  // All or nothing counts nothing when a descriptor would go over; the reference's option
+  // counts exactly those going over. No call can do both.
+  if (settings_.all_or_nothing && settings_.stop_increment_when_over)
+    throw std::invalid_argument(
+        "RATELIMIT_SERVER_ALL_OR_NOTHING = true and STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT = "
+        "true: choose one (all or nothing counts none of a call's descriptors when one would go "
+        "over its limit; the other counts only those that would)");
   if (settings_.over_limit_cache_bytes > 0 && !settings_.all_or_nothing)
     cache_ = std::make_unique<detail::OverLimitCache>(settings_.over_limit_cache_bytes);
 }
@@ -246,12 +253,14 @@ void Service::consult_cache(Call& call) const {
   if (!cache_) return;
   const std::int64_t now_s = seconds_of(call.now);
   // Only the Go window's counters: a library algorithm may admit again before a window ends.
+  // As the reference (fixed_cache_impl.go, DoLimit), a cached counter is skipped whatever its
+  // hits, a read too.
   for (std::size_t k = 0; k < call.hits.size(); ++k)
-    if (call.hits[k].hits > 0 && call.hits[k].algorithm.empty() &&
-        cache_->over(cache_key(call.hits[k], now_s), now_s))
+    if (call.hits[k].algorithm.empty() && cache_->over(cache_key(call.hits[k], now_s), now_s))
       call.cached[k] = call.any_cached = true;
-  // As the reference: once one counter of the call is known over, the others are only read.
-  if (call.any_cached)
+  // The reference's getHitsAddend: by default the others are counted in full; with
+  // STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT, once one is known over, they are only read.
+  if (call.any_cached && settings_.stop_increment_when_over)
     for (std::size_t k = 0; k < call.hits.size(); ++k)
       if (!call.cached[k]) call.hits[k].hits = 0;
 }
@@ -271,7 +280,8 @@ std::vector<Decision> Service::merged(const Call& call, std::vector<Decision> se
       continue;
     }
     out[k] = sent[next++];
-    if (cache_ && h.hits > 0 && h.algorithm.empty() && !out[k].allowed)
+    // As the reference, whatever the hits: its INCRBY 0 over the limit is remembered too.
+    if (cache_ && h.algorithm.empty() && !out[k].allowed)
       cache_->remember(cache_key(h, now_s), (now_s / h.window_s + 1) * h.window_s, now_s);
   }
   return out;
@@ -428,17 +438,23 @@ grpc::Status Service::plan(const pb::RateLimitRequest& request, Call& call) cons
 
 namespace {
 
-/// The reference's rule for several descriptors (src/redis/fixed_cache_impl.go, DoLimit): it
-/// first reads every counter; if one would go over its limit, only that one is incremented and
-/// the others are only read. `before` are the reads' decisions.
-void keep_only_the_first_over(std::vector<Hit>& hits, const std::vector<Decision>& before) {
+/// STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT's rule for a call's counters when none is in the
+/// over-limit cache (src/redis/fixed_cache_impl.go, DoLimit and getHitsAddend): every counter
+/// is first read; those whose count would go over their limit (IsOverLimitThresholdReached:
+/// count + hits > limit) are counted and, if there is one, every other is only read; if there
+/// is none, all are counted. `before` are the reads' decisions: a read is allowed iff count <=
+/// limit, with remaining = limit - count, so count + hits > limit iff denied or remaining <
+/// hits.
+void count_only_those_going_over(std::vector<Hit>& hits, const std::vector<Decision>& before) {
+  std::vector<bool> going_over(hits.size());
+  bool any = false;
   for (std::size_t k = 0; k < hits.size(); ++k) {
-    const bool over = !before[k].allowed || before[k].remaining < hits[k].hits;
-    if (!over) continue;
-    for (std::size_t j = 0; j < hits.size(); ++j)
-      if (j != k) hits[j].hits = 0;
-    return;
+    going_over[k] = !before[k].allowed || before[k].remaining < hits[k].hits;
+    any = any || going_over[k];
   }
+  if (!any) return;
+  for (std::size_t k = 0; k < hits.size(); ++k)
+    if (!going_over[k]) hits[k].hits = 0;
 }
 
 std::vector<Hit> reads_of(const std::vector<Hit>& hits) {
@@ -505,6 +521,14 @@ void Service::all_or_nothing_async(std::shared_ptr<Call> call,
                              });
 }
 
+/// Whether a call's counters are read before they are counted: only with
+/// STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT and no counter of the call in the over-limit cache
+/// (then nothing is counted anyway). The reference reads a single counter too, but counts it
+/// whether or not it would go over, so one is not read here.
+bool Service::reads_first(const Call& call) const {
+  return settings_.stop_increment_when_over && !call.any_cached && call.hits.size() > 1;
+}
+
 grpc::Status Service::should_rate_limit(const pb::RateLimitRequest& request,
                                         pb::RateLimitResponse& response) {
   Call call;
@@ -527,8 +551,8 @@ grpc::Status Service::should_rate_limit(const pb::RateLimitRequest& request,
     return grpc::Status::OK;
   }
   try {
-    if (call.plan.size() > 1 && !call.hits.empty() && !call.any_cached)
-      keep_only_the_first_over(call.hits, counters_->count(reads_of(call.hits), call.now));
+    if (reads_first(call))
+      count_only_those_going_over(call.hits, counters_->count(reads_of(call.hits), call.now));
     const auto send = to_send(call.hits, call.cached);
     ds = merged(call, send.empty() ? std::vector<Decision>{} : counters_->count(send, call.now));
   } catch (const std::exception& e) {
@@ -569,11 +593,11 @@ void Service::should_rate_limit_async(const pb::RateLimitRequest& request,
                             done(grpc::Status::OK);
                           });
   };
-  if (call->plan.size() == 1 || call->hits.empty() || call->any_cached) return count();
+  if (!reads_first(*call)) return count();
   counters->count_async(reads_of(call->hits), call->now,
                         [call, done, count](std::vector<Decision> before, std::exception_ptr err) {
                           if (err) return done(storage_error(what(err)));
-                          keep_only_the_first_over(call->hits, before);
+                          count_only_those_going_over(call->hits, before);
                           count();
                         });
 }

@@ -35,9 +35,18 @@ struct ServiceSettings {
   std::string reset_header = "RateLimit-Reset";
   /// LOCAL_CACHE_SIZE_IN_BYTES: when > 0, a counter found over its limit is remembered for the
   /// rest of its window (in at most about this many bytes); later calls on it are OVER_LIMIT
-  /// without asking the storage, and, as in the reference, the call's other descriptors are
-  /// then read, not counted (src/limiter/base_limiter.go, src/redis/fixed_cache_impl.go).
+  /// without asking the storage. As in the reference, only that counter is skipped: the call's
+  /// other descriptors are still counted, unless `stop_increment_when_over` (then they are
+  /// only read) (src/limiter/base_limiter.go, src/redis/fixed_cache_impl.go DoLimit).
   std::size_t over_limit_cache_bytes = 0;
+  /// STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT, the reference's option (src/redis/
+  /// fixed_cache_impl.go, DoLimit and getHitsAddend). false (the default): every descriptor is
+  /// counted by its hits, over its limit or not. true: when one of a call's counters is in
+  /// the over-limit cache, nothing is counted (the others are read); else, when several are
+  /// counted, all are read first, and if some would go over their limit (count + hits >
+  /// limit) only those are counted and the others read; if none would, all are counted.
+  /// Not with `all_or_nothing` (the constructor throws `std::invalid_argument`).
+  bool stop_increment_when_over = false;
   /// RATELIMIT_SERVER_ALL_OR_NOTHING (ours, not the reference's): a call's hits are counted only
   /// if every one is admitted, else none is (the storage's `decide_all`, as the library's rule
   /// sets decide); a denied shadow-mode hit, and a denied quota-mode hit unless every
@@ -65,6 +74,8 @@ class Service {
   /// The time in nanoseconds since the Unix epoch (tests pass a manual clock's reading).
   using Now = std::function<std::chrono::nanoseconds()>;
 
+  /// Throws `std::invalid_argument` when `settings` asks for both `all_or_nothing` and
+  /// `stop_increment_when_over`.
   Service(std::shared_ptr<Counters> counters, ServiceSettings settings, Now now = system_now);
   ~Service();
 
@@ -100,6 +111,7 @@ class Service {
                     Call& call) const;
   void finish(Call& call, const std::vector<Decision>& decisions) const;
   void consult_cache(Call& call) const;
+  bool reads_first(const Call& call) const;
   std::vector<Decision> merged(const Call& call, std::vector<Decision> sent) const;
   bool after_round(Call& call, std::vector<Decision> decided) const;
   void all_or_nothing_async(std::shared_ptr<Call> call, std::function<void(grpc::Status)> done);

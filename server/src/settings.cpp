@@ -145,6 +145,10 @@ const std::map<std::string, Apply, std::less<>>& ours() {
            throw std::invalid_argument(n + " = \"" + v + "\": not a size in bytes (0 to 2^40)");
          s.local_cache_bytes = static_cast<std::size_t>(bytes);
        }},
+      {"STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT",
+       [](Settings& s, const std::string& n, const std::string& v) {
+         s.stop_increment_when_over = parse_bool(n, v);
+       }},
       {"RATELIMIT_SERVER_ALL_OR_NOTHING",
        [](Settings& s, const std::string& n, const std::string& v) {
          s.all_or_nothing = parse_bool(n, v);
@@ -229,6 +233,13 @@ Settings read_settings(const std::function<std::optional<std::string>(const std:
     throw std::invalid_argument(
         "RATELIMIT_SERVER_ALL_OR_NOTHING = true: not with REDIS_TYPE = cluster (a call's "
         "counters live on several slots, which one all-or-nothing script cannot reach)");
+  // All or nothing counts none of a call's descriptors when one would go over; the reference's
+  // option counts exactly those that would: a call cannot do both.
+  if (s.all_or_nothing && s.stop_increment_when_over)
+    throw std::invalid_argument(
+        "RATELIMIT_SERVER_ALL_OR_NOTHING = true and STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT = "
+        "true: choose one (all or nothing counts none of a call's descriptors when one would go "
+        "over its limit; the other counts only those that would)");
   return s;
 }
 

@@ -34,7 +34,9 @@ struct Settings {
   /// HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED: unhealthy until a rules file loaded.
   bool healthy_with_config_only = false;
   std::size_t local_cache_bytes = 0;  ///< LOCAL_CACHE_SIZE_IN_BYTES (the over-limit cache)
-  std::string log_level = "WARN";     ///< LOG_LEVEL
+  /// STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT: see `ServiceSettings::stop_increment_when_over`.
+  bool stop_increment_when_over = false;
+  std::string log_level = "WARN";  ///< LOG_LEVEL
   /// REDIS_URL: "host:port" (REDIS_SOCKET_TYPE=tcp), a socket path (unix), or for
   /// REDIS_TYPE=sentinel "master,host:port,...", cluster "host:port,..." (seeds); empty keeps the
   /// counters in this process.
@@ -61,7 +63,9 @@ struct Settings {
 /// server does not implement (e.g. BACKEND_TYPE=memcache, USE_STATSD=true), or any variable
 /// with one of the reference's prefixes (REDIS_, RUNTIME_, MEMCACHE_, STATSD_, GRPC_,
 /// HEADER_RATELIMIT_) or our own (RATELIMIT_SERVER_) that is not one of ours. All-or-nothing
-/// with REDIS_TYPE=cluster is refused (a call's counters span slots, which one script cannot).
+/// with REDIS_TYPE=cluster is refused (a call's counters span slots, which one script cannot),
+/// and with STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT=true (each says which descriptors a call
+/// over its limits counts, differently).
 Settings read_settings(const std::function<std::optional<std::string>(const std::string&)>& env,
                        const std::vector<std::string>& args,
                        const std::vector<std::string>& environment_names);

@@ -136,6 +136,26 @@ TEST_CASE("All-or-nothing counting is our own setting, off by default, refused o
                                       "REDIS_TYPE = cluster"));
 }
 
+TEST_CASE("STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT is read as the reference reads it", "[server]") {
+  // Source: src/settings/settings.go (envconfig, default false; a bool as strconv.ParseBool).
+  CHECK_FALSE(settings_from({}).stop_increment_when_over);
+  CHECK(settings_from({{"STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT", "t"}}).stop_increment_when_over);
+  CHECK(
+      settings_from({}, {"--stop-cache-key-increment-when-overlimit=1"}).stop_increment_when_over);
+  CHECK_FALSE(settings_from({{"STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT", "True"}},
+                            {"--stop-cache-key-increment-when-overlimit=FALSE"})
+                  .stop_increment_when_over);  // the flag wins
+  CHECK_THROWS_WITH(settings_from({{"STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT", "on"}}),
+                    Catch::StartsWith("STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT = \"on\": not a "
+                                      "boolean"));
+  // With all or nothing: refused at start, naming both.
+  CHECK_THROWS_WITH(
+      settings_from({{"STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT", "true"},
+                     {"RATELIMIT_SERVER_ALL_OR_NOTHING", "true"}}),
+      Catch::StartsWith("RATELIMIT_SERVER_ALL_OR_NOTHING = true and "
+                        "STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT = true: choose one"));
+}
+
 TEST_CASE("A broken rules file on reload keeps the previous configuration", "[server]") {
   // Source: ratelimit.go reloadConfig: a config error is logged and counted, the old
   // configuration stays.

@@ -4,6 +4,7 @@
 // the comments from the limits and the window arithmetic.
 
 #include <chrono>
+#include <cstddef>
 #include <cstdint>
 #include <limits>
 #include <memory>
@@ -435,8 +436,10 @@ descriptors:
 
 TEST_CASE("The over-limit cache answers a counter over its limit without counting", "[server]") {
   // Source: the reference's local cache (LOCAL_CACHE_SIZE_IN_BYTES; base_limiter.go and
-  // fixed_cache_impl.go): a key over its limit is remembered for its window; a later call on
-  // it is OVER_LIMIT without INCRBY, and the call's other descriptors are only read.
+  // fixed_cache_impl.go, DoLimit): a key over its limit is remembered for its window; a later
+  // call on it is OVER_LIMIT without INCRBY. By default (getHitsAddend with
+  // STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT false) only that key is skipped: the call's other
+  // descriptors are still counted in full.
   ratelimit::server::ServiceSettings settings;
   settings.over_limit_cache_bytes = 1 << 20;
   Fixture f(messaging, settings);
@@ -447,9 +450,9 @@ TEST_CASE("The over-limit cache answers a counter over its limit without countin
   CHECK(res.overall_code() == Code::OVER_LIMIT);
   CHECK(res.statuses(0).code() == Code::OVER_LIMIT);
   CHECK(res.statuses(0).limit_remaining() == 0);
-  CHECK(res.statuses(1).limit_remaining() == 100);  // only read: 100 - 0
-  // Without a cached counter in the call, it is counted again: 100 - 1 = 99.
-  CHECK(f.ok("messaging", {number}).statuses(0).limit_remaining() == 99);
+  CHECK(res.statuses(1).limit_remaining() == 99);  // counted beside it: 100 - 1
+  // Alone, its second hit: 100 - 2 = 98.
+  CHECK(f.ok("messaging", {number}).statuses(0).limit_remaining() == 98);
   // The next day the entry has expired with its window: 5 - 1 = 4 remain.
   f.clock.advance(std::chrono::seconds{86400});
   CHECK(f.ok("messaging", {marketing}).statuses(0).limit_remaining() == 4);
@@ -699,9 +702,10 @@ descriptors:
 #endif
 
 TEST_CASE("Without all or nothing every hit is counted, as the reference", "[server]") {
-  // The default, as the reference (src/redis/fixed_cache_impl.go, DoLimit): when a descriptor
-  // of a call goes over, only it is counted and the others are read. Here b (a limit of 0) is
-  // over, so a is only read.
+  // The default, as the reference (src/redis/fixed_cache_impl.go, DoLimit and getHitsAddend
+  // with STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT false): every descriptor's key is INCRBY'd by
+  // its hits, whether or not another goes over. Here b (a limit of 0) is over, and a is
+  // counted all the same.
   Fixture f(R"(
 domain: d
 descriptors:
@@ -712,7 +716,7 @@ descriptors:
 )");
   const Desc a{{{"a", "x"}}}, b{{{"b", "x"}}};
   CHECK(f.ok("d", {a, b}).overall_code() == Code::OVER_LIMIT);
-  CHECK(f.ok("d", {a}).statuses(0).limit_remaining() == 4);  // 5 - 1: only this call counted a
+  CHECK(f.ok("d", {a}).statuses(0).limit_remaining() == 3);  // 5 - 1 (beside b) - 1 (alone)
 }
 
 TEST_CASE("A library algorithm's limit of 0 named in another's replaces is not applied",
@@ -733,4 +737,151 @@ descriptors:
   CHECK(res.overall_code() == Code::OK);
   CHECK_FALSE(res.statuses(0).has_current_limit());  // replaced: not applied
   CHECK(res.statuses(1).limit_remaining() == 4);     // 5 - 1
+}
+
+namespace {
+
+// The limits of the reference's integration rules (test/integration/runtime/current/ratelimit/
+// config/another.yaml: key2 20 per minute, key3 10 per hour) and of its unit-test rules
+// (test/config/basic_config.yaml: key2 20 per minute, key3 1 per hour), written here for the
+// cases below.
+const std::string another = R"(
+domain: another
+descriptors:
+  - key: key2
+    rate_limit: {unit: minute, requests_per_unit: 20}
+  - key: key3
+    rate_limit: {unit: hour, requests_per_unit: 10}
+)";
+const std::string basic = R"(
+domain: test-domain
+descriptors:
+  - key: key2
+    rate_limit: {unit: minute, requests_per_unit: 20}
+  - key: key3
+    rate_limit: {unit: hour, requests_per_unit: 1}
+)";
+
+/// Three limits per minute for the cases of STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT.
+const std::string three = R"(
+domain: s
+descriptors:
+  - key: a
+    rate_limit: {unit: minute, requests_per_unit: 5}
+  - key: b
+    rate_limit: {unit: minute, requests_per_unit: 1}
+  - key: c
+    rate_limit: {unit: minute, requests_per_unit: 10}
+)";
+
+ratelimit::server::ServiceSettings stop_increment(std::size_t cache_bytes = 0) {
+  ratelimit::server::ServiceSettings s;
+  s.stop_increment_when_over = true;
+  s.over_limit_cache_bytes = cache_bytes;
+  return s;
+}
+
+}  // namespace
+
+TEST_CASE("By default a descriptor beside one going over is counted in full", "[server]") {
+  // Regression: a call with several descriptors read them first and counted only the first
+  // going over, so key2 below lost its hits. Source: src/redis/fixed_cache_impl.go, DoLimit and
+  // getHitsAddend (STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT false: every key INCRBY hits).
+  Fixture f(another);
+  const Desc key2{{{"key2", "multi2"}}}, key3{{{"key3", "multi2"}}};
+  f.ok("another", {key2, key3});                        // key2 1, key3 1
+  for (int i = 0; i < 9; ++i) f.ok("another", {key3});  // key3 1 + 9 = 10, not over 10
+  const auto res = f.ok("another", {key2, key3});       // key2 2, key3 11 > 10
+  CHECK(res.overall_code() == Code::OVER_LIMIT);
+  CHECK(res.statuses(0).code() == Code::OK);
+  CHECK(res.statuses(0).limit_remaining() == 18);  // 20 - 2
+  CHECK(res.statuses(1).code() == Code::OVER_LIMIT);
+  CHECK(f.ok("another", {key2}).statuses(0).limit_remaining() == 17);  // 20 - 3
+}
+
+TEST_CASE("By default the over-limit cache skips only the cached key, the others are counted",
+          "[server]") {
+  // Regression: a counter in the over-limit cache made the call's other descriptors only read.
+  // Source: src/redis/fixed_cache_impl.go, DoLimit (a key found by IsOverLimitWithLocalCache is
+  // left out of the INCRBY pipeline) and getHitsAddend (the others get their full hits when
+  // STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT is false); src/limiter/base_limiter.go,
+  // GetResponseDescriptorStatus (a key over its limit is put in the local cache).
+  ratelimit::server::ServiceSettings settings;
+  settings.over_limit_cache_bytes = 1000000;
+  Fixture f(basic, settings);
+  const Desc key2{{{"key2", "lc"}}}, key3{{{"key3", "lc"}}};
+  CHECK(f.ok("test-domain", {key3}).statuses(0).code() == Code::OK);          // 1, not over 1
+  CHECK(f.ok("test-domain", {key3}).statuses(0).code() == Code::OVER_LIMIT);  // 2 > 1: cached
+  const auto res = f.ok("test-domain", {key2, key3});
+  CHECK(res.statuses(0).limit_remaining() == 19);  // 20 - 1: counted
+  CHECK(res.statuses(1).code() == Code::OVER_LIMIT);
+  CHECK(f.ok("test-domain", {key2}).statuses(0).limit_remaining() == 18);  // 20 - 2
+}
+
+TEST_CASE("Stop increment when over: a key in the over-limit cache makes the call count nothing",
+          "[server]") {
+  // Source: src/redis/fixed_cache_impl.go, DoLimit (the cached key is left out of the
+  // pipeline, isCacheKeyOverlimit is set) and getHitsAddend (STOP_CACHE_KEY_INCREMENT_WHEN_
+  // OVERLIMIT true and isCacheKeyOverlimit: 0 for every other key, an INCRBY 0 that reads).
+  // The status of a read is that of its count: after = count, remaining = limit - count.
+  Fixture f(basic, stop_increment(1000000));
+  const Desc key2{{{"key2", "lc"}}}, key3{{{"key3", "lc"}}};
+  f.ok("test-domain", {key3});                                                // 1
+  CHECK(f.ok("test-domain", {key3}).statuses(0).code() == Code::OVER_LIMIT);  // 2 > 1: cached
+  const auto res = f.ok("test-domain", {key2, key3});
+  CHECK(res.overall_code() == Code::OVER_LIMIT);
+  CHECK(res.statuses(0).code() == Code::OK);
+  CHECK(res.statuses(0).limit_remaining() == 20);  // read: 20 - 0
+  CHECK(res.statuses(1).code() == Code::OVER_LIMIT);
+  CHECK(f.ok("test-domain", {key2}).statuses(0).limit_remaining() == 19);  // 20 - 1: first count
+}
+
+TEST_CASE("Stop increment when over: only the keys going over are counted, the others read",
+          "[server]") {
+  // Source: src/redis/fixed_cache_impl.go, DoLimit (with STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT
+  // and no key cached, every key is first read with GET, and a key is near when count + hits >
+  // limit: base_limiter.go IsOverLimitThresholdReached) and getHitsAddend (when some key is
+  // near, the near keys get their hits and every other key 0).
+  Fixture f(three, stop_increment());
+  const Desc a{{{"a", "x"}}}, b{{{"b", "x"}}}, c{{{"c", "x"}}};
+  CHECK(f.ok("s", {a}, 4).statuses(0).limit_remaining() == 1);  // a 4: 5 - 4
+  // Read first: a 4 + 2 = 6 > 5 and b 0 + 2 = 2 > 1 go over, c 0 + 2 = 2 <= 10 does not.
+  const auto res = f.ok("s", {a, b, c}, 2);
+  CHECK(res.overall_code() == Code::OVER_LIMIT);
+  CHECK(res.statuses(0).code() == Code::OVER_LIMIT);  // a counted: 6 > 5
+  CHECK(res.statuses(1).code() == Code::OVER_LIMIT);  // b counted: 2 > 1
+  CHECK(res.statuses(2).code() == Code::OK);
+  CHECK(res.statuses(2).limit_remaining() == 10);  // c read: 10 - 0
+  // Witnesses by reads (hits_addend 0): a at 6 > 5 and b at 2 > 1 are over (uncounted they
+  // would be 4 <= 5 and 0 <= 1); c counted alone now: 10 - 1 = 9.
+  Desc read_a = a, read_b = b;
+  read_a.hits = read_b.hits = 0;
+  CHECK(f.ok("s", {read_a}).statuses(0).code() == Code::OVER_LIMIT);
+  CHECK(f.ok("s", {read_b}).statuses(0).code() == Code::OVER_LIMIT);
+  CHECK(f.ok("s", {c}).statuses(0).limit_remaining() == 9);
+}
+
+TEST_CASE("Stop increment when over: with no key going over, every key is counted", "[server]") {
+  // Source: src/redis/fixed_cache_impl.go, getHitsAddend (STOP_CACHE_KEY_INCREMENT_WHEN_
+  // OVERLIMIT true, nothing cached and no key near its limit: every key gets its hits).
+  Fixture f(three, stop_increment());
+  const Desc a{{{"a", "x"}}}, c{{{"c", "x"}}};
+  const auto res = f.ok("s", {a, c});  // read first: a 0 + 1 <= 5, c 0 + 1 <= 10
+  CHECK(res.overall_code() == Code::OK);
+  CHECK(res.statuses(0).limit_remaining() == 4);  // 5 - 1
+  CHECK(res.statuses(1).limit_remaining() == 9);  // 10 - 1
+  const auto again = f.ok("s", {a, c});
+  CHECK(again.statuses(0).limit_remaining() == 3);  // 5 - 2
+  CHECK(again.statuses(1).limit_remaining() == 8);  // 10 - 2
+}
+
+TEST_CASE("Stop increment when over and all or nothing together are refused", "[server]") {
+  // Each decides differently which descriptors a call over its limits counts (none; those
+  // going over), so the service refuses the pair naming both.
+  ratelimit::server::ServiceSettings s = stop_increment();
+  s.all_or_nothing = true;
+  CHECK_THROWS_WITH(
+      ratelimit::server::Service(ratelimit::server::make_memory_counters(), s),
+      Catch::StartsWith("RATELIMIT_SERVER_ALL_OR_NOTHING = true and "
+                        "STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT = true: choose one"));
 }
