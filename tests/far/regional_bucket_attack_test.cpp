@@ -21,6 +21,7 @@
 #include <ratelimit/redis/regional/exchanger.hpp>
 #include <ratelimit/redis/regional/storage.hpp>
 
+#include "far/regional_buckets.hpp"
 #include "far/regions.hpp"
 
 namespace {
@@ -30,21 +31,9 @@ using ratelimit::LeakyBucketModel;
 using ratelimit::RegionalStorage;
 using ratelimit::TokenBucketModel;
 
-ratelimit::detail::GcraParams bucket(std::int64_t capacity, std::int64_t count,
-                                     std::chrono::nanoseconds period = 1s) {
-  return ratelimit::detail::make_gcra_params(capacity, count, period);
-}
-
-std::vector<RegionalStorage> storages(const rltest::Regions& regions,
-                                      std::chrono::milliseconds interval = 100ms,
-                                      std::chrono::milliseconds delay = 40ms) {
-  std::vector<RegionalStorage> out;
-  for (std::size_t i = 0; i < regions.size(); ++i)
-    out.emplace_back(regions.options(i, interval, delay));
-  return out;
-}
-
-ratelimit::Operation spend(std::int64_t cost = 1) { return ratelimit::Operation{cost}; }
+using rltest::bucket;
+using rltest::spend;
+using rltest::storages;
 
 // regions.hpp's timeouts: a link's connect 2 s + command 0.3 s, the local connect 2 s +
 // command 5 s, so a claim older than 9 300 ms (of the callers' clock) counts as lost and is

@@ -22,6 +22,7 @@
 #include <ratelimit/redis/regional/exchanger.hpp>
 #include <ratelimit/redis/regional/storage.hpp>
 
+#include "far/regional_buckets.hpp"
 #include "far/regions.hpp"
 
 namespace {
@@ -38,21 +39,9 @@ static_assert(!ratelimit::RegionalModel<ratelimit::SlidingLogModel>);
 static_assert(!ratelimit::RegionalModel<ratelimit::ConcurrencyModel>);
 
 /// A bucket of `capacity` refilled with `count` units per `period`.
-ratelimit::detail::GcraParams bucket(std::int64_t capacity, std::int64_t count,
-                                     std::chrono::nanoseconds period = 1s) {
-  return ratelimit::detail::make_gcra_params(capacity, count, period);
-}
-
-std::vector<RegionalStorage> storages(const rltest::Regions& regions,
-                                      std::chrono::milliseconds interval = 100ms,
-                                      std::chrono::milliseconds delay = 40ms) {
-  std::vector<RegionalStorage> out;
-  for (std::size_t i = 0; i < regions.size(); ++i)
-    out.emplace_back(regions.options(i, interval, delay));
-  return out;
-}
-
-ratelimit::Operation spend(std::int64_t cost = 1) { return ratelimit::Operation{cost}; }
+using rltest::bucket;
+using rltest::spend;
+using rltest::storages;
 ratelimit::Operation peek() { return ratelimit::Operation{1, true}; }
 
 void exchange_all(const std::vector<RegionalStorage>& s, std::chrono::nanoseconds now) {
