@@ -15,7 +15,8 @@ namespace rltest {
 
 /// A bucket of `capacity` refilling `count` per `period`.
 inline ratelimit::detail::GcraParams bucket(std::int64_t capacity, std::int64_t count,
-                                            std::chrono::nanoseconds period = std::chrono::seconds{1}) {
+                                            std::chrono::nanoseconds period = std::chrono::seconds{
+                                                1}) {
   return ratelimit::detail::make_gcra_params(capacity, count, period);
 }
 
