@@ -21,9 +21,8 @@
 
 #include "counters.hpp"
 #include "support/counting_listener.hpp"
-#if defined(RATELIMIT_SERVER_TEST_CLUSTER)
+#if defined(RATELIMIT_SERVER_HAVE_REDIS)
 #include "support/cluster_backend.hpp"
-#elif defined(RATELIMIT_SERVER_HAVE_REDIS)
 #include "support/redis_backend.hpp"
 #endif
 #include "grpc_server.hpp"
@@ -51,14 +50,20 @@ struct Desc {
 
 /// The counters of this run of a test case: each case runs once in process and, in a build with
 /// Redis, once on the Redis server of RATELIMIT_TEST_REDIS (which must be set: see
-/// tests/support/redis_backend.hpp), under a key prefix of its own. The executable built for
-/// Redis Cluster (server_cluster_test) runs each case once, on the cluster of
-/// RATELIMIT_TEST_CLUSTER (tests/support/cluster_backend.hpp).
+/// tests/support/redis_backend.hpp), under a key prefix of its own. The same executable run with
+/// RATELIMIT_SERVER_TEST_ON_CLUSTER=1 (the ctest server_cluster_test) runs each case once, on the
+/// cluster of RATELIMIT_TEST_CLUSTER (tests/support/cluster_backend.hpp): one build, two tests.
+bool on_cluster() {
+  const char* v = std::getenv("RATELIMIT_SERVER_TEST_ON_CLUSTER");
+  return v != nullptr && std::string_view(v) == "1";
+}
+
 std::shared_ptr<ratelimit::server::Counters> counters_under_test() {
-#if defined(RATELIMIT_SERVER_TEST_CLUSTER)
-  INFO("storage: Redis Cluster");
-  return ratelimit::server::make_redis_cluster_counters(rltest::test_cluster_options("server"));
-#elif defined(RATELIMIT_SERVER_HAVE_REDIS)
+#if defined(RATELIMIT_SERVER_HAVE_REDIS)
+  if (on_cluster()) {
+    INFO("storage: Redis Cluster");
+    return ratelimit::server::make_redis_cluster_counters(rltest::test_cluster_options("server"));
+  }
   const bool redis = GENERATE(false, true);
   if (redis) {
     INFO("storage: Redis");
@@ -592,9 +597,9 @@ descriptors:
 }
 
 // All or nothing is refused with a cluster (settings.cpp): one script cannot span its slots.
-#ifndef RATELIMIT_SERVER_TEST_CLUSTER
+// Tagged [no_cluster]: server_cluster_test leaves these out.
 TEST_CASE("All or nothing: a call's descriptors are counted only if every one is within its limit",
-          "[server]") {
+          "[server][no_cluster]") {
   // RATELIMIT_SERVER_ALL_OR_NOTHING (ours): the storage's decide_all, as the library's rule
   // sets decide. Limits: a 1 per minute (Go window), b 3 per minute (Go window), t a token
   // bucket of 2 (a token every 60 / 2 = 30 s).
@@ -656,7 +661,7 @@ descriptors:
 }
 
 TEST_CASE("All or nothing: a call that counted nothing reports only its denials to the listener",
-          "[server]") {
+          "[server][no_cluster]") {
   // Regression guard: the dry-run admissions of a call that counted nothing were reported to
   // the listener (the Prometheus decisions) as if spent.
   ratelimit::server::ServiceSettings settings;
@@ -680,7 +685,7 @@ descriptors:
 }
 
 TEST_CASE("All or nothing: a library algorithm's limit of 0 makes the call count nothing",
-          "[server]") {
+          "[server][no_cluster]") {
   // Regression guard: a token bucket of 0 is denied without the storage, and the call's other
   // descriptors were counted beside it.
   ratelimit::server::ServiceSettings settings;
@@ -699,7 +704,6 @@ descriptors:
   CHECK(res.statuses(1).limit_remaining() == 5);                          // read: 5 - 0
   CHECK(f.ok("z", {{{{"b", "x"}}}}).statuses(0).limit_remaining() == 4);  // 5 - 1: only this
 }
-#endif
 
 TEST_CASE("Without all or nothing every hit is counted, as the reference", "[server]") {
   // The default, as the reference (src/redis/fixed_cache_impl.go, DoLimit and getHitsAddend
