@@ -50,6 +50,7 @@
 #include "../../memory/in_memory_storage.hpp"
 #include "../detail/keys.hpp"
 #include "bucket.hpp"
+#include "decide.hpp"
 #include "exchange.hpp"
 #include "options.hpp"
 #include "part.hpp"
@@ -60,7 +61,7 @@ namespace ratelimit {
 /// Errors: `apply` throws std::invalid_argument for cost < 1; Redis failures never throw (the
 /// local failure policy decides). Thread safety: every member is safe from many threads.
 template <class M>
-class RegionalBinding {
+class RegionalBinding : public detail::RegionalDecisions<RegionalBinding<M>> {
   static_assert(RegionalWindowModel<M>,
                 "RegionalStorage holds FixedWindowModel, SlidingCounterModel, TokenBucketModel and "
                 "LeakyBucketModel only: counts that merge by addition, and buckets that debit the "
@@ -69,53 +70,6 @@ class RegionalBinding {
  public:
   using Model = M;
   static constexpr bool sliding = std::is_same_v<M, SlidingCounterModel>;
-
-  /// Decides `key` at `now` (whole us) against this region's Redis: one round trip.
-  Decision apply(std::string_view key, std::chrono::nanoseconds now, const Operation& op) const {
-    detail::check_cost(op.cost);
-    auto& local = state_->local();
-    std::vector<detail::RedisCall> calls;
-    calls.push_back(call(key, now, op));
-    auto results = local.execute(std::move(calls), local.deadline_from_now());
-    return finish(results.front(), key, now, op);
-  }
-
-  /// `apply` without blocking: `done(Decision)` is called exactly once, with the decision
-  /// `apply` would give, on this region's Redis client's I/O thread, or before this returns
-  /// when Redis is not asked (circuit open, backpressure; see core/completion.hpp). The key is
-  /// copied and the storage's shared state held until `done` runs: the binding, its limiter
-  /// and its storage may go first. Throws std::invalid_argument for cost < 1 (and never calls
-  /// `done`). Thread safety: safe from many threads.
-  void apply_async(std::string_view key, std::chrono::nanoseconds now, const Operation& op,
-                   Completion<Decision> done) const {
-    detail::check_cost(op.cost);
-    auto& local = state_->local();
-    const auto deadline = local.deadline_from_now();
-    // Only the local fallback decides on the key after the reply (the call is built before
-    // this returns); a long key it keeps counts against max_in_flight_bytes.
-    std::string kept = fallback_ ? std::string(key) : std::string();
-    const std::size_t held = kept.size() > detail::max_plain_key_bytes ? kept.size() : 0;
-    auto finish_here = [self = *this, kept = std::move(kept), now, op,
-                        done = std::move(done)](std::vector<detail::RedisResult>&& r) {
-      Decision d = self.finish(r.front(), kept, now, op);
-      detail::complete_safely(done, std::move(d));
-    };
-    local.execute_one_async([&] { return call(key, now, op); }, deadline, std::move(finish_here),
-                            held);
-  }
-
-  /// Refused: counts already pushed to other regions cannot be taken back from here. Throws
-  /// std::logic_error (wait for the window to end, or bind under another name).
-  void reset(std::string_view) const {
-    throw std::logic_error(
-        "RegionalStorage: reset is not supported (this region's counts were pushed to the other "
-        "regions' Redis and cannot be taken back from here)");
-  }
-
-  /// The part of a one-key `decide_all`.
-  RegionalPart part(std::string_view key, const Operation& op, std::string_view = {}) const {
-    return RegionalPart{key, op, &apply_part, this, &apply_part_async};
-  }
 
   /// The same keys decided with other parameters (validated as `bind` does); the unseen bound
   /// scales with the limit unless it was given explicitly.
@@ -144,6 +98,7 @@ class RegionalBinding {
 
  private:
   friend class RegionalStorage;
+  friend class detail::RegionalDecisions<RegionalBinding>;
 
   RegionalBinding(std::shared_ptr<detail::RegionalState> state, InMemoryStorage fallback,
                   std::string_view name, const typename M::Params& params,
@@ -211,12 +166,12 @@ class RegionalBinding {
   /// Redis failed or the reply is not the script's. `apply` and `apply_async` both end here.
   Decision finish(const detail::RedisResult& result, std::string_view key,
                   std::chrono::nanoseconds now, const Operation& op) const {
-    if (result.failure) return degrade(key, now, op);
+    if (result.failure) return this->degrade(key, now, op);
     const auto d = decode(*result.reply, detail::wire_time_us(now) * 1000, op);
     if (!d) {
       state_->local().report(
           {RedisFailureKind::protocol, "unexpected reply from the regional script"});
-      return degrade(key, now, op);
+      return this->degrade(key, now, op);
     }
     return *d;
   }
@@ -254,37 +209,6 @@ class RegionalBinding {
     }
     if (d.allowed != (v[0] == 1)) return std::nullopt;
     return d;
-  }
-
-  /// This region's Redis could not decide: its failure policy.
-  Decision degrade(std::string_view key, std::chrono::nanoseconds now, const Operation& op) const {
-    state_->degraded.fetch_add(1, std::memory_order_relaxed);
-    Decision d{};
-    if (fallback_) {
-      d = fallback_->apply(key, now, op);
-      d.degraded = true;
-      return d;
-    }
-    d.limit = params_.limit;
-    d.degraded = true;
-    if (op.cost > params_.limit) {
-      d.retry_after = Decision::never;
-    } else if (state_->options().local.failure_policy == FailurePolicy::fail_open) {
-      d.allowed = true;
-      d.remaining = params_.limit;
-    } else {
-      d.retry_after = std::chrono::milliseconds{1};
-    }
-    return d;
-  }
-
-  static Decision apply_part(const void* b, std::string_view key, std::chrono::nanoseconds now,
-                             const Operation& op) {
-    return static_cast<const RegionalBinding*>(b)->apply(key, now, op);
-  }
-  static void apply_part_async(const void* b, std::string_view key, std::chrono::nanoseconds now,
-                               const Operation& op, Completion<Decision> done) {
-    static_cast<const RegionalBinding*>(b)->apply_async(key, now, op, std::move(done));
   }
 
   std::shared_ptr<detail::RegionalState> state_;
