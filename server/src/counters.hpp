@@ -9,6 +9,7 @@
 #include <functional>
 #include <memory>
 #include <span>
+#include <stdexcept>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -98,5 +99,17 @@ std::shared_ptr<Counters> make_redis_counters(RedisOptions options,
 /// The same on a Redis Cluster (`RedisClusterStorage`).
 std::shared_ptr<Counters> make_redis_cluster_counters(RedisClusterOptions options,
                                                       std::shared_ptr<Listener> listener = nullptr);
+
+/// Refuses the two ways of counting a call's descriptors together: all or nothing
+/// (RATELIMIT_SERVER_ALL_OR_NOTHING) counts none of them when one would go over, the reference's
+/// STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT counts exactly those that would. Throws
+/// std::invalid_argument naming both when both are on.
+inline void check_counting_modes(bool all_or_nothing, bool stop_increment_when_over) {
+  if (all_or_nothing && stop_increment_when_over)
+    throw std::invalid_argument(
+        "RATELIMIT_SERVER_ALL_OR_NOTHING = true and STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT = "
+        "true: choose one (all or nothing counts none of a call's descriptors when one would go "
+        "over its limit; the other counts only those that would)");
+}
 
 }  // namespace ratelimit::server

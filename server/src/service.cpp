@@ -151,13 +151,7 @@ class OverLimitCache {
 
 Service::Service(std::shared_ptr<Counters> counters, ServiceSettings settings, Now now)
     : counters_(std::move(counters)), settings_(std::move(settings)), now_(std::move(now)) {
-  // All or nothing counts nothing when a descriptor would go over; the reference's option
-  // counts exactly those going over. No call can do both.
-  if (settings_.all_or_nothing && settings_.stop_increment_when_over)
-    throw std::invalid_argument(
-        "RATELIMIT_SERVER_ALL_OR_NOTHING = true and STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT = "
-        "true: choose one (all or nothing counts none of a call's descriptors when one would go "
-        "over its limit; the other counts only those that would)");
+  check_counting_modes(settings_.all_or_nothing, settings_.stop_increment_when_over);
   if (settings_.over_limit_cache_bytes > 0 && !settings_.all_or_nothing)
     cache_ = std::make_unique<detail::OverLimitCache>(settings_.over_limit_cache_bytes);
 }

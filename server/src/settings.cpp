@@ -233,13 +233,7 @@ Settings read_settings(const std::function<std::optional<std::string>(const std:
     throw std::invalid_argument(
         "RATELIMIT_SERVER_ALL_OR_NOTHING = true: not with REDIS_TYPE = cluster (a call's "
         "counters live on several slots, which one all-or-nothing script cannot reach)");
-  // All or nothing counts none of a call's descriptors when one would go over; the reference's
-  // option counts exactly those that would: a call cannot do both.
-  if (s.all_or_nothing && s.stop_increment_when_over)
-    throw std::invalid_argument(
-        "RATELIMIT_SERVER_ALL_OR_NOTHING = true and STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT = "
-        "true: choose one (all or nothing counts none of a call's descriptors when one would go "
-        "over its limit; the other counts only those that would)");
+  check_counting_modes(s.all_or_nothing, s.stop_increment_when_over);
   return s;
 }
 
