@@ -38,6 +38,56 @@ int parse_port(const std::string& name, const std::string& v) {
   return port;
 }
 
+/// Go's time.ParseDuration: a sequence of decimal numbers with a unit each ("300ms", "1h30m",
+/// "1.5s"; units ns, us, µs, ms, s, m, h), optionally signed, or "0".
+std::chrono::nanoseconds parse_go_duration(const std::string& name, const std::string& v) {
+  const auto bad = [&] {
+    return std::invalid_argument(name + " = \"" + v +
+                                 "\": not a Go duration (e.g. 500ms, 1s, 1h30m)");
+  };
+  std::size_t i = 0;
+  bool negative = false;
+  if (i < v.size() && (v[i] == '-' || v[i] == '+')) negative = v[i++] == '-';
+  if (v.substr(i) == "0") return std::chrono::nanoseconds{0};
+  if (i == v.size()) throw bad();
+  long double total = 0;
+  while (i < v.size()) {
+    const std::size_t start = i;
+    while (i < v.size() && (std::isdigit(static_cast<unsigned char>(v[i])) || v[i] == '.')) ++i;
+    if (i == start) throw bad();
+    long double number = 0;
+    try {
+      std::size_t used = 0;
+      number = std::stold(v.substr(start, i - start), &used);
+      if (used != i - start) throw bad();
+    } catch (const std::invalid_argument&) {
+      throw bad();
+    }
+    const std::size_t unit_start = i;
+    while (i < v.size() && !std::isdigit(static_cast<unsigned char>(v[i])) && v[i] != '.') ++i;
+    const std::string unit = v.substr(unit_start, i - unit_start);
+    long double scale = 0;
+    if (unit == "ns")
+      scale = 1;
+    else if (unit == "us" || unit == "\u00b5s" || unit == "\u03bcs")
+      scale = 1e3L;
+    else if (unit == "ms")
+      scale = 1e6L;
+    else if (unit == "s")
+      scale = 1e9L;
+    else if (unit == "m")
+      scale = 60e9L;
+    else if (unit == "h")
+      scale = 3600e9L;
+    else
+      throw bad();
+    total += number * scale;
+  }
+  if (total > 9.2e18L) throw bad();
+  const auto ns = static_cast<std::int64_t>(total);
+  return std::chrono::nanoseconds{negative ? -ns : ns};
+}
+
 /// A setting of ours: how to store its value.
 using Apply = void (*)(Settings&, const std::string& name, const std::string& value);
 
@@ -153,6 +203,52 @@ const std::map<std::string, Apply, std::less<>>& ours() {
        [](Settings& s, const std::string& n, const std::string& v) {
          s.all_or_nothing = parse_bool(n, v);
        }},
+      // --- Answers and health as the reference's (service, health, start-up wait) ---
+      {"LIMIT_RESPONSE_HEADERS_ENABLED",
+       [](Settings& s, const std::string& n, const std::string& v) {
+         s.response_headers = parse_bool(n, v);
+       }},
+      {"LIMIT_LIMIT_HEADER",
+       [](Settings& s, const std::string&, const std::string& v) { s.limit_header = v; }},
+      {"LIMIT_REMAINING_HEADER",
+       [](Settings& s, const std::string&, const std::string& v) { s.remaining_header = v; }},
+      {"LIMIT_RESET_HEADER",
+       [](Settings& s, const std::string&, const std::string& v) { s.reset_header = v; }},
+      {"RESPONSE_DYNAMIC_METADATA",
+       [](Settings& s, const std::string& n, const std::string& v) {
+         s.response_dynamic_metadata = parse_bool(n, v);
+       }},
+      {"QUOTA_MODE", [](Settings& s, const std::string& n,
+                        const std::string& v) { s.quota_mode = parse_bool(n, v); }},
+      {"NEAR_LIMIT_RATIO",
+       [](Settings& s, const std::string& n, const std::string& v) {
+         std::size_t used = 0;
+         float ratio = -1;
+         try {
+           ratio = std::stof(v, &used);
+         } catch (const std::exception&) {
+         }
+         if (used != v.size() || !(ratio >= 0 && ratio <= 1))
+           throw std::invalid_argument(n + " = \"" + v + "\": not a ratio (0 to 1)");
+         s.near_limit_ratio = ratio;
+       }},
+      {"REDIS_HEALTH_CHECK_ACTIVE_CONNECTION",
+       [](Settings& s, const std::string& n, const std::string& v) {
+         s.redis_health_check_active_connection = parse_bool(n, v);
+       }},
+      {"REDIS_STARTUP_INITIAL_INTERVAL",
+       [](Settings& s, const std::string& n, const std::string& v) {
+         s.startup.initial_interval = parse_go_duration(n, v);
+       }},
+      {"REDIS_STARTUP_MAX_INTERVAL",
+       [](Settings& s, const std::string& n, const std::string& v) {
+         s.startup.max_interval = parse_go_duration(n, v);
+       }},
+      {"REDIS_STARTUP_MAX_ELAPSED_TIME",
+       [](Settings& s, const std::string& n, const std::string& v) {
+         s.startup.max_elapsed = parse_go_duration(n, v);
+       }},
+      // --- end of answers and health ---
       {"GRACEFUL_SHUTDOWN_SECONDS",
        [](Settings& s, const std::string& n, const std::string& v) {
          s.shutdown_grace = std::chrono::seconds{parse_port(n, v)};
