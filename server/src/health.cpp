@@ -20,7 +20,8 @@ void Health::publish() {
 void Health::ok(HealthComponent c) {
   const std::lock_guard lock(mutex_);
   const auto it = components_.find(c);
-  if (it == components_.end()) return;
+  // Unchanged: the whole is as published (the reference sets the same status again).
+  if (it == components_.end() || it->second == true) return;
   it->second = true;
   publish();
 }
@@ -28,7 +29,8 @@ void Health::ok(HealthComponent c) {
 void Health::fail(HealthComponent c) {
   const std::lock_guard lock(mutex_);
   const auto it = components_.find(c);
-  if (it == components_.end()) return;
+  // Unchanged: the whole is as published (the reference sets the same status again).
+  if (it == components_.end() || it->second == false) return;
   it->second = false;
   publish();
 }
@@ -48,9 +50,16 @@ void Health::on_change(std::function<void(bool)> f) {
 void StorageHealthListener::on_decision(const DecisionEvent& e) {
   if (next_) next_->on_decision(e);
 }
-void StorageHealthListener::on_storage_error(const StorageErrorEvent& e) {
-  if (e.kind == "connect" || e.kind == "io" || e.kind == "timeout")
+void StorageHealthListener::set(bool up) {
+  // Every round trip reports here: only a change reaches the health (and its lock).
+  if (up_.exchange(up) == up) return;
+  if (up)
+    health_->ok(HealthComponent::redis);
+  else
     health_->fail(HealthComponent::redis);
+}
+void StorageHealthListener::on_storage_error(const StorageErrorEvent& e) {
+  if (e.kind == "connect" || e.kind == "io" || e.kind == "timeout") set(false);
   if (next_) next_->on_storage_error(e);
 }
 void StorageHealthListener::on_breaker_change(const BreakerEvent& e) {
@@ -60,14 +69,11 @@ void StorageHealthListener::on_over_limit_cache_hit(const CacheHitEvent& e) {
   if (next_) next_->on_over_limit_cache_hit(e);
 }
 void StorageHealthListener::on_round_trip(const RoundTripEvent& e) {
-  if (e.ok)
-    health_->ok(HealthComponent::redis);
-  else
-    health_->fail(HealthComponent::redis);
+  set(e.ok);
   if (next_) next_->on_round_trip(e);
 }
 void StorageHealthListener::on_connect(const ConnectEvent& e) {
-  health_->ok(HealthComponent::redis);
+  set(true);
   if (next_) next_->on_connect(e);
 }
 void StorageHealthListener::on_first_decision(const FirstDecisionEvent& e) {

@@ -43,9 +43,8 @@ class Health {
   bool serving() const noexcept { return serving_.load(); }
   /// Whether component `c` is healthy (false for one this health does not have).
   bool healthy(HealthComponent c) const;
-  /// Calls `f(serving())` now and after every `ok` or `fail` (as the reference updates the
-  /// gRPC health server on each, even without a change), under the health's lock: `f` must not
-  /// call back into this health. Replaces an earlier `f`.
+  /// Calls `f(serving())` now and after every `ok` or `fail` that changes a component, under
+  /// the health's lock: `f` must not call back into this health. Replaces an earlier `f`.
   void on_change(std::function<void(bool)> f);
 
  private:
@@ -60,7 +59,9 @@ class Health {
 /// reference's pool trace, src/redis/driver_impl.go: a new connection makes it healthy, losing
 /// the last one unhealthy). Here: a new connection or an answered round trip makes it healthy;
 /// a failed round trip or a connect, I/O or timeout error unhealthy. Forwards every event to
-/// `next` (when set). Thread safety: as `Listener` requires.
+/// `next` (when set). `health`'s redis component is taken as healthy at construction (the
+/// listener is attached when the start-up wait has confirmed the storage).
+/// Thread safety: as `Listener` requires.
 class StorageHealthListener final : public Listener {
  public:
   StorageHealthListener(std::shared_ptr<Health> health, std::shared_ptr<Listener> next)
@@ -74,8 +75,10 @@ class StorageHealthListener final : public Listener {
   void on_first_decision(const FirstDecisionEvent& e) override;
 
  private:
+  void set(bool up);
   std::shared_ptr<Health> health_;
   std::shared_ptr<Listener> next_;
+  std::atomic<bool> up_{true};
 };
 
 }  // namespace ratelimit::server
