@@ -55,7 +55,7 @@ struct PlannedDescriptor {
   std::int64_t limit = 0;
   std::int64_t hits = 0;  ///< its hits (hits_addend rules)
   std::string name;
-  std::string metric;  ///< the listener's name for it (only with a listener)
+  std::string metric;  ///< its metric name (only with a listener or an observer)
   /// The request's entries (only when a `DescriptorObserver` is set).
   std::vector<DescriptorEntry> entries;
 };

@@ -29,8 +29,8 @@ struct DescriptorResult {
   std::span<const DescriptorEntry> entries;
   /// The rules' limit, or null for the request's own limit (a RateLimitOverride).
   const Rule* rule = nullptr;
-  /// The listener's metric name ("<domain>.<key>_<value>..."; "<domain>.override"), when the
-  /// service has a listener; else empty.
+  /// The metric name, as the reference names a limit's stats ("<domain>.<key>_<value>...", see
+  /// `RuleSet::metric_name`; "<domain>.override" for an override).
   std::string_view metric;
   std::int64_t limit = 0;     ///< requests per unit
   std::int64_t window_s = 1;  ///< the unit, in seconds (the reference's UnitToDivider)

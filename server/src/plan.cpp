@@ -73,6 +73,7 @@ grpc::Status plan_call(const pb::RateLimitRequest& request, const ServiceSetting
   std::unordered_set<std::string> replacing;
   std::vector<DescriptorEntry> entries;
   const bool observed = static_cast<bool>(settings.observer);
+  const bool named = settings.listener != nullptr || observed;  // the metric name is wanted
   for (std::size_t i = 0; i < n; ++i) {
     const auto& d = request.descriptors(static_cast<int>(i));
     PlannedDescriptor& p = plan[i];
@@ -93,7 +94,7 @@ grpc::Status plan_call(const pb::RateLimitRequest& request, const ServiceSetting
       p.limited = true;
       p.unit = *unit;
       p.limit = d.limit().requests_per_unit();
-      if (settings.listener) p.metric = request.domain() + ".override";
+      if (named) p.metric = request.domain() + ".override";
       Hit hit{"override:", "", p.limit, unit->window_s, p.hits, {}, true};
       append_field(hit.limit_id, request.domain());
       hit.limit_id += std::to_string(unit->window_s);
@@ -124,7 +125,7 @@ grpc::Status plan_call(const pb::RateLimitRequest& request, const ServiceSetting
     p.limit = m.rule->rate.count;
     p.library = m.rule->algorithm.name != GoWindowModel::name;
     p.name = m.rule->given_name;
-    if (settings.listener)
+    if (named)
       p.metric =
           RuleSet<>::metric_name(*rules, *m.rule, [&](std::string_view k) -> const std::string* {
             for (const DescriptorEntry& e : entries)

@@ -1066,12 +1066,14 @@ TEST_CASE("Each decided descriptor's result reaches the observer with its standi
   // base_limiter.go GetResponseDescriptorStatus: over iff after > limit; near iff after >
   // floor(limit * NEAR_LIMIT_RATIO); the over-limit cache answers over without the storage.
   std::vector<ratelimit::server::DescriptorResult> seen;
+  std::vector<std::string> names;
   std::mutex mutex;
   ratelimit::server::ServiceSettings settings;
   settings.near_limit_ratio = 0.5F;  // near above floor(4 * 0.5) = 2
   settings.over_limit_cache_bytes = 1 << 20;
   settings.observer = [&](const ratelimit::server::DescriptorResult& r) {
     const std::lock_guard lock(mutex);
+    names.emplace_back(r.metric);
     seen.push_back(r);
     seen.back().domain = {};  // views die with the call
     seen.back().entries = {};
@@ -1095,6 +1097,7 @@ descriptors:
   CHECK(seen[0].count_after == 1);
   CHECK(seen[0].limit == 4);
   CHECK(seen[0].window_s == 60);
+  CHECK(names[0] == "o.k");  // the domain, then the key (RuleSet::metric_name)
   CHECK(seen[1].standing == ratelimit::server::LimitStanding::near);
   CHECK(seen[1].count_before == 1);
   CHECK(seen[1].count_after == 3);
