@@ -17,6 +17,7 @@
 #include <grpcpp/security/tls_credentials_options.h>
 #include <grpcpp/server_builder.h>
 
+#include "health.hpp"
 #include "rls.grpc.pb.h"
 
 namespace ratelimit::server {
@@ -217,10 +218,12 @@ void GrpcServer::start(const GrpcTransport& transport, bool plain_address,
     throw std::runtime_error(std::string(unix_socket ? "GRPC_UDS" : "GRPC_HOST, GRPC_PORT") +
                              ": cannot listen on " + address);
   if (unix_socket) port_ = 0;
+  set_serving(false);  // as the reference's HealthChecker starts while Redis is unconfirmed
 }
 
 void GrpcServer::set_serving(bool serving) {
-  if (auto* health = server_->GetHealthCheckService()) health->SetServingStatus(serving);
+  if (auto* health = server_->GetHealthCheckService())
+    health->SetServingStatus(Health::service_name, serving);
 }
 
 GrpcServer::~GrpcServer() { shutdown(std::chrono::milliseconds{0}); }
@@ -228,7 +231,7 @@ GrpcServer::~GrpcServer() { shutdown(std::chrono::milliseconds{0}); }
 void GrpcServer::shutdown(std::chrono::milliseconds grace) {
   if (down_) return;
   down_ = true;
-  if (auto* health = server_->GetHealthCheckService()) health->SetServingStatus(false);
+  set_serving(false);
   server_->Shutdown(std::chrono::system_clock::now() + grace);
   server_->Wait();
 }

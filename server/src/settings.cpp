@@ -278,6 +278,8 @@ constexpr std::string_view memcache_only =
     "used only with BACKEND_TYPE=memcache, which this server refuses for now";
 constexpr std::string_view stats_not_sent =
     "stats: not sent by this server yet (its metrics are on GET /metrics, Prometheus text)";
+constexpr std::string_view startup_wait =
+    "no listener opens until the storage answers; waits back off as Go's (jpillora/backoff)";
 constexpr std::string_view no_tracing =
     "tracing: this server exports no traces; accepted so that the environment starts";
 
@@ -471,8 +473,8 @@ const SettingRow rows[] = {
     {"REDIS_PERSECOND_CLUSTER_PIPELINE_PARALLELISM", "1", true, P::integer,
      &S::redis_persecond_cluster_pipeline_parallelism, U::mapped, "settings.go", persecond_only},
     {"REDIS_HEALTH_CHECK_ACTIVE_CONNECTION", "false", true, P::boolean,
-     &S::redis_health_check_active_connection, U::mapped, "settings.go",
-     "health: Redis connections after start-up do not change health yet"},
+     &S::redis_health_check_active_connection, U::honoured, "settings.go",
+     "after start-up, a failed Redis call turns health NOT_SERVING until Redis answers again"},
     {"REDIS_TIMEOUT", "10s", true, P::duration, &S::redis_timeout, U::honoured, "settings.go",
      "the most a connection attempt, and a decision, waits on Redis (0, no bound in Go: 10s)"},
     {"REDIS_PERSECOND_TIMEOUT", "10s", true, P::duration, &S::redis_persecond_timeout, U::mapped,
@@ -484,11 +486,11 @@ const SettingRow rows[] = {
     {"REDIS_PERSECOND_POOL_ON_EMPTY_BEHAVIOR", "WAIT", true, P::text,
      &S::redis_persecond_pool_on_empty_behavior, U::mapped, "settings.go", persecond_only},
     {"REDIS_STARTUP_INITIAL_INTERVAL", "1s", true, P::duration, &S::redis_startup_initial_interval,
-     U::mapped, "settings.go", "the start-up wait for Redis: not implemented yet"},
+     U::honoured, "settings.go", startup_wait},
     {"REDIS_STARTUP_MAX_INTERVAL", "30s", true, P::duration, &S::redis_startup_max_interval,
-     U::mapped, "settings.go", "the start-up wait for Redis: not implemented yet"},
+     U::honoured, "settings.go", startup_wait},
     {"REDIS_STARTUP_MAX_ELAPSED_TIME", "0", true, P::duration, &S::redis_startup_max_elapsed_time,
-     U::mapped, "settings.go", "the start-up wait for Redis: not implemented yet"},
+     U::honoured, "settings.go", startup_wait},
     {"MEMCACHE_HOST_PORT", "", true, P::list, &S::memcache_host_port, U::mapped, "settings.go",
      memcache_only},
     {"MEMCACHE_MAX_IDLE_CONNS", "2", true, P::integer, &S::memcache_max_idle_conns, U::mapped,
@@ -508,10 +510,10 @@ const SettingRow rows[] = {
      &S::memcache_tls_skip_hostname_verification, U::mapped, "settings.go", memcache_only},
     {"SHADOW_MODE", "false", true, P::boolean, &S::shadow_mode, U::honoured, "settings.go",
      "statuses as they are, the overall code always OK"},
-    {"QUOTA_MODE", "false", true, P::boolean, &S::quota_mode, U::default_only, "settings.go",
-     "every limit in quota mode: refused for now"},
+    {"QUOTA_MODE", "false", true, P::boolean, &S::quota_mode, U::honoured, "settings.go",
+     "every descriptor that is not unlimited in quota mode"},
     {"RESPONSE_DYNAMIC_METADATA", "false", true, P::boolean, &S::response_dynamic_metadata,
-     U::default_only, "settings.go", "the call's dynamic metadata: refused for now"},
+     U::honoured, "settings.go", "the call's dynamic metadata, as Go's ratelimitToMetadata"},
     {"MERGE_DOMAIN_CONFIG", "false", true, P::boolean, &S::merge_domain_config, U::honoured,
      "settings.go", "two files of one domain are merged (else refused)"},
     {"TRACING_ENABLED", "false", true, P::boolean, &S::tracing_enabled, U::mapped, "settings.go",

@@ -148,24 +148,39 @@ TEST_CASE("HTTP: /json answers the request as JSON, 429 when over; /healthcheck;
   CHECK(down->status == 500);
 }
 
-TEST_CASE("gRPC health reports SERVING, NOT_SERVING on request; shutdown stops the calls",
-          "[server]") {
+TEST_CASE(
+    "gRPC health: \"ratelimit\" follows the server's health, \"\" is always SERVING, "
+    "another name is NOT_FOUND; shutdown stops the calls",
+    "[server]") {
+  // Source: src/server/health.go (NewHealthChecker registers the name "ratelimit", NOT_SERVING
+  // until every component is healthy) on grpc-go's health server, which keeps "" SERVING and
+  // answers NOT_FOUND for a name it does not know.
   auto service = std::make_shared<rs::Service>(rs::make_memory_counters(), rs::ServiceSettings{});
   service->reload(ratelimit::RulesConfig{});
   rs::GrpcServer server(service, "127.0.0.1:0");
   const auto channel = grpc::CreateChannel("127.0.0.1:" + std::to_string(server.port()),
                                            grpc::InsecureChannelCredentials());
   const auto health = grpc::health::v1::Health::NewStub(channel);
-  const auto check = [&] {
+  const auto check = [&](const std::string& name) {
     grpc::ClientContext ctx;
     ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds{10});
+    grpc::health::v1::HealthCheckRequest req;
+    req.set_service(name);
     grpc::health::v1::HealthCheckResponse res;
-    REQUIRE(health->Check(&ctx, {}, &res).ok());
-    return res.status();
+    const grpc::Status st = health->Check(&ctx, req, &res);
+    if (!st.ok()) return st.error_code() == grpc::StatusCode::NOT_FOUND ? -1 : -2;
+    return static_cast<int>(res.status());
   };
-  CHECK(check() == grpc::health::v1::HealthCheckResponse::SERVING);
+  constexpr int serving = grpc::health::v1::HealthCheckResponse::SERVING;
+  constexpr int not_serving = grpc::health::v1::HealthCheckResponse::NOT_SERVING;
+  CHECK(check("ratelimit") == not_serving);
+  CHECK(check("") == serving);
+  CHECK(check("other") == -1);  // NOT_FOUND
+  server.set_serving(true);
+  CHECK(check("ratelimit") == serving);
   server.set_serving(false);
-  CHECK(check() == grpc::health::v1::HealthCheckResponse::NOT_SERVING);
+  CHECK(check("ratelimit") == not_serving);
+  CHECK(check("") == serving);
   server.shutdown(std::chrono::milliseconds{100});
   const auto rls = envoy::service::ratelimit::v3::RateLimitService::NewStub(channel);
   grpc::ClientContext ctx;
@@ -185,8 +200,12 @@ TEST_CASE("The binary serves its rules directory and exits 0 on SIGTERM", "[serv
   posix_spawn_file_actions_init(&actions);
   posix_spawn_file_actions_adddup2(&actions, err[1], 2);
   posix_spawn_file_actions_addclose(&actions, err[0]);
-  std::vector<std::string> env{"RUNTIME_ROOT=" + dir.path.string(), "GRPC_HOST=127.0.0.1",
-                               "GRPC_PORT=0", "HOST=127.0.0.1", "PORT=0"};
+  std::vector<std::string> env{"RUNTIME_ROOT=" + dir.path.string(),
+                               "GRPC_HOST=127.0.0.1",
+                               "GRPC_PORT=0",
+                               "HOST=127.0.0.1",
+                               "PORT=0",
+                               "HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED=true"};
 #ifdef RATELIMIT_SERVER_HAVE_REDIS
   // Once in process and once on Redis (regression: the executable once refused REDIS_URL
   // while the library part served it).
@@ -232,6 +251,24 @@ TEST_CASE("The binary serves its rules directory and exits 0 on SIGTERM", "[serv
     envoy::service::ratelimit::v3::RateLimitResponse res;
     CHECK(stub->ShouldRateLimit(&ctx, request_for("d"), &res).ok());
     CHECK(res.statuses(0).current_limit().requests_per_unit() == 1);
+    // Healthy once listening: the storage answered (redis), the rules loaded (config, asked
+    // for below), no SIGTERM yet (src/server/health.go). gRPC for "ratelimit", HTTP 200 "OK".
+    const auto health = grpc::health::v1::Health::NewStub(grpc::CreateChannel(
+        "127.0.0.1:" + std::to_string(port), grpc::InsecureChannelCredentials()));
+    grpc::ClientContext hctx;
+    hctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds{10});
+    grpc::health::v1::HealthCheckRequest hreq;
+    hreq.set_service("ratelimit");
+    grpc::health::v1::HealthCheckResponse hres;
+    CHECK(health->Check(&hctx, hreq, &hres).ok());
+    CHECK(hres.status() == grpc::health::v1::HealthCheckResponse::SERVING);
+    const auto http_at = first.find("HTTP on 127.0.0.1:");
+    REQUIRE(http_at != std::string::npos);
+    httplib::Client http("127.0.0.1", std::atoi(first.c_str() + http_at + 18));
+    const auto hc = http.Get("/healthcheck");
+    REQUIRE(hc);
+    CHECK(hc->status == 200);
+    CHECK(hc->body == "OK");
   }
   ::kill(pid, SIGTERM);
   int status = 0;
