@@ -5,6 +5,7 @@
 
 #include <csignal>
 #include <cstdlib>
+#include <filesystem>
 #include <iostream>
 #include <memory>
 #include <optional>
@@ -16,6 +17,7 @@
 
 #include <ratelimit/metrics.hpp>
 
+#include "check/forward_auth.hpp"
 #include "config_watcher.hpp"
 #include "counters.hpp"
 #include "grpc_server.hpp"
@@ -37,6 +39,29 @@ std::vector<std::string> environment_names() {
   }
   return names;
 }
+
+/// The check's actions file, re-read when its modification time changes. A file that fails to
+/// load at start stops the server; on a later change it leaves the actions in force (the
+/// error goes to stderr), as rules files do. Counts live in the Service, so a reload keeps them.
+struct ActionsFile {
+  std::string path;
+  std::filesystem::file_time_type seen;
+
+  void reload(check::ActionsHolder& holder, bool at_start) {
+    if (path.empty()) return;
+    std::error_code ec;
+    const auto mtime = std::filesystem::last_write_time(path, ec);
+    if (!at_start && (ec || mtime == seen)) return;
+    seen = mtime;
+    try {
+      holder.set(std::make_shared<const check::ActionsConfig>(check::ActionsConfig::load(path)));
+    } catch (const std::invalid_argument& e) {
+      if (at_start)
+        throw std::invalid_argument("RATELIMIT_SERVER_CHECK_ACTIONS: " + std::string(e.what()));
+      std::cerr << "ratelimit_server: " << e.what() << " (the previous actions stay)\n";
+    }
+  }
+};
 
 int run(int argc, char** argv) {
   const Settings settings = read_settings(
@@ -75,8 +100,22 @@ int run(int argc, char** argv) {
 
   GrpcServer grpc(service, settings.grpc_host + ":" + std::to_string(settings.grpc_port));
   grpc.set_serving(healthy());
-  HttpServer http(service, healthy, settings.http_host, settings.http_port,
-                  [exporter] { return exporter->render(); });
+  // PORT: /json, /healthcheck, /metrics and the forward-auth check, on one event-driven front.
+  std::vector<check::Network> trusted;
+  try {
+    trusted = check::parse_networks(settings.trusted_proxies);
+  } catch (const std::invalid_argument& e) {
+    throw std::invalid_argument("RATELIMIT_SERVER_TRUSTED_PROXIES: " + std::string(e.what()));
+  }
+  auto actions = std::make_shared<check::ActionsHolder>();
+  ActionsFile actions_file{settings.check_actions, {}};
+  actions_file.reload(*actions, true);
+  HttpRoutes routes;
+  add_service_routes(routes, service, healthy, [exporter] { return exporter->render(); });
+  check::add_check_routes(routes, service, actions, std::move(trusted));
+  HttpFrontOptions front_options;
+  front_options.threads = settings.http_threads;
+  HttpFront http(std::move(routes), settings.http_host, settings.http_port, front_options);
   std::cerr << "ratelimit_server: gRPC on " << settings.grpc_host << ":" << grpc.port()
             << ", HTTP on " << settings.http_host << ":" << http.port() << ", rules from "
             << settings.config_dir().string() << "\n";
@@ -87,6 +126,7 @@ int run(int argc, char** argv) {
     signal = sigtimedwait(&stop_signals, nullptr, &tick);
     if (signal == SIGTERM || signal == SIGINT) break;
     grpc.set_serving(healthy());
+    actions_file.reload(*actions, false);
   }
   std::cerr << "ratelimit_server: signal " << signal << ", shutting down\n";
   http.stop();

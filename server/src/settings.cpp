@@ -153,6 +153,23 @@ const std::map<std::string, Apply, std::less<>>& ours() {
        [](Settings& s, const std::string& n, const std::string& v) {
          s.all_or_nothing = parse_bool(n, v);
        }},
+      // The forward-auth check and the HTTP front (server/README.md, "Gateways").
+      {"RATELIMIT_SERVER_TRUSTED_PROXIES",
+       [](Settings& s, const std::string&, const std::string& v) { s.trusted_proxies = v; }},
+      {"RATELIMIT_SERVER_CHECK_ACTIONS",
+       [](Settings& s, const std::string&, const std::string& v) { s.check_actions = v; }},
+      {"RATELIMIT_SERVER_HTTP_THREADS",
+       [](Settings& s, const std::string& n, const std::string& v) {
+         std::size_t used = 0;
+         int t = 0;
+         try {
+           t = std::stoi(v, &used);
+         } catch (const std::exception&) {
+         }
+         if (used != v.size() || t < 1 || t > 256)
+           throw std::invalid_argument(n + " = \"" + v + "\": not a thread count (1 to 256)");
+         s.http_threads = static_cast<unsigned>(t);
+       }},
       {"GRACEFUL_SHUTDOWN_SECONDS",
        [](Settings& s, const std::string& n, const std::string& v) {
          s.shutdown_grace = std::chrono::seconds{parse_port(n, v)};

@@ -52,6 +52,15 @@ struct Settings {
   std::chrono::milliseconds shutdown_grace{10'000};  ///< GRACEFUL_SHUTDOWN_SECONDS (ours)
   /// RATELIMIT_SERVER_ALL_OR_NOTHING (ours): see `ServiceSettings::all_or_nothing`.
   bool all_or_nothing = false;
+  // The forward-auth check and the HTTP front (check/forward_auth.hpp, http_front.hpp).
+  /// RATELIMIT_SERVER_TRUSTED_PROXIES: comma-separated networks ("127.0.0.1,10.0.0.0/8") whose
+  /// X-Forwarded-For entries are skipped to find a check's client; empty: the peer is the client.
+  std::string trusted_proxies;
+  /// RATELIMIT_SERVER_CHECK_ACTIONS: the actions file of /check/<domain> (check/actions.hpp);
+  /// empty: every domain is unknown to the check (404). Re-read when it changes.
+  std::string check_actions;
+  /// RATELIMIT_SERVER_HTTP_THREADS: the threads of each HTTP listener (1 to 256).
+  unsigned http_threads = 4;
 
   /// The directory of rules files: RUNTIME_ROOT/RUNTIME_SUBDIRECTORY/RUNTIME_APPDIRECTORY.
   std::filesystem::path config_dir() const;
