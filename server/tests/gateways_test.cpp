@@ -73,8 +73,9 @@ std::string find_binary(const std::string& name) {
     std::cerr << "SKIPPED (RATELIMIT_TEST_GATEWAYS_OPTOUT=1): no " << name << "\n";
     std::exit(77);
   }
-  FAIL("no " << name << " binary: install the test group (bash scripts/deps.sh test), or opt "
-             "out with RATELIMIT_TEST_GATEWAYS_OPTOUT=1 (not under CI=true)");
+  FAIL("no " << name
+             << " binary: install the test group (bash scripts/deps.sh test), or opt "
+                "out with RATELIMIT_TEST_GATEWAYS_OPTOUT=1 (not under CI=true)");
   return {};
 }
 
@@ -225,8 +226,7 @@ class Process {
     args.push_back(nullptr);
     posix_spawn_file_actions_t actions;
     posix_spawn_file_actions_init(&actions);
-    posix_spawn_file_actions_addopen(&actions, 1, log.c_str(), O_WRONLY | O_CREAT | O_TRUNC,
-                                     0644);
+    posix_spawn_file_actions_addopen(&actions, 1, log.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
     posix_spawn_file_actions_adddup2(&actions, 1, 2);
     if (!cwd.empty()) posix_spawn_file_actions_addchdir_np(&actions, cwd.c_str());
     const int rc = ::posix_spawn(&pid_, args[0], &actions, nullptr, args.data(), envp.data());
@@ -360,10 +360,10 @@ Gateway start_nginx(const TempDir& dir, int check_port, int app_port) {
             "  proxy_temp_path " + p + "/tmp/proxy;\n  fastcgi_temp_path " + p +
             "/tmp/fastcgi;\n  uwsgi_temp_path " + p + "/tmp/uwsgi;\n  scgi_temp_path " + p +
             "/tmp/scgi;\n  include " + (docs / "nginx" / "ratelimit.conf").string() + ";\n}\n");
-  g.process = std::make_unique<Process>(
-      std::vector<std::string>{find_binary("nginx"), "-p", p, "-c", p + "/nginx.conf", "-e",
-                               "stderr"},
-      std::map<std::string, std::string>{}, prefix / "nginx.log");
+  g.process =
+      std::make_unique<Process>(std::vector<std::string>{find_binary("nginx"), "-p", p, "-c",
+                                                         p + "/nginx.conf", "-e", "stderr"},
+                                std::map<std::string, std::string>{}, prefix / "nginx.log");
   wait_listening(g.port, "nginx");
   REQUIRE(g.process->running());
   return g;
@@ -436,8 +436,7 @@ void expect_limit(const std::vector<const Gateway*>& gateways) {
                            "X-Forwarded-For: 203.0.113." + std::to_string(i + 1) + "\r\n");
     // The policy: q = 3 requests, w = the day's 86400 s; the policy is named after the
     // descriptor the check built from the client's own address.
-    CHECK(r.header("ratelimit-policy") ==
-          "\"edge.remote_address_" + client + "\";q=3;w=86400");
+    CHECK(r.header("ratelimit-policy") == "\"edge.remote_address_" + client + "\";q=3;w=86400");
     CHECK(r.header("x-ratelimit-limit") == "3");
     if (i < limit) {
       CHECK(r.status == 200);
@@ -453,8 +452,8 @@ void expect_limit(const std::vector<const Gateway*>& gateways) {
       const int retry = std::atoi(r.header("retry-after").c_str());
       CHECK(retry >= 1);
       CHECK(retry <= 28800);
-      CHECK(r.header("ratelimit") == "\"edge.remote_address_" + client + "\";r=0;t=" +
-                                         r.header("retry-after"));
+      CHECK(r.header("ratelimit") ==
+            "\"edge.remote_address_" + client + "\";r=0;t=" + r.header("retry-after"));
     }
   }
 }
@@ -497,24 +496,27 @@ void run_gateways(const std::string& redis) {
 
 }  // namespace
 
-TEST_CASE("Gateways: NGINX, Caddy and HAProxy with the shipped configurations, counters in "
-          "process",
-          "[gateways]") {
+TEST_CASE(
+    "Gateways: NGINX, Caddy and HAProxy with the shipped configurations, counters in "
+    "process",
+    "[gateways]") {
   run_gateways("");
 }
 
 #ifdef RATELIMIT_SERVER_HAVE_REDIS
-TEST_CASE("Gateways: NGINX, Caddy and HAProxy with the shipped configurations, counters on "
-          "Redis; two servers on one Redis share one limit",
-          "[gateways]") {
+TEST_CASE(
+    "Gateways: NGINX, Caddy and HAProxy with the shipped configurations, counters on "
+    "Redis; two servers on one Redis share one limit",
+    "[gateways]") {
   const auto& e = rltest::redis_endpoint();
   run_gateways(e.host + ":" + std::to_string(e.port));
 }
 #endif
 
-TEST_CASE("The HTTP front answers 1,000 concurrent keep-alive connections on its fixed pool "
-          "of threads",
-          "[gateways]") {
+TEST_CASE(
+    "The HTTP front answers 1,000 concurrent keep-alive connections on its fixed pool "
+    "of threads",
+    "[gateways]") {
   // Each connection needs a descriptor on both sides: raise the soft limit to the hard one
   // (the server inherits it).
   rlimit nofile{};
