@@ -224,7 +224,10 @@ HttpFront::HttpFront(HttpRoutes routes, const std::string& host, int port, HttpF
       static_cast<unsigned>(options.max_connections), MHD_OPTION_CONNECTION_MEMORY_LIMIT,
       static_cast<size_t>(options.connection_memory), MHD_OPTION_CONNECTION_TIMEOUT,
       static_cast<unsigned>(options.idle_timeout_seconds), MHD_OPTION_NOTIFY_COMPLETED,
-      &Impl::completed, nullptr, MHD_OPTION_END);
+      &Impl::completed, nullptr,
+      // SO_REUSEADDR: a restarted server binds its port although connections of the previous
+      // one linger in TIME_WAIT.
+      MHD_OPTION_LISTENING_ADDRESS_REUSE, 1u, MHD_OPTION_END);
   if (impl_->daemon == nullptr)
     throw std::runtime_error(what + ": cannot listen on " + host + ":" + std::to_string(port));
   const MHD_DaemonInfo* info = MHD_get_daemon_info(impl_->daemon, MHD_DAEMON_INFO_BIND_PORT);
