@@ -212,7 +212,8 @@ HttpFront::HttpFront(HttpRoutes routes, const std::string& host, int port, HttpF
   } else if (inet_pton(AF_INET6, host.c_str(), &in6->sin6_addr) == 1) {
     in6->sin6_family = AF_INET6;
     in6->sin6_port = htons(static_cast<uint16_t>(port));
-    flags |= MHD_USE_IPv6;
+    // "::" takes IPv4 too (a dual-stack socket), as Go's wildcard listener does.
+    flags |= host == "::" ? MHD_USE_DUAL_STACK : MHD_USE_IPv6;
   } else {
     throw std::runtime_error(what + ": cannot listen on " + host + ":" + std::to_string(port) +
                              ": not an IP address");

@@ -312,7 +312,12 @@ struct Limiter {
         // The gateways reach the check from 127.0.0.1; the clients come from other loopback
         // addresses (127.x.y.z), so a client is never taken for the proxy.
         {"RATELIMIT_SERVER_TRUSTED_PROXIES", "127.0.0.1"}};
-    if (!redis.empty()) env["REDIS_URL"] = redis;
+    if (redis.empty()) {
+      env["RATELIMIT_SERVER_STORAGE"] = "memory";
+    } else {
+      env["REDIS_URL"] = redis;
+      env["REDIS_SOCKET_TYPE"] = "tcp";
+    }
     for (auto& [k, v] : extra) env[k] = v;
     process = std::make_unique<Process>(std::vector<std::string>{RATELIMIT_SERVER_BINARY}, env,
                                         dir.path / (name + ".log"));
