@@ -12,6 +12,10 @@
 # per IP, 5 already spent). Expect 100/20 and 5/3 answers 200/429, 5 x 401, then 15/10 200/429
 # (a burst that straddles a minute boundary may get a request or two more: the sliding window
 # counter's estimate).
+#
+# Then, when NGINX is installed, the same idea behind real NGINX: ratelimit_server's forward-auth
+# check with docs/gateways/nginx/ratelimit.conf, 8 requests against 5 per minute per client
+# address: expect 5 x 200 and 3 x 429 (more if the burst straddles a minute: a fixed window).
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
@@ -73,6 +77,8 @@ if [[ -z "$nginx_bin" ]]; then
   echo "6) skipped: NGINX is not installed (Debian: nginx-light) for the forward-auth demo"
   exit 0
 fi
+echo
+echo "building ratelimit_server for the NGINX demo (a few minutes the first time)"
 if ! cmake --build build/gateway -j2 --target ratelimit_server >/dev/null 2>&1; then
   echo
   echo "6) skipped: ratelimit_server does not build here (bash scripts/deps.sh test)"
@@ -129,8 +135,8 @@ p="$demo_dir/nginx"
 } >"$p/nginx.conf"
 "$nginx_bin" -p "$p" -c "$p/nginx.conf" -e stderr >"$p/nginx.log" 2>&1 &
 nginx_pid=$!
-for _ in $(seq 100); do
-  curl -s -o /dev/null "http://127.0.0.1:$nginx_port/" 2>/dev/null && break
+for _ in $(seq 100); do  # a TCP connect only: a request would spend one of the limit's 5
+  (exec 3<>"/dev/tcp/127.0.0.1/$nginx_port") 2>/dev/null && break
   sleep 0.1
 done
 
