@@ -3,7 +3,8 @@
 #
 #   scripts/deps.sh [GROUP|PACKAGE]...
 #
-# Groups: demo (build and run the example), test (everything scripts/test.sh builds and runs),
+# Groups: demo (build and run the example), test (everything scripts/test.sh builds and runs,
+# the gateways NGINX, Caddy and HAProxy that the server's gateway test puts in front of it),
 # bench (bench/run), gateway (the HTTP gateway example), all (the default). Any other argument
 # is taken as a Debian package name. Recommends are not installed, so every needed package is
 # listed (libclang-rt-14-dev: clang's sanitizer runtimes, only recommended by clang; openssl:
@@ -14,7 +15,7 @@ set -euo pipefail
 
 declare -A groups=(
   [demo]="cmake g++ make"
-  [test]="cmake ninja-build g++ clang libclang-rt-14-dev clang-format make git pkg-config catch2 libhiredis-dev libssl-dev redis-server redis-tools libbenchmark-dev libyaml-cpp-dev libcpp-httplib-dev libhowardhinnant-date-dev tzdata openssl libgrpc++-dev libprotobuf-dev protobuf-compiler protobuf-compiler-grpc dpkg-dev"
+  [test]="cmake ninja-build g++ clang libclang-rt-14-dev clang-format make git pkg-config catch2 libhiredis-dev libssl-dev redis-server redis-tools libbenchmark-dev libyaml-cpp-dev libcpp-httplib-dev libhowardhinnant-date-dev tzdata openssl libgrpc++-dev libprotobuf-dev protobuf-compiler protobuf-compiler-grpc dpkg-dev libmicrohttpd-dev libre2-dev nginx-light caddy haproxy"
   [bench]="cmake g++ make pkg-config libhiredis-dev libssl-dev redis-server redis-tools libbenchmark-dev gnuplot-nox python3"
   [gateway]="cmake g++ make pkg-config libhiredis-dev libssl-dev libyaml-cpp-dev libcpp-httplib-dev redis-server redis-tools wrk curl"
 )

@@ -1,64 +1,59 @@
 #include "http_server.hpp"
 
-#include <stdexcept>
-
 #include <google/protobuf/util/json_util.h>
-#include <httplib.h>
 
 namespace ratelimit::server {
 
 namespace pb = envoy::service::ratelimit::v3;
 
+void add_service_routes(HttpRoutes& routes, std::shared_ptr<Service> service,
+                        std::function<bool()> healthy, std::function<std::string()> metrics) {
+  if (metrics)
+    routes.on("GET", "/metrics", [metrics](const HttpRequest&) {
+      return HttpResponse{200, "text/plain; version=0.0.4", metrics(), {}};
+    });
+  // src/server/health.go, ServeHTTP: "OK", or status 500 with an empty body.
+  routes.on("GET", "/healthcheck", [healthy](const HttpRequest&) {
+    const bool ok = healthy();
+    return HttpResponse{ok ? 200 : 500, "text/plain", ok ? "OK" : "", {}};
+  });
+  routes.on_async(
+      "POST", "/json",
+      [svc = std::move(service)](const HttpRequest& req, std::function<void(HttpResponse)> reply) {
+        auto request = std::make_shared<pb::RateLimitRequest>();
+        const auto parsed = google::protobuf::util::JsonStringToMessage(req.body, request.get());
+        if (!parsed.ok())
+          return reply({400,
+                        "text/plain",
+                        "invalid RateLimitRequest JSON: " + std::string(parsed.message()),
+                        {}});
+        auto response = std::make_shared<pb::RateLimitResponse>();
+        svc->should_rate_limit_async(
+            *request, *response, [request, response, reply = std::move(reply)](grpc::Status st) {
+              if (!st.ok())
+                return reply({st.error_code() == grpc::StatusCode::UNAVAILABLE ? 503 : 400,
+                              "text/plain",
+                              st.error_message(),
+                              {}});
+              std::string body;
+              (void)google::protobuf::util::MessageToJsonString(*response, &body);
+              reply({response->overall_code() == pb::RateLimitResponse::OVER_LIMIT ? 429 : 200,
+                     "application/json",
+                     std::move(body),
+                     {}});
+            });
+      });
+}
+
+HttpRoutes HttpServer::routes(std::shared_ptr<Service> service, std::function<bool()> healthy,
+                              std::function<std::string()> metrics) {
+  HttpRoutes r;
+  add_service_routes(r, std::move(service), std::move(healthy), std::move(metrics));
+  return r;
+}
+
 HttpServer::HttpServer(std::shared_ptr<Service> service, std::function<bool()> healthy,
                        const std::string& host, int port, std::function<std::string()> metrics)
-    : service_(std::move(service)), server_(std::make_unique<httplib::Server>()) {
-  if (metrics)
-    server_->Get("/metrics", [metrics](const httplib::Request&, httplib::Response& res) {
-      res.set_content(metrics(), "text/plain; version=0.0.4");
-    });
-  server_->Get("/healthcheck", [healthy](const httplib::Request&, httplib::Response& res) {
-    // src/server/health.go, ServeHTTP: "OK", or status 500 with an empty body.
-    if (healthy()) {
-      res.status = 200;
-      res.set_content("OK", "text/plain");
-    } else {
-      res.status = 500;
-    }
-  });
-  server_->Post("/json", [svc = service_](const httplib::Request& req, httplib::Response& res) {
-    pb::RateLimitRequest request;
-    const auto parsed = google::protobuf::util::JsonStringToMessage(req.body, &request);
-    if (!parsed.ok()) {
-      res.status = 400;
-      res.set_content("invalid RateLimitRequest JSON: " + std::string(parsed.message()),
-                      "text/plain");
-      return;
-    }
-    pb::RateLimitResponse response;
-    const grpc::Status st = svc->should_rate_limit(request, response);
-    if (!st.ok()) {
-      res.status = st.error_code() == grpc::StatusCode::UNAVAILABLE ? 503 : 400;
-      res.set_content(st.error_message(), "text/plain");
-      return;
-    }
-    std::string body;
-    (void)google::protobuf::util::MessageToJsonString(response, &body);
-    res.status = response.overall_code() == pb::RateLimitResponse::OVER_LIMIT ? 429 : 200;
-    res.set_content(body, "application/json");
-  });
-  port_ =
-      port == 0 ? server_->bind_to_any_port(host) : (server_->bind_to_port(host, port) ? port : -1);
-  if (port_ <= 0)
-    throw std::runtime_error("PORT: cannot listen on " + host + ":" + std::to_string(port));
-  thread_ = std::thread([this] { server_->listen_after_bind(); });
-}
-
-HttpServer::~HttpServer() { stop(); }
-
-void HttpServer::stop() {
-  if (!thread_.joinable()) return;
-  server_->stop();
-  thread_.join();
-}
+    : front_(routes(std::move(service), std::move(healthy), std::move(metrics)), host, port) {}
 
 }  // namespace ratelimit::server

@@ -5,6 +5,7 @@
 
 #include <csignal>
 #include <cstdlib>
+#include <filesystem>
 #include <iostream>
 #include <memory>
 #include <optional>
@@ -18,6 +19,7 @@
 
 #include <ratelimit/metrics.hpp>
 
+#include "check/forward_auth.hpp"
 #include "config_watcher.hpp"
 #include "counters.hpp"
 #include "grpc_server.hpp"
@@ -41,6 +43,29 @@ std::vector<std::string> environment_names() {
   }
   return names;
 }
+
+/// The check's actions file, re-read when its modification time changes. A file that fails to
+/// load at start stops the server; on a later change it leaves the actions in force (the
+/// error goes to stderr), as rules files do. Counts live in the Service, so a reload keeps them.
+struct ActionsFile {
+  std::string path;
+  std::filesystem::file_time_type seen;
+
+  void reload(check::ActionsHolder& holder, bool at_start) {
+    if (path.empty()) return;
+    std::error_code ec;
+    const auto mtime = std::filesystem::last_write_time(path, ec);
+    if (!at_start && (ec || mtime == seen)) return;
+    seen = mtime;
+    try {
+      holder.set(std::make_shared<const check::ActionsConfig>(check::ActionsConfig::load(path)));
+    } catch (const std::invalid_argument& e) {
+      if (at_start)
+        throw std::invalid_argument("RATELIMIT_SERVER_CHECK_ACTIONS: " + std::string(e.what()));
+      std::cerr << "ratelimit_server: " << e.what() << " (the previous actions stay)\n";
+    }
+  }
+};
 
 int run(int argc, char** argv) {
   const Settings settings = read_settings(
@@ -131,19 +156,36 @@ int run(int argc, char** argv) {
   health->on_change([&grpc](bool serving) { grpc.set_serving(serving); });
   grpc.set_serving(health->serving());
   const auto healthy = [health] { return health->serving(); };
+  // PORT: /json, /healthcheck, /metrics and the forward-auth check, on one event-driven front.
+  std::vector<check::Network> trusted;
+  try {
+    trusted = check::parse_networks(settings.trusted_proxies);
+  } catch (const std::invalid_argument& e) {
+    throw std::invalid_argument("RATELIMIT_SERVER_TRUSTED_PROXIES: " + std::string(e.what()));
+  }
+  auto actions = std::make_shared<check::ActionsHolder>();
+  ActionsFile actions_file{settings.check_actions, {}};
+  actions_file.reload(*actions, true);
+  const auto routes = [&] {
+    HttpRoutes r;
+    add_service_routes(r, service, healthy, [exporter] { return exporter->render(); });
+    check::add_check_routes(r, service, actions, trusted);
+    return r;
+  };
+  HttpFrontOptions front_options;
+  front_options.threads = static_cast<unsigned>(settings.http_threads);
+  const int http_port = static_cast<int>(settings.http_port);
   // Go listens on IPv6 and IPv4 for 0.0.0.0 (a wildcard); "::" does so here, where the host
   // has IPv6.
-  const auto metrics = [exporter] { return exporter->render(); };
-  const int http_port = static_cast<int>(settings.http_port);
-  std::unique_ptr<HttpServer> http;
+  std::unique_ptr<HttpFront> http;
   if (settings.http_host == "0.0.0.0") {
     try {
-      http = std::make_unique<HttpServer>(service, healthy, "::", http_port, metrics);
+      http = std::make_unique<HttpFront>(routes(), "::", http_port, front_options);
     } catch (const std::exception&) {
     }
   }
   if (!http)
-    http = std::make_unique<HttpServer>(service, healthy, settings.http_host, http_port, metrics);
+    http = std::make_unique<HttpFront>(routes(), settings.http_host, http_port, front_options);
   transport.port = grpc.port();
   const std::string http_host = settings.http_host.find(':') != std::string::npos
                                     ? "[" + settings.http_host + "]"
@@ -167,6 +209,7 @@ int run(int argc, char** argv) {
       } catch (const std::exception&) {  // still unreachable: the listener said so
       }
     }
+    actions_file.reload(*actions, false);
   }
   // The reference: SIGTERM fails the sigterm component (health NOT_SERVING, /healthcheck
   // 500) while the gRPC server drains; HTTP closes after.

@@ -648,6 +648,15 @@ const SettingRow rows[] = {
      "not with REDIS_TYPE=cluster nor STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT"},
     {"GRACEFUL_SHUTDOWN_SECONDS", "10", true, P::integer, &S::shutdown_grace_seconds, U::ours,
      "ours", "how long SIGTERM waits for the calls in flight, in seconds"},
+    // The forward-auth check and the HTTP front (check/forward_auth.hpp, http_front.hpp).
+    {"RATELIMIT_SERVER_TRUSTED_PROXIES", "", true, P::text, &S::trusted_proxies, U::ours, "ours",
+     "comma-separated networks (127.0.0.1,10.0.0.0/8,::1) whose X-Forwarded-For entries the "
+     "check skips to find the client; empty: the check's peer is the client"},
+    {"RATELIMIT_SERVER_CHECK_ACTIONS", "", true, P::text, &S::check_actions, U::ours, "ours",
+     "the actions file of /check/<domain> (Envoy's rate_limits actions per domain); empty: no "
+     "domain is known to the check"},
+    {"RATELIMIT_SERVER_HTTP_THREADS", "4", true, P::integer, &S::http_threads, U::ours, "ours",
+     "the threads of each HTTP listener (1 to 256), whatever the number of connections"},
 };
 
 std::string_view parse_name(SettingParse p) {
@@ -926,6 +935,8 @@ Settings read_settings(const std::function<std::optional<std::string>(const std:
   if (s.local_cache_bytes < 0 || s.local_cache_bytes > (std::int64_t{1} << 40))
     bad("LOCAL_CACHE_SIZE_IN_BYTES", std::to_string(s.local_cache_bytes),
         "not a size in bytes (0 to 2^40)");
+  if (s.http_threads < 1 || s.http_threads > 256)
+    bad("RATELIMIT_SERVER_HTTP_THREADS", std::to_string(s.http_threads), "must be 1 to 256");
   if (s.shutdown_grace_seconds < 0)
     bad("GRACEFUL_SHUTDOWN_SECONDS", std::to_string(s.shutdown_grace_seconds), "must be >= 0");
   if (not_implemented) throw std::invalid_argument(*not_implemented);

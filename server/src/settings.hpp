@@ -177,6 +177,14 @@ struct Settings {
   std::int64_t shutdown_grace_seconds{};
   /// RATELIMIT_SERVER_ALL_OR_NOTHING: see `ServiceSettings::all_or_nothing`.
   bool all_or_nothing{};
+  /// RATELIMIT_SERVER_TRUSTED_PROXIES: comma-separated networks whose X-Forwarded-For entries
+  /// the check skips to find the client (check/forward_auth.hpp); empty: the peer is the client.
+  std::string trusted_proxies;
+  /// RATELIMIT_SERVER_CHECK_ACTIONS: the actions file of /check/<domain> (check/actions.hpp);
+  /// empty: every domain is unknown to the check (404). Re-read when it changes.
+  std::string check_actions;
+  /// RATELIMIT_SERVER_HTTP_THREADS: the threads of each HTTP listener (1 to 256).
+  std::int64_t http_threads{};
 
   /// One line per setting that is accepted but maps to something else here, per ignored
   /// argument, and so on: what the server prints at start (without the values, which may be
