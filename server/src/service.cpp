@@ -87,6 +87,29 @@ void append_field(std::string& out, std::string_view s) {
   out += s;
 }
 
+/// The reference's counter key of a descriptor without its prefix and window start
+/// (src/limiter/cache_key.go): domain '_', then each entry's key '_' value '_'; an entry
+/// matched by a `share_threshold` wildcard of `rule` gives the wildcard's pattern as value.
+std::string go_key_of(const std::string& domain,
+                      const envoy::extensions::common::ratelimit::v3::RateLimitDescriptor& d,
+                      const Rule* rule) {
+  std::string key = domain;
+  key += '_';
+  for (int i = 0; i < d.entries_size(); ++i) {
+    const auto& e = d.entries(i);
+    key += e.key();
+    key += '_';
+    const auto step = static_cast<std::size_t>(i);
+    if (rule != nullptr && step < rule->path.size() && rule->path[step].wildcard &&
+        rule->path[step].shared)
+      key += rule->path[step].value;
+    else
+      key += e.value();
+    key += '_';
+  }
+  return key;
+}
+
 void set_status(pb::RateLimitResponse::DescriptorStatus& st, const Planned& p, const Decision& d,
                 std::int64_t reset_s) {
   auto* limit = st.mutable_current_limit();
@@ -222,8 +245,14 @@ std::int64_t seconds_of(std::chrono::nanoseconds now) {
   return now.count() < 0 ? 0 : now.count() / 1'000'000'000;
 }
 
-/// The over-limit cache's key of a hit: its counter and window.
+/// The over-limit cache's key of a hit: its counter and window (for a Go key, the reference's
+/// key: a limit override shares the rule's entry as it shares its count).
 std::string cache_key(const Hit& h, std::int64_t now_s) {
+  if (!h.go_key.empty()) {
+    std::string key = h.go_key;
+    key += std::to_string(now_s / h.window_s * h.window_s);
+    return key;
+  }
   std::string key = h.limit_id;
   key += '\0';
   key += h.key;
@@ -349,13 +378,14 @@ grpc::Status Service::plan(const pb::RateLimitRequest& request, Call& call) cons
       p.unit = *unit;
       p.limit = d.limit().requests_per_unit();
       if (settings_.listener) p.metric = request.domain() + ".override";
-      Hit hit{"override:", "", p.limit, unit->window_s, h, {}, true};
+      Hit hit{"override:", "", p.limit, unit->window_s, h, {}, true, {}, false};
       append_field(hit.limit_id, request.domain());
       hit.limit_id += std::to_string(unit->window_s);
       for (const auto& e : d.entries()) {
         append_field(hit.key, e.key());
         append_field(hit.key, e.value());
       }
+      hit.go_key = go_key_of(request.domain(), d, nullptr);
       p.hit = hits.size();
       hits.push_back(std::move(hit));
       continue;
@@ -392,8 +422,16 @@ grpc::Status Service::plan(const pb::RateLimitRequest& request, Call& call) cons
     p.hit = hits.size();
     // A library algorithm's rate is the loader's (its units are second to day, whose periods
     // are the Go dividers).
-    hits.push_back(Hit{m.rule->id, std::move(m.key), p.limit, unit->window_s, h,
-                       p.library ? m.rule->algorithm.name : std::string_view{}, true});
+    hits.push_back(Hit{m.rule->id,
+                       std::move(m.key),
+                       p.limit,
+                       unit->window_s,
+                       h,
+                       p.library ? m.rule->algorithm.name : std::string_view{},
+                       true,
+                       {},
+                       false});
+    if (!p.library) hits.back().go_key = go_key_of(request.domain(), d, m.rule);
   }
   // A limit named in the `replaces` of another applying limit is not applied (ratelimit.go).
   for (Planned& p : plan)
@@ -453,7 +491,10 @@ void count_only_those_going_over(std::vector<Hit>& hits, const std::vector<Decis
 
 std::vector<Hit> reads_of(const std::vector<Hit>& hits) {
   std::vector<Hit> reads = hits;
-  for (Hit& r : reads) r.hits = 0;
+  for (Hit& r : reads) {
+    r.hits = 0;
+    r.get = true;  // the reference's GET, not an INCRBY of 0
+  }
   return reads;
 }
 

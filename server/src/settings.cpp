@@ -26,6 +26,20 @@ bool parse_bool(const std::string& name, const std::string& v) {
   throw std::invalid_argument(name + " = \"" + v + "\": not a boolean (true or false)");
 }
 
+/// A whole number in [0, most], as Go's strconv.ParseInt reads it (decimal).
+std::int64_t parse_count(const std::string& name, const std::string& v, std::int64_t most) {
+  std::size_t used = 0;
+  long long n = -1;
+  try {
+    n = std::stoll(v, &used);
+  } catch (const std::exception&) {
+  }
+  if (v.empty() || used != v.size() || n < 0 || n > most)
+    throw std::invalid_argument(name + " = \"" + v + "\": not a whole number from 0 to " +
+                                std::to_string(most));
+  return n;
+}
+
 int parse_port(const std::string& name, const std::string& v) {
   std::size_t used = 0;
   int port = -1;
@@ -122,12 +136,89 @@ const std::map<std::string, Apply, std::less<>>& ours() {
        }},
       // The reference's switches, accepted at the values this server implements.
       {"BACKEND_TYPE",
-       [](Settings&, const std::string& n, const std::string& v) {
-         if (v != "redis")
-           throw std::invalid_argument(n + " = \"" + v +
-                                       "\": this server implements only redis (with REDIS_URL "
-                                       "unset, the counters stay in this process)");
+       [](Settings& s, const std::string& n, const std::string& v) {
+         std::string lower = v;
+         for (char& c : lower) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+         if (lower != "redis" && lower != "memcache")
+           throw std::invalid_argument(n + " = \"" + v + "\": expected redis or memcache");
+         s.backend_type = lower;
        }},
+      // The reference's keys (src/limiter/cache_key.go) and their expiry.
+      {"CACHE_KEY_PREFIX",
+       [](Settings& s, const std::string&, const std::string& v) { s.cache_key_prefix = v; }},
+      {"EXPIRATION_JITTER_MAX_SECONDS",
+       [](Settings& s, const std::string& n, const std::string& v) {
+         s.expiration_jitter_s = parse_count(n, v, std::int64_t{1} << 40);
+       }},
+      // Per-second limits on a Redis of their own (the reference's REDIS_PERSECOND_*).
+      {"REDIS_PERSECOND", [](Settings& s, const std::string& n,
+                             const std::string& v) { s.redis_persecond = parse_bool(n, v); }},
+      {"REDIS_PERSECOND_URL",
+       [](Settings& s, const std::string&, const std::string& v) { s.redis_persecond_url = v; }},
+      {"REDIS_PERSECOND_SOCKET_TYPE",
+       [](Settings& s, const std::string& n, const std::string& v) {
+         if (v != "tcp" && v != "unix")
+           throw std::invalid_argument(n + " = \"" + v + "\": expected tcp or unix");
+         s.redis_persecond_socket_type = v;
+       }},
+      {"REDIS_PERSECOND_TYPE",
+       [](Settings& s, const std::string& n, const std::string& v) {
+         std::string lower = v;
+         for (char& c : lower) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+         if (lower != "single" && lower != "sentinel" && lower != "cluster")
+           throw std::invalid_argument(n + " = \"" + v + "\": expected single, sentinel or cluster");
+         s.redis_persecond_type = lower;
+       }},
+      {"REDIS_PERSECOND_AUTH",
+       [](Settings& s, const std::string&, const std::string& v) { s.redis_persecond_auth = v; }},
+      {"REDIS_PERSECOND_TLS", [](Settings& s, const std::string& n,
+                                 const std::string& v) { s.redis_persecond_tls = parse_bool(n, v); }},
+      {"REDIS_PERSECOND_POOL_SIZE",
+       [](Settings& s, const std::string& n, const std::string& v) {
+         s.redis_persecond_pool_size = static_cast<int>(parse_count(n, v, 64));
+         if (s.redis_persecond_pool_size < 1)
+           throw std::invalid_argument(n + " = " + v + ": must be 1 to 64");
+       }},
+      // The reference's memcache backend (src/memcached/cache_impl.go).
+      {"MEMCACHE_HOST_PORT",
+       [](Settings& s, const std::string& n, const std::string& v) {
+         s.memcache_host_port.clear();
+         std::string::size_type start = 0;
+         while (!v.empty() && start <= v.size()) {
+           const auto comma = v.find(',', start);
+           std::string one =
+               v.substr(start, comma == std::string::npos ? std::string::npos : comma - start);
+           if (one.empty() || one.rfind(':') == std::string::npos)
+             throw std::invalid_argument(n + " = \"" + v + "\": expected host:port,host:port");
+           s.memcache_host_port.push_back(std::move(one));
+           if (comma == std::string::npos) break;
+           start = comma + 1;
+         }
+       }},
+      {"MEMCACHE_MAX_IDLE_CONNS",
+       [](Settings& s, const std::string& n, const std::string& v) {
+         s.memcache_max_idle_conns = static_cast<int>(parse_count(n, v, 1024));
+       }},
+      // Server discovery by DNS SRV and TLS to memcached are not implemented: refused by name
+      // rather than ignored (the counters would go elsewhere, or in clear text).
+      {"MEMCACHE_SRV",
+       [](Settings&, const std::string& n, const std::string& v) {
+         if (!v.empty())
+           throw std::invalid_argument(n + " = \"" + v +
+                                       "\": discovery by DNS SRV is not implemented; list the "
+                                       "servers in MEMCACHE_HOST_PORT");
+       }},
+      {"MEMCACHE_SRV_REFRESH", [](Settings&, const std::string&, const std::string&) {}},
+      {"MEMCACHE_TLS",
+       [](Settings&, const std::string& n, const std::string& v) {
+         if (parse_bool(n, v))
+           throw std::invalid_argument(n + " = true: TLS to memcached is not implemented");
+       }},
+      {"MEMCACHE_TLS_CLIENT_CERT", [](Settings&, const std::string&, const std::string&) {}},
+      {"MEMCACHE_TLS_CLIENT_KEY", [](Settings&, const std::string&, const std::string&) {}},
+      {"MEMCACHE_TLS_CACERT", [](Settings&, const std::string&, const std::string&) {}},
+      {"MEMCACHE_TLS_SKIP_HOSTNAME_VERIFICATION",
+       [](Settings&, const std::string& n, const std::string& v) { (void)parse_bool(n, v); }},
       {"USE_STATSD",
        [](Settings&, const std::string& n, const std::string& v) {
          if (parse_bool(n, v))
@@ -233,6 +324,18 @@ Settings read_settings(const std::function<std::optional<std::string>(const std:
     throw std::invalid_argument(
         "RATELIMIT_SERVER_ALL_OR_NOTHING = true: not with REDIS_TYPE = cluster (a call's "
         "counters live on several slots, which one all-or-nothing script cannot reach)");
+  if (s.backend_type == "memcache") {
+    if (s.memcache_host_port.empty())
+      throw std::invalid_argument(
+          "BACKEND_TYPE = memcache: MEMCACHE_HOST_PORT is empty (list the servers as "
+          "host:port,host:port)");
+    if (s.all_or_nothing)
+      throw std::invalid_argument(
+          "RATELIMIT_SERVER_ALL_OR_NOTHING = true: not with BACKEND_TYPE = memcache (memcached "
+          "cannot count several keys all or nothing)");
+    // As the reference's memcache backend, which never reads it.
+    s.stop_increment_when_over = false;
+  }
   check_counting_modes(s.all_or_nothing, s.stop_increment_when_over);
   return s;
 }
@@ -250,7 +353,37 @@ std::pair<std::string, int> host_port(const std::string& name, const std::string
   return {v.substr(0, colon), port};
 }
 
-RedisOptions redis_options(const Settings& s) {
+/// One Redis's settings: the main one's (REDIS_*) or the per-second one's (REDIS_PERSECOND_*).
+struct OneRedis {
+  std::string prefix;  ///< the variables' prefix, for messages: "REDIS_" or "REDIS_PERSECOND_"
+  std::string redis_url, redis_socket_type, redis_type, redis_auth;
+  bool redis_tls;
+  std::string redis_tls_cacert, redis_tls_client_cert, redis_tls_client_key;
+  int redis_pool_size;
+};
+
+OneRedis main_redis(const Settings& s) {
+  return {"REDIS_",
+          s.redis_url,
+          s.redis_socket_type,
+          s.redis_type,
+          s.redis_auth,
+          s.redis_tls,
+          s.redis_tls_cacert,
+          s.redis_tls_client_cert,
+          s.redis_tls_client_key,
+          s.redis_pool_size};
+}
+
+OneRedis per_second_redis(const Settings& s) {
+  return {"REDIS_PERSECOND_",         s.redis_persecond_url,   s.redis_persecond_socket_type,
+          s.redis_persecond_type,     s.redis_persecond_auth,  s.redis_persecond_tls,
+          s.redis_tls_cacert,         s.redis_tls_client_cert, s.redis_tls_client_key,
+          s.redis_persecond_pool_size};
+}
+
+RedisOptions redis_options(const OneRedis& s) {
+  const std::string url_name = s.prefix + "URL";
   RedisOptions o;
   if (s.redis_type == "sentinel") {
     // "master,host:port,host:port", as the reference's REDIS_URL for sentinel.
@@ -264,11 +397,11 @@ RedisOptions redis_options(const Settings& s) {
       start = comma + 1;
     }
     if (parts.size() < 2)
-      throw std::invalid_argument("REDIS_URL = \"" + s.redis_url +
-                                  "\": REDIS_TYPE=sentinel expects master,host:port,...");
+      throw std::invalid_argument(url_name + " = \"" + s.redis_url + "\": " + s.prefix +
+                                  "TYPE=sentinel expects master,host:port,...");
     o.sentinel.master_name = parts[0];
     for (std::size_t i = 1; i < parts.size(); ++i) {
-      (void)host_port("REDIS_URL", parts[i]);
+      (void)host_port(url_name, parts[i]);
       o.sentinel.sentinels.push_back(parts[i]);
     }
   } else if (s.redis_type == "cluster") {
@@ -276,7 +409,7 @@ RedisOptions redis_options(const Settings& s) {
   } else if (s.redis_socket_type == "unix") {
     o.unix_socket = s.redis_url;
   } else {
-    std::tie(o.host, o.port) = host_port("REDIS_URL", s.redis_url);
+    std::tie(o.host, o.port) = host_port(url_name, s.redis_url);
   }
   if (!s.redis_auth.empty()) {
     const auto colon = s.redis_auth.find(':');
@@ -299,26 +432,54 @@ RedisOptions redis_options(const Settings& s) {
 
 }  // namespace
 
-std::shared_ptr<Counters> make_counters(const Settings& s, std::shared_ptr<Listener> listener) {
-  if (s.redis_url.empty()) return make_memory_counters();
 #ifdef RATELIMIT_SERVER_HAVE_REDIS
-  RedisOptions o = redis_options(s);
-  if (s.redis_type != "cluster") return make_redis_counters(std::move(o), std::move(listener));
-  // "host:port,host:port": the seeds of the cluster, as the reference's REDIS_URL for a cluster.
+namespace {
+
+/// "host:port,host:port": the seeds of a cluster, as the reference's REDIS_URL for a cluster.
+RedisClusterOptions cluster_options(const OneRedis& r) {
   RedisClusterOptions c;
   c.seeds.clear();
   std::string::size_type start = 0;
-  while (start <= s.redis_url.size()) {
-    const auto comma = s.redis_url.find(',', start);
+  while (start <= r.redis_url.size()) {
+    const auto comma = r.redis_url.find(',', start);
     std::string seed =
-        s.redis_url.substr(start, comma == std::string::npos ? std::string::npos : comma - start);
-    (void)host_port("REDIS_URL", seed);
+        r.redis_url.substr(start, comma == std::string::npos ? std::string::npos : comma - start);
+    (void)host_port(r.prefix + "URL", seed);
     c.seeds.push_back(std::move(seed));
     if (comma == std::string::npos) break;
     start = comma + 1;
   }
-  c.redis = std::move(o);
-  return make_redis_cluster_counters(std::move(c), std::move(listener));
+  c.redis = redis_options(r);
+  return c;
+}
+
+}  // namespace
+#endif
+
+std::shared_ptr<Counters> make_counters(const Settings& s, std::shared_ptr<Listener> listener) {
+  GoKeyOptions go{s.cache_key_prefix, s.expiration_jitter_s};
+  if (s.backend_type == "memcache") {
+    MemcacheOptions m;
+    m.servers = s.memcache_host_port;
+    m.max_idle_conns = s.memcache_max_idle_conns;
+    return make_memcache_counters(std::move(m), std::move(go));
+  }
+  if (s.redis_url.empty()) return make_memory_counters(std::move(go));
+#ifdef RATELIMIT_SERVER_HAVE_REDIS
+  PerSecondRedis per_second;
+  if (s.redis_persecond) {
+    const OneRedis r = per_second_redis(s);
+    if (r.redis_type == "cluster")
+      per_second.cluster = std::make_shared<RedisClusterOptions>(cluster_options(r));
+    else
+      per_second.redis = std::make_shared<RedisOptions>(redis_options(r));
+  }
+  const OneRedis r = main_redis(s);
+  if (s.redis_type != "cluster")
+    return make_redis_counters(redis_options(r), std::move(listener), std::move(go),
+                               std::move(per_second));
+  return make_redis_cluster_counters(cluster_options(r), std::move(listener), std::move(go),
+                                     std::move(per_second));
 #else
   (void)listener;
   throw std::invalid_argument(

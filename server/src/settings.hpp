@@ -5,6 +5,7 @@
 /// variable's name in lower case with '-' for '_', e.g. `--grpc-port=8081`), which wins.
 
 #include <chrono>
+#include <cstdint>
 #include <filesystem>
 #include <functional>
 #include <memory>
@@ -50,6 +51,22 @@ struct Settings {
   std::string redis_tls_client_key;                  ///< REDIS_TLS_CLIENT_KEY
   int redis_pool_size = 2;                           ///< REDIS_POOL_SIZE (connections)
   std::chrono::milliseconds shutdown_grace{10'000};  ///< GRACEFUL_SHUTDOWN_SECONDS (ours)
+  // The reference's keys and backends (the Go window's counters as it keeps them).
+  std::string cache_key_prefix;            ///< CACHE_KEY_PREFIX: before every counter key
+  std::int64_t expiration_jitter_s = 300;  ///< EXPIRATION_JITTER_MAX_SECONDS, >= 0
+  std::string backend_type = "redis";      ///< BACKEND_TYPE: redis or memcache
+  /// REDIS_PERSECOND: limits of unit second on a Redis of their own, REDIS_PERSECOND_URL
+  /// (read as REDIS_URL, with REDIS_PERSECOND_SOCKET_TYPE, _TYPE, _AUTH, _TLS, _POOL_SIZE and
+  /// the REDIS_TLS_* files, as the reference reads them).
+  bool redis_persecond = false;
+  std::string redis_persecond_url = "/var/run/nutcracker/ratelimitpersecond.sock";
+  std::string redis_persecond_socket_type = "unix";
+  std::string redis_persecond_type = "single";
+  std::string redis_persecond_auth;
+  bool redis_persecond_tls = false;
+  int redis_persecond_pool_size = 10;
+  std::vector<std::string> memcache_host_port;  ///< MEMCACHE_HOST_PORT: host:port,host:port
+  int memcache_max_idle_conns = 2;              ///< MEMCACHE_MAX_IDLE_CONNS
   /// RATELIMIT_SERVER_ALL_OR_NOTHING (ours): see `ServiceSettings::all_or_nothing`.
   bool all_or_nothing = false;
 

@@ -107,8 +107,8 @@ TEST_CASE("Settings are read from the reference's variables, flags win", "[serve
 TEST_CASE("Settings the server does not implement are refused by name", "[server]") {
   CHECK_THROWS_WITH(settings_from({{"REDIS_PIPELINE_WINDOW", "1ms"}}),
                     Catch::StartsWith("REDIS_PIPELINE_WINDOW:"));
-  CHECK_THROWS_WITH(settings_from({{"BACKEND_TYPE", "memcache"}}),
-                    Catch::StartsWith("BACKEND_TYPE = \"memcache\""));
+  CHECK_THROWS_WITH(settings_from({{"BACKEND_TYPE", "etcd"}}),
+                    Catch::StartsWith("BACKEND_TYPE = \"etcd\""));
   CHECK_THROWS_WITH(settings_from({{"SHADOW_MODE", "yes"}}),
                     Catch::StartsWith("SHADOW_MODE = \"yes\": not a boolean"));
   CHECK_THROWS_WITH(settings_from({}, {"--no-such-thing=1"}),
