@@ -42,8 +42,7 @@ inline std::string go_counter_key(const GoKeyOptions& go, const Hit& hit, std::i
 inline std::int64_t go_expiry_s(const GoKeyOptions& go, std::int64_t window_s) {
   if (go.jitter_max_s <= 0) return window_s;
   thread_local std::mt19937_64 random{std::random_device{}()};
-  return window_s +
-         std::uniform_int_distribution<std::int64_t>(0, go.jitter_max_s - 1)(random);
+  return window_s + std::uniform_int_distribution<std::int64_t>(0, go.jitter_max_s - 1)(random);
 }
 
 /// The decision on a counter that held `before` hits and now holds `before + hits` (or, for a

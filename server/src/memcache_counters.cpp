@@ -10,12 +10,12 @@
 
 #include <algorithm>
 #include <cerrno>
-#include <climits>
-#include <functional>
 #include <charconv>
+#include <climits>
 #include <condition_variable>
 #include <cstring>
 #include <deque>
+#include <functional>
 #include <mutex>
 #include <optional>
 #include <stdexcept>
@@ -234,8 +234,8 @@ class MemcacheCounters final : public Counters {
     if (options.servers.empty())
       throw std::invalid_argument("MEMCACHE_HOST_PORT = \"\": at least one server is needed");
     if (options.max_idle_conns < 0)
-      throw std::invalid_argument("MEMCACHE_MAX_IDLE_CONNS = " +
-                                  std::to_string(options.max_idle_conns) + ": must be >= 0");
+      throw std::invalid_argument(
+          "MEMCACHE_MAX_IDLE_CONNS = " + std::to_string(options.max_idle_conns) + ": must be >= 0");
     for (const std::string& s : options.servers) {
       const auto colon = s.rfind(':');
       if (colon == std::string::npos || colon == 0 || colon + 1 == s.size())
@@ -281,8 +281,8 @@ class MemcacheCounters final : public Counters {
   /// gomemcache's ServerList.PickServer: CRC-32 (IEEE) of the key modulo the servers.
   Server& server_of(std::string_view key) const {
     if (servers_.size() == 1) return *servers_.front();
-    const auto crc = ::crc32(0L, reinterpret_cast<const Bytef*>(key.data()),
-                             static_cast<uInt>(key.size()));
+    const auto crc =
+        ::crc32(0L, reinterpret_cast<const Bytef*>(key.data()), static_cast<uInt>(key.size()));
     return *servers_[crc % servers_.size()];
   }
 

@@ -5,7 +5,9 @@
 // incr / add / incr on memcached) and the server and that writer share every count both ways.
 // Time is a ManualClock; expected numbers are derived in the comments.
 
+#include <arpa/inet.h>
 #include <netdb.h>
+#include <netinet/in.h>
 #include <sys/socket.h>
 #include <unistd.h>
 #include <zlib.h>
@@ -90,7 +92,8 @@ struct Server {
       }
       if (d.override_rpu >= 0) {
         out->mutable_limit()->set_requests_per_unit(static_cast<std::uint32_t>(d.override_rpu));
-        out->mutable_limit()->set_unit(static_cast<envoy::type::v3::RateLimitUnit>(d.override_unit));
+        out->mutable_limit()->set_unit(
+            static_cast<envoy::type::v3::RateLimitUnit>(d.override_unit));
       }
     }
     pb::RateLimitResponse res;
@@ -132,8 +135,8 @@ class RedisWriter final : public GoWriter {
   explicit RedisWriter(std::string node) : node_(std::move(node)) {}
 
   std::int64_t add(const std::string& key, std::int64_t hits, std::int64_t expiry_s) override {
-    auto r = run(key, {{"INCRBY", key, std::to_string(hits)},
-                       {"EXPIRE", key, std::to_string(expiry_s)}});
+    auto r = run(
+        key, {{"INCRBY", key, std::to_string(hits)}, {"EXPIRE", key, std::to_string(expiry_s)}});
     REQUIRE(r.front()->type == REDIS_REPLY_INTEGER);
     return r.front()->integer;
   }
@@ -299,8 +302,9 @@ TEST_CASE("Go keys: per-second limits go to the per-second Redis, the others to 
           "[server][go_keys][no_cluster]") {
   const char* v = std::getenv("RATELIMIT_TEST_REDIS_PERSECOND");
   if (v == nullptr || *v == '\0')
-    FAIL("RATELIMIT_TEST_REDIS_PERSECOND is not set: run through scripts/test.sh, which starts "
-         "a second Redis");
+    FAIL(
+        "RATELIMIT_TEST_REDIS_PERSECOND is not set: run through scripts/test.sh, which starts "
+        "a second Redis");
   const ratelimit::server::GoKeyOptions go{fresh_prefix(), 0};
   ratelimit::server::PerSecondRedis per_second;
   const auto node = ratelimit::detail::parse_redis_node(v, "RATELIMIT_TEST_REDIS_PERSECOND");
@@ -339,8 +343,9 @@ namespace {
 std::vector<std::string> memcached_servers() {
   const char* v = std::getenv("RATELIMIT_TEST_MEMCACHED");
   if (v == nullptr || *v == '\0')
-    FAIL("RATELIMIT_TEST_MEMCACHED is not set: run through scripts/test.sh, which starts two "
-         "memcached");
+    FAIL(
+        "RATELIMIT_TEST_MEMCACHED is not set: run through scripts/test.sh, which starts two "
+        "memcached");
   std::vector<std::string> out;
   std::string s = v;
   for (std::size_t start = 0;;) {
@@ -397,14 +402,14 @@ class MemcacheWriter final : public GoWriter {
   explicit MemcacheWriter(std::vector<std::string> servers) : servers_(std::move(servers)) {}
 
   std::size_t server_index(const std::string& key) const {
-    return ::crc32(0L, reinterpret_cast<const Bytef*>(key.data()),
-                   static_cast<uInt>(key.size())) %
+    return ::crc32(0L, reinterpret_cast<const Bytef*>(key.data()), static_cast<uInt>(key.size())) %
            servers_.size();
   }
 
   std::int64_t add(const std::string& key, std::int64_t hits, std::int64_t expiry_s) override {
     const std::string& server = servers_[server_index(key)];
-    std::string r = memcached_round_trip(server, "incr " + key + " " + std::to_string(hits) + "\r\n");
+    std::string r =
+        memcached_round_trip(server, "incr " + key + " " + std::to_string(hits) + "\r\n");
     if (r == "NOT_FOUND\r\n") {
       const std::string value = std::to_string(hits);
       r = memcached_round_trip(server, "add " + key + " 0 " + std::to_string(expiry_s) + " " +
@@ -561,6 +566,33 @@ TEST_CASE("Go keys: the settings of the Go service's keys, per-second Redis and 
                           {"RATELIMIT_SERVER_ALL_OR_NOTHING", "true"}}),
                     Catch::Contains("BACKEND_TYPE = memcache"));
   CHECK_THROWS_WITH(read({{"BACKEND_TYPE", "etcd"}}), Catch::Contains("BACKEND_TYPE = \"etcd\""));
+}
+
+}  // namespace gk
+
+namespace gk {
+
+TEST_CASE("Go keys: a memcached that does not answer counts as 0 and fails no call, as in Go",
+          "[server][go_keys][no_cluster][memcache]") {
+  // A port nothing listens on: a socket bound and closed again, so connect is refused.
+  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  REQUIRE(fd >= 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t len = sizeof a;
+  REQUIRE(::bind(fd, reinterpret_cast<sockaddr*>(&a), len) == 0);
+  REQUIRE(::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len) == 0);
+  ::close(fd);
+  ratelimit::server::MemcacheOptions options;
+  options.servers = {"127.0.0.1:" + std::to_string(ntohs(a.sin_port))};
+  Server s(ratelimit::server::make_memcache_counters(options, {fresh_prefix(), 0}), users);
+  // Every read is 0 (GetMulti's error), so each call is 0 + 1 of 3: OK with 2 remaining.
+  for (int i = 0; i < 4; ++i) {
+    const auto r = s.call("go", {{{{"user", "alice"}}}});
+    CHECK(r.overall_code() == Code::OK);
+    CHECK(r.statuses(0).limit_remaining() == 2);
+  }
 }
 
 }  // namespace gk
