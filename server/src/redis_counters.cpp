@@ -70,14 +70,15 @@ class RedisCounters final : public Counters {
 
   /// `count_async` and a wait: the reference's pipeline is the same either way.
   std::vector<Decision> count(std::span<const Hit> hits, std::chrono::nanoseconds now) override {
-    std::promise<std::vector<Decision>> promise;
-    auto future = promise.get_future();
+    // Shared: the completion may still be inside set_value when the waiting thread returns.
+    auto promise = std::make_shared<std::promise<std::vector<Decision>>>();
+    auto future = promise->get_future();
     count_async(std::vector<Hit>(hits.begin(), hits.end()), now,
-                [&promise](std::vector<Decision> ds, std::exception_ptr err) {
+                [promise](std::vector<Decision> ds, std::exception_ptr err) {
                   if (err)
-                    promise.set_exception(std::move(err));
+                    promise->set_exception(std::move(err));
                   else
-                    promise.set_value(std::move(ds));
+                    promise->set_value(std::move(ds));
                 });
     return future.get();
   }
