@@ -541,7 +541,7 @@ TEST_CASE("Go keys: the settings of the Go service's keys, per-second Redis and 
                        {"REDIS_PERSECOND_AUTH", "pw"},
                        {"REDIS_PERSECOND_POOL_SIZE", "4"}});
   CHECK(s.cache_key_prefix == "rl:");
-  CHECK(s.expiration_jitter_s == 0);
+  CHECK(s.expiration_jitter_max_seconds == 0);
   CHECK(s.redis_persecond);
   CHECK(s.redis_persecond_url == "127.0.0.1:6380");
   CHECK(s.redis_persecond_type == "cluster");
@@ -560,7 +560,7 @@ TEST_CASE("Go keys: the settings of the Go service's keys, per-second Redis and 
                           {"MEMCACHE_HOST_PORT", "a:1"},
                           {"MEMCACHE_SRV", "_mc._tcp.example"}}),
                     Catch::Contains("MEMCACHE_SRV = \"_mc._tcp.example\""));
-  CHECK_THROWS_WITH(read({{"MEMCACHE_TLS", "true"}}), Catch::Contains("MEMCACHE_TLS = true"));
+  CHECK_THROWS_WITH(read({{"MEMCACHE_TLS", "true"}}), Catch::Contains("MEMCACHE_TLS = \"true\""));
   CHECK_THROWS_WITH(read({{"BACKEND_TYPE", "memcache"},
                           {"MEMCACHE_HOST_PORT", "a:1"},
                           {"RATELIMIT_SERVER_ALL_OR_NOTHING", "true"}}),
