@@ -15,8 +15,8 @@ set -euo pipefail
 
 declare -A groups=(
   [demo]="cmake g++ make"
-  [test]="cmake ninja-build g++ clang libclang-rt-14-dev clang-format make git pkg-config catch2 libhiredis-dev libssl-dev redis-server redis-tools libbenchmark-dev libyaml-cpp-dev libcpp-httplib-dev libhowardhinnant-date-dev tzdata openssl libgrpc++-dev libprotobuf-dev protobuf-compiler protobuf-compiler-grpc dpkg-dev libmicrohttpd-dev libre2-dev nginx-light caddy haproxy"
-  [bench]="cmake g++ make pkg-config libhiredis-dev libssl-dev redis-server redis-tools libbenchmark-dev gnuplot-nox python3"
+  [test]="cmake ninja-build g++ clang libclang-rt-14-dev clang-format make git pkg-config catch2 libhiredis-dev libssl-dev redis-server redis-tools libbenchmark-dev libyaml-cpp-dev libcpp-httplib-dev libhowardhinnant-date-dev tzdata openssl libgrpc++-dev libprotobuf-dev protobuf-compiler protobuf-compiler-grpc dpkg-dev libmicrohttpd-dev libre2-dev nginx-light caddy haproxy zlib1g-dev memcached"
+  [bench]="cmake g++ make pkg-config libhiredis-dev libssl-dev redis-server redis-tools libbenchmark-dev gnuplot-nox python3 libevent-dev memcached zlib1g-dev"
   [gateway]="cmake g++ make pkg-config libhiredis-dev libssl-dev libyaml-cpp-dev libcpp-httplib-dev redis-server redis-tools wrk curl"
 )
 groups[all]="${groups[test]} ${groups[bench]} ${groups[gateway]}"

@@ -12,7 +12,9 @@
 # stopped on exit, failure included; so is a throwaway Redis Cluster (RATELIMIT_TEST_CLUSTER,
 # scripts/redis_cluster.sh) for the `cluster` tests, run apart with `ctest -L cluster` in build 1.
 # Without Redis the `redis` (and `cluster`) tests are skipped with a warning, except when
-# CI=true, where that is a failure. The TLS tests' certificates (scripts/tls_certs.sh) are made
+# CI=true, where that is a failure. A second Redis (RATELIMIT_TEST_REDIS_PERSECOND, the server's
+# per-second Redis) and two memcached (RATELIMIT_TEST_MEMCACHED=127.0.0.1:P1,127.0.0.1:P2,
+# scripts/memcached.sh) run the same way; CI=true fails without them. The TLS tests' certificates (scripts/tls_certs.sh) are made
 # once into a temp dir, named by RATELIMIT_TEST_TLS_CERTS and removed on exit; without them the
 # TLS tests fail. Benchmarks are never run here.
 # Build trees: build/gcc, build/asan, build/tsan. Exit status: 0 iff every step passed.
@@ -65,8 +67,20 @@ remove_tls_certs() {
     tls_dir=""
   fi
 }
-trap 'stop_redis; stop_cluster; remove_tls_certs' EXIT
-trap 'stop_redis; stop_cluster; remove_tls_certs; exit 130' INT TERM
+# The per-second Redis and the two memcached of the server's tests.
+persecond_port=""
+memcached_ports=()
+stop_others() {
+  if [[ -n "$persecond_port" ]]; then
+    bash "$root/scripts/redis.sh" stop "$persecond_port" || true
+    persecond_port=""
+  fi
+  local p
+  for p in "${memcached_ports[@]}"; do bash "$root/scripts/memcached.sh" stop "$p" || true; done
+  memcached_ports=()
+}
+trap 'stop_redis; stop_cluster; stop_others; remove_tls_certs' EXIT
+trap 'stop_redis; stop_cluster; stop_others; remove_tls_certs; exit 130' INT TERM
 
 note "redis"
 exclude_redis=""
@@ -96,6 +110,35 @@ else
   else
     echo "test.sh: WARNING: no Redis Cluster; the tests labelled 'cluster' are NOT run" >&2
   fi
+fi
+
+note "per-second redis and two memcached"
+if persecond_port=$(bash scripts/redis.sh start); then
+  export RATELIMIT_TEST_REDIS_PERSECOND="127.0.0.1:$persecond_port"
+  echo "RATELIMIT_TEST_REDIS_PERSECOND=$RATELIMIT_TEST_REDIS_PERSECOND"
+else
+  persecond_port=""
+  unset RATELIMIT_TEST_REDIS_PERSECOND
+  if [[ "${CI:-}" == "true" ]]; then
+    echo "test.sh: CI=true and the per-second Redis could not be started: failing" >&2
+    exit 1
+  fi
+  echo "test.sh: WARNING: no per-second Redis; its server test case fails" >&2
+fi
+for _ in 1 2; do
+  if port=$(bash scripts/memcached.sh start); then
+    memcached_ports+=("$port")
+  elif [[ "${CI:-}" == "true" ]]; then
+    echo "test.sh: CI=true and memcached could not be started: failing" >&2
+    exit 1
+  fi
+done
+if [[ ${#memcached_ports[@]} -eq 2 ]]; then
+  export RATELIMIT_TEST_MEMCACHED="127.0.0.1:${memcached_ports[0]},127.0.0.1:${memcached_ports[1]}"
+  echo "RATELIMIT_TEST_MEMCACHED=$RATELIMIT_TEST_MEMCACHED"
+else
+  unset RATELIMIT_TEST_MEMCACHED
+  echo "test.sh: WARNING: no two memcached; the server's memcache cases fail" >&2
 fi
 
 note "tls certificates"

@@ -7,8 +7,11 @@
 //
 //   ratelimit_server_bench [seconds per run, default 3] [calls in flight, default 64]
 //       all in one process, a table on stdout
-//   ratelimit_server_bench --serve noop|inprocess|redis [host:port of Redis]
+//   ratelimit_server_bench --serve noop|inprocess|redis|redisfloor|memcache [host:port]
 //       one server on a free loopback port: prints "port N", serves until SIGTERM or SIGINT
+//       (redis: this server on the Redis at host:port; redisfloor: the Redis path's floor, a
+//       minimal server that sends each call's Go commands there and answers; memcache: this
+//       server on the memcached at host:port)
 //   ratelimit_server_bench --drive PORT SECONDS IN_FLIGHT RATE
 //       one client run (RATE 0: flat out, else calls started per second): prints
 //       "calls_per_s p50_us p99_us errors"
@@ -22,6 +25,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <memory>
+#include <stdexcept>
 #include <string>
 #include <thread>
 #include <vector>
@@ -36,10 +40,20 @@
 #ifdef RATELIMIT_SERVER_HAVE_REDIS
 #include <ratelimit/redis/options.hpp>
 #endif
+#ifdef RATELIMIT_BENCH_HAVE_LIBEVENT
+#include <event2/event.h>
+#include <hiredis/adapters/libevent.h>
+#include <hiredis/async.h>
+#include <sys/eventfd.h>
+#include <unistd.h>
+
+#include <mutex>
+#endif
 
 #include "counters.hpp"
 #include "grpc_server.hpp"
 #include "rls.grpc.pb.h"
+#include "server_algorithms.hpp"
 #include "service.hpp"
 
 namespace {
@@ -166,7 +180,10 @@ std::shared_ptr<ratelimit::server::Service> service_on(
       {"bench.yaml",
        "domain: bench\ndescriptors:\n  - key: client\n    rate_limit: {unit: second, "
        "requests_per_unit: 1000000000}\n"}};
-  service->reload(ratelimit::RulesConfig::from_strings(sources));
+  // As ratelimit_server loads its rules: a rule without `algorithm` is the Go window, counted
+  // under the Go service's keys (INCRBY and EXPIRE on Redis, get/incr on memcache).
+  service->reload(
+      ratelimit::RulesConfig::from_strings<ratelimit::server::ServerAlgorithms>(sources));
   return service;
 }
 
@@ -183,6 +200,106 @@ std::shared_ptr<ratelimit::server::Counters> redis_counters(
   return nullptr;
 #endif
 }
+
+#ifdef RATELIMIT_BENCH_HAVE_LIBEVENT
+/// The Redis path's floor: each call's Go commands (INCRBY and EXPIRE of the Go service's key)
+/// sent with hiredis's async API on one connection as soon as the call arrives, pipelined
+/// across concurrent calls by one libevent loop, and the call answered OK on INCRBY's reply.
+/// What any server on that path pays; the server's ratio to it is its own cost.
+class RedisFloorService final : public pb::RateLimitService::CallbackService {
+ public:
+  RedisFloorService(const std::string& host, int port) {
+    base_ = event_base_new();
+    ctx_ = redisAsyncConnect(host.c_str(), port);
+    if (base_ == nullptr || ctx_ == nullptr || ctx_->err != 0)
+      throw std::runtime_error("redisfloor: cannot connect to " + host);
+    redisLibeventAttach(ctx_, base_);
+    wake_fd_ = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+    wake_ = event_new(base_, wake_fd_, EV_READ | EV_PERSIST, &on_wake, this);
+    event_add(wake_, nullptr);
+    loop_ = std::thread([this] { event_base_dispatch(base_); });
+  }
+  RedisFloorService(const RedisFloorService&) = delete;
+  RedisFloorService& operator=(const RedisFloorService&) = delete;
+  ~RedisFloorService() override {
+    {
+      const std::lock_guard lock(mutex_);
+      stop_ = true;
+    }
+    wake();
+    loop_.join();
+    event_free(wake_);
+    ::close(wake_fd_);
+    event_base_free(base_);
+  }
+
+  grpc::ServerUnaryReactor* ShouldRateLimit(grpc::CallbackServerContext* ctx,
+                                            const pb::RateLimitRequest* req,
+                                            pb::RateLimitResponse* res) override {
+    res->set_overall_code(pb::RateLimitResponse::OK);
+    res->add_statuses()->set_code(pb::RateLimitResponse::OK);
+    // cache_key.go's key for a per-second limit: domain_key_value_<now>.
+    std::string key = req->domain() + "_";
+    for (const auto& d : req->descriptors())
+      for (const auto& e : d.entries()) key += e.key() + "_" + e.value() + "_";
+    key += std::to_string(std::chrono::duration_cast<std::chrono::seconds>(
+                              std::chrono::system_clock::now().time_since_epoch())
+                              .count());
+    auto* r = ctx->DefaultReactor();
+    {
+      const std::lock_guard lock(mutex_);
+      queue_.emplace_back(std::move(key), r);
+    }
+    wake();
+    return r;
+  }
+
+ private:
+  void wake() {
+    const std::uint64_t one = 1;
+    (void)!::write(wake_fd_, &one, sizeof one);
+  }
+
+  static void on_wake(evutil_socket_t fd, short, void* self_ptr) {
+    auto* self = static_cast<RedisFloorService*>(self_ptr);
+    std::uint64_t n = 0;
+    (void)!::read(fd, &n, sizeof n);
+    std::vector<std::pair<std::string, grpc::ServerUnaryReactor*>> calls;
+    bool stop = false;
+    {
+      const std::lock_guard lock(self->mutex_);
+      calls.swap(self->queue_);
+      stop = self->stop_;
+    }
+    for (auto& [key, reactor] : calls) {
+      redisAsyncCommand(self->ctx_, &on_reply, reactor, "INCRBY %b 1", key.data(), key.size());
+      redisAsyncCommand(self->ctx_, nullptr, nullptr, "EXPIRE %b 1", key.data(), key.size());
+    }
+    if (stop) {
+      event_del(self->wake_);
+      redisAsyncDisconnect(self->ctx_);  // the loop ends with its last event
+    }
+  }
+
+  static void on_reply(redisAsyncContext*, void* reply, void* reactor) {
+    auto* r = static_cast<grpc::ServerUnaryReactor*>(reactor);
+    const auto* rep = static_cast<const redisReply*>(reply);
+    if (rep != nullptr && rep->type == REDIS_REPLY_INTEGER)
+      r->Finish(grpc::Status::OK);
+    else
+      r->Finish(grpc::Status(grpc::StatusCode::UNAVAILABLE, "redis"));
+  }
+
+  event_base* base_ = nullptr;
+  redisAsyncContext* ctx_ = nullptr;
+  int wake_fd_ = -1;
+  event* wake_ = nullptr;
+  std::mutex mutex_;
+  std::vector<std::pair<std::string, grpc::ServerUnaryReactor*>> queue_;
+  bool stop_ = false;
+  std::thread loop_;
+};
+#endif
 
 /// Blocks SIGTERM and SIGINT in every thread (call before any thread starts), then, from
 /// `wait_for_stop`, waits for one of them.
@@ -211,13 +328,36 @@ int serve(const std::string& kind, const std::string& redis) {
     server->Shutdown();
     return 0;
   }
+#ifdef RATELIMIT_BENCH_HAVE_LIBEVENT
+  if (kind == "redisfloor" && !redis.empty()) {
+    RedisFloorService floor(redis.substr(0, redis.rfind(':')),
+                            std::atoi(redis.substr(redis.rfind(':') + 1).c_str()));
+    int port = 0;
+    grpc::ServerBuilder builder;
+    builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), &port);
+    builder.RegisterService(&floor);
+    const auto server = builder.BuildAndStart();
+    std::printf("port %d\n", port);
+    std::fflush(stdout);
+    sigwait(&set, &sig);
+    server->Shutdown();
+    return 0;
+  }
+#endif
   std::shared_ptr<ratelimit::server::Counters> counters;
-  if (kind == "inprocess")
+  if (kind == "inprocess") {
     counters = ratelimit::server::make_memory_counters();
-  else if (kind == "redis" && !redis.empty())
+  } else if (kind == "redis" && !redis.empty()) {
     counters = redis_counters(redis);
+  } else if (kind == "memcache" && !redis.empty()) {
+    ratelimit::server::MemcacheOptions options;
+    options.servers = {redis};
+    counters = ratelimit::server::make_memcache_counters(options);
+  }
   if (!counters) {
-    std::fprintf(stderr, "--serve: noop, inprocess or redis HOST:PORT (redis needs hiredis)\n");
+    std::fprintf(stderr,
+                 "--serve: noop, inprocess, redis HOST:PORT, redisfloor HOST:PORT (redis needs "
+                 "hiredis, redisfloor libevent too) or memcache HOST:PORT\n");
     return 2;
   }
   ratelimit::server::GrpcServer server(service_on(std::move(counters)), "127.0.0.1:0");

@@ -40,6 +40,25 @@ struct Hit {
   /// The Go window only: count a hit over the limit too (the reference), or only admitted
   /// ones (the all-or-nothing option).
   bool count_denied = true;
+  /// The Go window only: the reference's counter key (src/limiter/cache_key.go) without
+  /// CACHE_KEY_PREFIX and the window's start: the domain, '_', then each request entry's key
+  /// '_' value '_' (a `share_threshold` wildcard's pattern for its value). `count` and
+  /// `count_async` keep such a counter under prefix + go_key + the window's start in Unix
+  /// seconds, as the reference does, so a limit override of the same unit shares the rule's
+  /// count, and the Go service's replicas share it too. Empty, or in `count_all`: the counter
+  /// is `limit_id` and `key`, the server's own (the all-or-nothing extension's).
+  std::string go_key;
+  /// With 0 hits: a read before counting (STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT), which the
+  /// reference makes with GET: it neither creates the key nor renews its expiry.
+  bool get = false;
+};
+
+/// How the Go window's counters with a `Hit::go_key` are kept, as the reference keeps them.
+struct GoKeyOptions {
+  std::string prefix;  ///< CACHE_KEY_PREFIX, before every key
+  /// EXPIRATION_JITTER_MAX_SECONDS: a key expires after its window plus a random [0, this)
+  /// seconds (0: no jitter); >= 0.
+  std::int64_t jitter_max_s = 300;
 };
 
 /// A storage of counters: the Go window's (see go_window.hpp) and the library's algorithms'.
@@ -87,18 +106,57 @@ class Counters {
 };
 
 /// Counters in this process (`InMemoryStorage`), bounded by its sweeps of expired windows.
-std::shared_ptr<Counters> make_memory_counters();
+/// Hits with a `go_key` are counted under it (prefixed), as on every storage.
+std::shared_ptr<Counters> make_memory_counters(GoKeyOptions go = {});
 
-/// Counters on Redis (`RedisStorage` with `options`): one script call per hit. A hit the storage's
-/// failure policy decided (Redis unreachable) throws `std::runtime_error` instead. Only in a
-/// build with the Redis storage (hiredis and OpenSSL found). `listener`, when set, hears of
-/// the storage's errors, breaker changes and round trips (`RedisStorage::attach_listener`).
+/// Where the reference's per-second limits go (REDIS_PERSECOND=true): a Redis of their own.
+/// A hit of a one-second window with a `go_key` is counted there; the others stay on the main
+/// Redis. Exactly one of `redis` (a single Redis, or Sentinel's primary) and `cluster` is set.
+struct PerSecondRedis {
+  std::shared_ptr<RedisOptions> redis;
+  std::shared_ptr<RedisClusterOptions> cluster;
+};
+
+/// Counters on Redis (`RedisStorage` with `options`). A hit with a `go_key` outside `count_all`
+/// is the reference's INCRBY and EXPIRE of prefix + go_key + window start (a `get` hit: GET),
+/// pipelined with the other hits of the moment; any other hit is one script call (the Go
+/// window's, server/lua/go_window.lua, under the server's own keys, or the library
+/// algorithm's). A hit Redis did not answer (the storage's failure policy decided it) throws
+/// `std::runtime_error` instead. Only in a build with the Redis storage (hiredis and OpenSSL
+/// found). `listener`, when set, hears of the storage's errors, breaker changes and round trips
+/// (`RedisStorage::attach_listener`). `per_second`: see `PerSecondRedis`.
 std::shared_ptr<Counters> make_redis_counters(RedisOptions options,
-                                              std::shared_ptr<Listener> listener = nullptr);
+                                              std::shared_ptr<Listener> listener = nullptr,
+                                              GoKeyOptions go = {}, PerSecondRedis per_second = {});
 
-/// The same on a Redis Cluster (`RedisClusterStorage`).
+/// The same on a Redis Cluster (`RedisClusterStorage`): each Go key on its slot's node, as
+/// the reference's cluster client sends it (CRC16 of the key's hash tag).
 std::shared_ptr<Counters> make_redis_cluster_counters(RedisClusterOptions options,
-                                                      std::shared_ptr<Listener> listener = nullptr);
+                                                      std::shared_ptr<Listener> listener = nullptr,
+                                                      GoKeyOptions go = {},
+                                                      PerSecondRedis per_second = {});
+
+/// Where the reference's memcache backend (BACKEND_TYPE=memcache) keeps its counters.
+struct MemcacheOptions {
+  /// MEMCACHE_HOST_PORT: "host:port" of each server, in order: a key goes to server
+  /// CRC-32 (IEEE) of the key modulo their number, as the reference's client picks it.
+  std::vector<std::string> servers;
+  int max_idle_conns = 2;  ///< MEMCACHE_MAX_IDLE_CONNS: idle connections kept per server, >= 0
+  /// Each request's read and write budget (the reference's client: 500 ms).
+  std::chrono::milliseconds timeout{500};
+};
+
+/// Counters on memcached, as the reference's memcache backend (src/memcached/cache_impl.go):
+/// the Go window only (a rule naming an `algorithm`, or `count_all`, throws
+/// `std::runtime_error`: memcached has no atomic read-modify-write of several values). A call's
+/// keys are read together (one `get` per server), each decided on the value read plus its hits,
+/// then each is counted: `incr`, on a miss `add` with the window plus jitter as expiry, and
+/// `incr` again when another writer added it first. The reference answers before it counts;
+/// here the answer comes after the counting, so a caller's next decision sees its own hits. A
+/// memcached error counts as 0 and never fails a call, as in the reference. Calls run on the
+/// counters' own threads (one per `max_idle_conns`, at least 2), never the caller's. Throws
+/// `std::invalid_argument` naming MEMCACHE_HOST_PORT for a server that is not host:port.
+std::shared_ptr<Counters> make_memcache_counters(MemcacheOptions options, GoKeyOptions go = {});
 
 /// Refuses the two ways of counting a call's descriptors together: all or nothing
 /// (RATELIMIT_SERVER_ALL_OR_NOTHING) counts none of them when one would go over, the reference's

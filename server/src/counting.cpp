@@ -32,7 +32,10 @@ void count_only_those_going_over(std::vector<Hit>& hits, const std::vector<Decis
 
 std::vector<Hit> reads_of(const std::vector<Hit>& hits) {
   std::vector<Hit> reads = hits;
-  for (Hit& r : reads) r.hits = 0;
+  for (Hit& r : reads) {
+    r.hits = 0;
+    r.get = true;  // the reference's GET, not an INCRBY of 0
+  }
   return reads;
 }
 

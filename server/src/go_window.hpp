@@ -50,9 +50,14 @@ struct GoWindowModel {
     /// call over its limits counts nothing); true, the reference's: every hit.
     bool count_denied = true;
   };
+  /// The counted window is named by its start, not by k: the reference's key carries the
+  /// window's start and no unit, so two units whose windows start at the same second (a minute
+  /// and a day at midnight) count on one key there, and on one state here when the storage keys
+  /// them alike (the Go keys of go_keys.hpp).
   struct State {
-    std::int64_t window = 0;  ///< k + 1 of the counted window; 0 for none
+    std::int64_t window = 0;  ///< the counted window's start (Unix seconds) + 1; 0 for none
     std::int64_t count = 0;   ///< hits in that window
+    std::int64_t end_s = 0;   ///< when the longest window counted on this state ends
   };
 
   /// The window of a rules file's unit, as the reference's UnitToDivider
@@ -98,15 +103,17 @@ struct GoWindowModel {
   static Decision apply(const Params& p, State& s, std::chrono::nanoseconds now,
                         const Operation& op) noexcept {
     const std::int64_t t = now.count() < 0 ? 0 : now.count() / 1'000'000'000;
-    const std::int64_t k = t / p.window_s;
-    const std::int64_t before = s.window == k + 1 ? s.count : 0;
+    const std::int64_t start = t - t % p.window_s;
+    const bool same = s.window == start + 1;
+    const std::int64_t before = same ? s.count : 0;
     constexpr std::int64_t most = std::numeric_limits<std::int64_t>::max();
     const std::int64_t cost = p.read || op.cost < 0 ? 0 : op.cost;
     const std::int64_t after = cost > most - before ? most : before + cost;
     Decision d{};
     d.limit = p.limit;
     d.allowed = after <= p.limit;
-    if (cost > 0 && !op.peek && (d.allowed || p.count_denied)) s = State{k + 1, after};
+    if (cost > 0 && !op.peek && (d.allowed || p.count_denied))
+      s = State{start + 1, after, std::max(same ? s.end_s : 0, start + p.window_s)};
     // A dry run reports the counter as it is, as the library's models do.
     d.remaining = op.peek     ? std::max<std::int64_t>(0, p.limit - before)
                   : d.allowed ? p.limit - after
@@ -116,10 +123,11 @@ struct GoWindowModel {
     return d;
   }
 
-  /// The end of the counted window; a state without one is fresh at once.
-  static std::chrono::nanoseconds fresh_at(const Params& p, const State& s) noexcept {
+  /// The end of the counted window (of the longest unit counted on it); a state without one is
+  /// fresh at once. Not from `p`: bindings of several units may share a table (the Go keys).
+  static std::chrono::nanoseconds fresh_at(const Params&, const State& s) noexcept {
     if (s.window == 0 || s.count == 0) return std::chrono::nanoseconds{0};
-    return std::chrono::seconds{s.window * p.window_s};
+    return std::chrono::seconds{s.end_s};
   }
 
   /// Its Redis twin: server/lua/go_window.lua.
@@ -150,8 +158,9 @@ struct GoWindowModel {
       const auto t = ratelimit::detail::wire_reply_time_ns(r, 1);
       if (!t || r.size() < 3 || r[2] < 0 || r[2] > (ratelimit::detail::i128{1} << 53))
         return std::nullopt;
-      const std::int64_t k = *t / 1'000'000'000 / p.window_s;
-      State s{k + 1, static_cast<std::int64_t>(r[2])};
+      const std::int64_t sec = *t / 1'000'000'000;
+      const std::int64_t start = sec - sec % p.window_s;
+      State s{start + 1, static_cast<std::int64_t>(r[2]), start + p.window_s};
       Operation o = op;
       o.cost = std::clamp<std::int64_t>(op.cost, 0, max_hits);
       return apply(p, s, std::chrono::nanoseconds{*t}, o);

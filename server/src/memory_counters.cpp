@@ -2,16 +2,23 @@
 
 #include "any_binding.hpp"
 #include "counters.hpp"
+#include "go_keys.hpp"
 
 namespace ratelimit::server {
 namespace {
 
 class MemoryCounters final : public Counters {
  public:
+  explicit MemoryCounters(GoKeyOptions go) : go_(std::move(go)) {}
+
   std::vector<Decision> count(std::span<const Hit> hits, std::chrono::nanoseconds now) override {
     std::vector<Decision> out;
     out.reserve(hits.size());
     for (const Hit& h : hits) {
+      if (detail::uses_go_key(h)) {
+        out.push_back(count_go(h, now));
+        continue;
+      }
       const auto binding = detail::AnyBinding<InMemoryStorage>::make(storage_, h);
       out.push_back(binding.apply(h.key, now, detail::operation_of(h)));
     }
@@ -33,11 +40,25 @@ class MemoryCounters final : public Counters {
   }
 
  private:
+  /// Every Go key in one table (a limit override and its rule, and two units whose windows
+  /// start at the same second, share a key as in the reference); the state's window is its
+  /// start, so a key is fresh again once its window ends.
+  Decision count_go(const Hit& h, std::chrono::nanoseconds now) {
+    const auto binding = storage_.bind<GoWindowModel>(
+        go_table, GoWindowModel::Params{h.limit, h.window_s, h.hits <= 0, true});
+    return binding.apply(detail::go_counter_key(go_, h, detail::unix_seconds(now)), now,
+                         detail::operation_of(h));
+  }
+
+  static constexpr std::string_view go_table = "go";
+  GoKeyOptions go_;
   InMemoryStorage storage_;
 };
 
 }  // namespace
 
-std::shared_ptr<Counters> make_memory_counters() { return std::make_shared<MemoryCounters>(); }
+std::shared_ptr<Counters> make_memory_counters(GoKeyOptions go) {
+  return std::make_shared<MemoryCounters>(std::move(go));
+}
 
 }  // namespace ratelimit::server

@@ -3,6 +3,13 @@
 namespace ratelimit::server {
 
 std::string OverLimitCache::key_of(const Hit& h, std::int64_t now_s) {
+  // For a Go key, the reference's key: a limit override shares the rule's entry as it shares
+  // its count.
+  if (!h.go_key.empty()) {
+    std::string key = h.go_key;
+    key += std::to_string(now_s / h.window_s * h.window_s);
+    return key;
+  }
   // The counter and its window, as the reference's cache key names both.
   std::string key = h.limit_id;
   key += '\0';

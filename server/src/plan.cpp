@@ -48,6 +48,29 @@ void append_field(std::string& out, std::string_view s) {
   out += s;
 }
 
+/// The reference's counter key of a descriptor without its prefix and window start
+/// (src/limiter/cache_key.go): domain '_', then each entry's key '_' value '_'; an entry
+/// matched by a `share_threshold` wildcard of `rule` gives the wildcard's pattern as value.
+std::string go_key_of(const std::string& domain,
+                      const envoy::extensions::common::ratelimit::v3::RateLimitDescriptor& d,
+                      const Rule* rule) {
+  std::string key = domain;
+  key += '_';
+  for (int i = 0; i < d.entries_size(); ++i) {
+    const auto& e = d.entries(i);
+    key += e.key();
+    key += '_';
+    const auto step = static_cast<std::size_t>(i);
+    if (rule != nullptr && step < rule->path.size() && rule->path[step].wildcard &&
+        rule->path[step].shared)
+      key += rule->path[step].value;
+    else
+      key += e.value();
+    key += '_';
+  }
+  return key;
+}
+
 }  // namespace
 
 grpc::Status plan_call(const pb::RateLimitRequest& request, const ServiceSettings& settings,
@@ -95,13 +118,14 @@ grpc::Status plan_call(const pb::RateLimitRequest& request, const ServiceSetting
       p.unit = *unit;
       p.limit = d.limit().requests_per_unit();
       if (named) p.metric = request.domain() + ".override";
-      Hit hit{"override:", "", p.limit, unit->window_s, p.hits, {}, true};
+      Hit hit{"override:", "", p.limit, unit->window_s, p.hits, {}, true, {}, false};
       append_field(hit.limit_id, request.domain());
       hit.limit_id += std::to_string(unit->window_s);
       for (const auto& e : d.entries()) {
         append_field(hit.key, e.key());
         append_field(hit.key, e.value());
       }
+      hit.go_key = go_key_of(request.domain(), d, nullptr);
       p.hit = hits.size();
       hits.push_back(std::move(hit));
       continue;
@@ -139,8 +163,16 @@ grpc::Status plan_call(const pb::RateLimitRequest& request, const ServiceSetting
     p.hit = hits.size();
     // A library algorithm's rate is the loader's (its units are second to day, whose periods
     // are the Go dividers).
-    hits.push_back(Hit{m.rule->id, std::move(m.key), p.limit, unit->window_s, p.hits,
-                       p.library ? m.rule->algorithm.name : std::string_view{}, true});
+    hits.push_back(Hit{m.rule->id,
+                       std::move(m.key),
+                       p.limit,
+                       unit->window_s,
+                       p.hits,
+                       p.library ? m.rule->algorithm.name : std::string_view{},
+                       true,
+                       {},
+                       false});
+    if (!p.library) hits.back().go_key = go_key_of(request.domain(), d, m.rule);
   }
   // A limit named in the `replaces` of another applying limit is not applied (ratelimit.go).
   std::vector<bool> dropped(hits.size(), false);

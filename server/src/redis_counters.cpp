@@ -1,4 +1,6 @@
 #include <atomic>
+#include <charconv>
+#include <future>
 #include <mutex>
 #include <stdexcept>
 #include <string>
@@ -8,44 +10,84 @@
 
 #include "any_binding.hpp"
 #include "counters.hpp"
+#include "go_keys.hpp"
 
 namespace ratelimit::server {
 namespace {
 
-/// Counters on Redis (`RedisStorage` or `RedisClusterStorage`): each hit is one script call
-/// (server/lua/go_window.lua, or the library algorithm's); on a cluster each counter lives on
-/// its key's node.
-/// A decision that the storage's failure policy had to make (Redis unreachable) is an error,
-/// as the reference returns Redis errors to the caller.
-template <class Storage>
+/// A `RedisStorage` on a client made here, so that the Go keys' plain commands and the
+/// scripts share its connections and I/O thread (a cluster client routes both by slot).
+class ClientStorage : public RedisStorage {
+ public:
+  explicit ClientStorage(std::shared_ptr<ratelimit::detail::RedisClient> client)
+      : RedisStorage(std::move(client)) {}
+};
+
+/// A client for one Redis, or for the primary Sentinel names (as RedisStorage makes it).
+std::shared_ptr<ratelimit::detail::RedisClient> client_of(RedisOptions o) {
+  if (o.sentinel.sentinels.empty())
+    return std::make_shared<ratelimit::detail::RedisClient>(std::move(o));
+  return std::make_shared<ratelimit::detail::RedisSentinelClient>(std::move(o));
+}
+
+/// A client for a Redis Cluster (as RedisClusterStorage makes it).
+std::shared_ptr<ratelimit::detail::RedisClient> client_of(RedisClusterOptions o) {
+  if (o.max_redirects < 1 || o.max_redirects > 100)
+    ratelimit::detail::invalid("max_redirects", o.max_redirects, "must be in [1, 100]");
+  std::vector<ratelimit::detail::RedisNode> seeds;
+  for (std::size_t i = 0; i < o.seeds.size(); ++i)
+    seeds.push_back(
+        ratelimit::detail::parse_redis_node(o.seeds[i], "seeds[" + std::to_string(i) + "]"));
+  return std::make_shared<ratelimit::detail::RedisClusterClient>(
+      std::move(seeds), std::move(o.redis), o.max_redirects);
+}
+
+std::shared_ptr<ratelimit::detail::RedisClient> client_of(const PerSecondRedis& p) {
+  if (p.cluster) return client_of(*p.cluster);
+  if (p.redis) return client_of(*p.redis);
+  return nullptr;
+}
+
+constexpr std::string_view unanswered =
+    "Redis did not answer (its errors are counted in ratelimit_redis_errors_total on /metrics)";
+
+/// Counters on Redis: a Go-window hit with a Go key as the reference sends it (INCRBY and
+/// EXPIRE, or GET: see `make_redis_counters`), every other hit as one script call
+/// (server/lua/go_window.lua, or the library algorithm's); on a cluster each key lives on its
+/// slot's node. A decision that the storage's failure policy had to make (Redis unreachable)
+/// is an error, as the reference returns Redis errors to the caller.
 class RedisCounters final : public Counters {
  public:
-  template <class Options>
-  RedisCounters(Options options, std::shared_ptr<Listener> listener)
-      : storage_(std::move(options)) {
+  RedisCounters(std::shared_ptr<ratelimit::detail::RedisClient> client,
+                std::shared_ptr<Listener> listener, GoKeyOptions go,
+                std::shared_ptr<ratelimit::detail::RedisClient> per_second)
+      : client_(client),
+        storage_(std::move(client)),
+        per_second_(std::move(per_second)),
+        go_(std::move(go)) {
     if (listener) storage_.attach_listener(std::move(listener));
   }
 
+  /// `count_async` and a wait: the reference's pipeline is the same either way.
   std::vector<Decision> count(std::span<const Hit> hits, std::chrono::nanoseconds now) override {
-    std::vector<Decision> out;
-    out.reserve(hits.size());
-    for (const Hit& h : hits) {
-      const auto binding = binding_of(h);
-      const Decision d = binding.apply(h.key, now, detail::operation_of(h));
-      if (d.degraded)
-        throw std::runtime_error(
-            "Redis did not answer (its errors are counted in ratelimit_redis_errors_total on "
-            "/metrics)");
-      out.push_back(d);
-    }
-    return out;
+    // Shared: the completion may still be inside set_value when the waiting thread returns.
+    auto promise = std::make_shared<std::promise<std::vector<Decision>>>();
+    auto future = promise->get_future();
+    count_async(std::vector<Hit>(hits.begin(), hits.end()), now,
+                [promise](std::vector<Decision> ds, std::exception_ptr err) {
+                  if (err)
+                    promise->set_exception(std::move(err));
+                  else
+                    promise->set_value(std::move(ds));
+                });
+    return future.get();
   }
 
   std::vector<Decision> count_all(std::span<const Hit> hits,
                                   std::chrono::nanoseconds now) override {
     std::vector<Binding> bindings;
     for (const Hit& h : hits) bindings.push_back(binding_of(h));
-    std::vector<typename Storage::Part> parts;
+    std::vector<RedisStorage::Part> parts;
     for (std::size_t i = 0; i < hits.size(); ++i)
       parts.push_back(bindings[i].part(hits[i].key, detail::operation_of(hits[i])));
     std::vector<Decision> out(hits.size());
@@ -65,7 +107,7 @@ class RedisCounters final : public Counters {
     };
     auto held = std::make_shared<Held>();
     held->hits = std::move(hits);
-    std::vector<typename Storage::Part> parts;
+    std::vector<RedisStorage::Part> parts;
     try {
       for (const Hit& h : held->hits) held->bindings.push_back(binding_of(h));
       for (std::size_t i = 0; i < held->hits.size(); ++i)
@@ -85,7 +127,9 @@ class RedisCounters final : public Counters {
     }
   }
 
-  /// Every hit sent at once; `done` runs on the storage's I/O thread when the last answers.
+  /// Every hit sent at once: the Go keys' commands as one pipeline per Redis (the main one and
+  /// the per-second one), each other hit as its script call; `done` runs on an I/O thread when
+  /// the last answers.
   void count_async(std::vector<Hit> hits, std::chrono::nanoseconds now,
                    std::function<void(std::vector<Decision>, std::exception_ptr)> done) override {
     struct Gather {
@@ -94,35 +138,112 @@ class RedisCounters final : public Counters {
       std::vector<Decision> out;
       std::atomic<std::size_t> left{0};
       std::atomic<bool> failed{false};
+      std::mutex mutex;  // guards `error`
+      std::string error;
       std::function<void(std::vector<Decision>, std::exception_ptr)> done;
+
+      void fail(std::string what) {
+        {
+          const std::lock_guard lock(mutex);
+          if (error.empty()) error = std::move(what);
+        }
+        failed = true;
+      }
+      void one_done() {
+        if (left.fetch_sub(1) != 1) return;
+        if (failed) return done({}, std::make_exception_ptr(std::runtime_error(error)));
+        done(std::move(out), nullptr);
+      }
     };
     auto g = std::make_shared<Gather>();
     g->hits = std::move(hits);
     g->out.resize(g->hits.size());
-    g->left = g->hits.size();
     g->done = std::move(done);
+    // The Go keys' commands, per Redis: the calls, and per hit the call whose reply counts.
+    struct Pipeline {
+      std::vector<ratelimit::detail::RedisCall> calls;
+      std::vector<std::pair<std::size_t, std::size_t>> replies;  // (hit, call)
+    };
+    Pipeline main, per_second;
+    std::vector<std::size_t> scripted;
     try {
-      for (const Hit& h : g->hits) g->bindings.push_back(binding_of(h));
+      const std::int64_t now_s = detail::unix_seconds(now);
+      for (std::size_t i = 0; i < g->hits.size(); ++i) {
+        const Hit& h = g->hits[i];
+        if (!detail::uses_go_key(h)) {
+          scripted.push_back(i);
+          continue;
+        }
+        // The reference sends a per-second limit's commands to its own Redis when it has one.
+        Pipeline& p = per_second_ && h.window_s == 1 ? per_second : main;
+        std::string key = detail::go_counter_key(go_, h, now_s);
+        p.replies.emplace_back(i, p.calls.size());
+        if (h.get && h.hits <= 0) {
+          p.calls.push_back({nullptr, {key}, {"GET", key}});
+          continue;
+        }
+        const std::string expiry = std::to_string(detail::go_expiry_s(go_, h.window_s));
+        p.calls.push_back(
+            {nullptr, {key}, {"INCRBY", key, std::to_string(h.hits > 0 ? h.hits : 0)}});
+        p.calls.push_back({nullptr, {key}, {"EXPIRE", key, expiry}});
+      }
+      for (const std::size_t i : scripted) g->bindings.push_back(binding_of(g->hits[i]));
     } catch (...) {
       return g->done({}, std::current_exception());
     }
-    for (std::size_t i = 0; i < g->hits.size(); ++i) {
+    g->left = scripted.size() + (main.calls.empty() ? 0 : 1) + (per_second.calls.empty() ? 0 : 1);
+    if (g->left == 0) return g->done({}, nullptr);
+    const auto send = [&](ratelimit::detail::RedisClient& client, Pipeline& p) {
+      if (p.calls.empty()) return;
+      client.execute_async(std::move(p.calls), client.deadline_from_now(),
+                           [g, now, replies = std::move(p.replies)](
+                               std::vector<ratelimit::detail::RedisResult>&& results) {
+                             read_go_replies(*g, results, replies, now);
+                             g->one_done();
+                           });
+    };
+    send(*client_, main);
+    if (per_second_) send(*per_second_, per_second);
+    for (std::size_t j = 0; j < scripted.size(); ++j) {
+      const std::size_t i = scripted[j];
       const Hit& h = g->hits[i];
-      g->bindings[i].apply_async(h.key, now, detail::operation_of(h), [g, i](Decision d) {
+      g->bindings[j].apply_async(h.key, now, detail::operation_of(h), [g, i](Decision d) {
         g->out[i] = d;
-        if (d.degraded) g->failed = true;
-        if (g->left.fetch_sub(1) != 1) return;
-        if (g->failed)
-          return g->done({}, std::make_exception_ptr(std::runtime_error(
-                                 "Redis did not answer (its errors are counted in "
-                                 "ratelimit_redis_errors_total on /metrics)")));
-        g->done(std::move(g->out), nullptr);
+        if (d.degraded) g->fail(std::string(unanswered));
+        g->one_done();
       });
     }
   }
 
  private:
-  using Binding = detail::AnyBinding<Storage>;
+  using Binding = detail::AnyBinding<RedisStorage>;
+
+  /// Decides each Go-key hit on its reply: INCRBY's count after the hits, or GET's count (nil:
+  /// 0). A failure (Redis unreachable, an error reply, a value that is not a count) fails the
+  /// call, as the reference's pipeline error does.
+  template <class Gather>
+  static void read_go_replies(Gather& g, const std::vector<ratelimit::detail::RedisResult>& results,
+                              const std::vector<std::pair<std::size_t, std::size_t>>& replies,
+                              std::chrono::nanoseconds now) {
+    for (const auto& r : results)
+      if (r.failure) return g.fail("Redis: " + r.failure->message);
+    for (const auto& [i, c] : replies) {
+      const Hit& h = g.hits[i];
+      const redisReply* reply = results[c].reply.get();
+      std::int64_t count = 0;
+      if (reply != nullptr && reply->type == REDIS_REPLY_INTEGER) {
+        count = reply->integer;
+      } else if (reply != nullptr && reply->type == REDIS_REPLY_STRING) {
+        const auto [end, ec] = std::from_chars(reply->str, reply->str + reply->len, count);
+        if (ec != std::errc{} || end != reply->str + reply->len)
+          return g.fail("Redis: a counter's value is not a count (another writer's key?)");
+      } else if (reply == nullptr || reply->type != REDIS_REPLY_NIL) {
+        return g.fail("Redis: an unexpected reply to a counter's command");
+      }
+      const std::int64_t added = h.get || h.hits <= 0 ? 0 : h.hits;
+      g.out[i] = detail::go_decision(h, count - added, now);
+    }
+  }
 
   /// The binding of a limit, kept for the next calls (bounded: cleared when it grows past
   /// 65,536 limits, which only a configuration that many limits or a flood of overrides
@@ -146,13 +267,13 @@ class RedisCounters final : public Counters {
   /// A decision the failure policy made (Redis did not answer) is the caller's error.
   static void throw_if_degraded(const std::vector<Decision>& out) {
     for (const Decision& d : out)
-      if (d.degraded)
-        throw std::runtime_error(
-            "Redis did not answer (its errors are counted in ratelimit_redis_errors_total on "
-            "/metrics)");
+      if (d.degraded) throw std::runtime_error(std::string(unanswered));
   }
 
-  Storage storage_;
+  std::shared_ptr<ratelimit::detail::RedisClient> client_;
+  ClientStorage storage_;
+  std::shared_ptr<ratelimit::detail::RedisClient> per_second_;
+  GoKeyOptions go_;
   std::mutex mutex_;
   std::unordered_map<std::string, Binding> bindings_;
 };
@@ -160,14 +281,17 @@ class RedisCounters final : public Counters {
 }  // namespace
 
 std::shared_ptr<Counters> make_redis_counters(RedisOptions options,
-                                              std::shared_ptr<Listener> listener) {
-  return std::make_shared<RedisCounters<RedisStorage>>(std::move(options), std::move(listener));
+                                              std::shared_ptr<Listener> listener, GoKeyOptions go,
+                                              PerSecondRedis per_second) {
+  return std::make_shared<RedisCounters>(client_of(std::move(options)), std::move(listener),
+                                         std::move(go), client_of(per_second));
 }
 
 std::shared_ptr<Counters> make_redis_cluster_counters(RedisClusterOptions options,
-                                                      std::shared_ptr<Listener> listener) {
-  return std::make_shared<RedisCounters<RedisClusterStorage>>(std::move(options),
-                                                              std::move(listener));
+                                                      std::shared_ptr<Listener> listener,
+                                                      GoKeyOptions go, PerSecondRedis per_second) {
+  return std::make_shared<RedisCounters>(client_of(std::move(options)), std::move(listener),
+                                         std::move(go), client_of(per_second));
 }
 
 }  // namespace ratelimit::server

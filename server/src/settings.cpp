@@ -273,9 +273,11 @@ bool blank(const std::string& v) {
 constexpr std::string_view xds_only =
     "used only with CONFIG_TYPE=GRPC_XDS_SOTW, which this server refuses for now";
 constexpr std::string_view persecond_only =
-    "used only with REDIS_PERSECOND=true, which this server refuses for now";
-constexpr std::string_view memcache_only =
-    "used only with BACKEND_TYPE=memcache, which this server refuses for now";
+    "the per-second Redis's (REDIS_PERSECOND=true), mapped as the REDIS_ variable of that name";
+constexpr std::string_view persecond_as_main =
+    "the per-second Redis's (REDIS_PERSECOND=true), read as the REDIS_ variable of that name";
+constexpr std::string_view memcache_tls_only =
+    "used only with MEMCACHE_TLS=true, which this server refuses for now";
 constexpr std::string_view stats_not_sent =
     "stats: not sent by this server yet (its metrics are on GET /metrics, Prometheus text)";
 constexpr std::string_view startup_wait =
@@ -391,18 +393,19 @@ const SettingRow rows[] = {
     {"RUNTIME_WATCH_ROOT", "true", true, P::boolean, &S::runtime_watch_root, U::honoured,
      "settings.go", "the directory is polled every second either way"},
     {"EXPIRATION_JITTER_MAX_SECONDS", "300", true, P::integer, &S::expiration_jitter_max_seconds,
-     U::mapped, "settings.go",
-     "Redis keys expire at their window's end plus a fixed margin, without jitter"},
+     U::honoured, "settings.go",
+     "a Go-window key expires after its window plus a random [0, this) seconds"},
     {"LOCAL_CACHE_SIZE_IN_BYTES", "0", true, P::integer, &S::local_cache_bytes, U::honoured,
      "settings.go",
      "the over-limit cache: a counter over its limit answers OVER_LIMIT until its window ends "
      "without asking the storage"},
     {"NEAR_LIMIT_RATIO", "0.8", true, P::number32, &S::near_limit_ratio, U::mapped, "settings.go",
      "stats only (near-limit counts); answers are unchanged"},
-    {"CACHE_KEY_PREFIX", "", true, P::text, &S::cache_key_prefix, U::default_only, "settings.go",
-     "a prefix of the counters' keys: only empty for now (refused otherwise)"},
-    {"BACKEND_TYPE", "redis", true, P::text, &S::backend_type, U::default_only, "settings.go",
-     "redis (or empty); memcache is refused for now", "redis|"},
+    {"CACHE_KEY_PREFIX", "", true, P::text, &S::cache_key_prefix, U::honoured, "settings.go",
+     "before every Go-window key, as the Go service's keys (server/README.md, Storage)"},
+    {"BACKEND_TYPE", "redis", true, P::text, &S::backend_type, U::honoured, "settings.go",
+     "redis (or empty), or memcache: the counters on MEMCACHE_HOST_PORT (server/README.md, "
+     "Storage)"},
     {"STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT", "false", true, P::boolean,
      &S::stop_increment_when_over, U::honoured, "settings.go",
      "a call over its limits counts only the descriptors going over (server/README.md)"},
@@ -448,24 +451,24 @@ const SettingRow rows[] = {
     {"REDIS_CLUSTER_PIPELINE_PARALLELISM", "1", true, P::integer,
      &S::redis_cluster_pipeline_parallelism, U::mapped, "settings.go",
      "a cluster's nodes are written to in parallel, each pipelined"},
-    {"REDIS_PERSECOND", "false", true, P::boolean, &S::redis_persecond, U::default_only,
-     "settings.go", "a second Redis for per-second limits: refused for now"},
+    {"REDIS_PERSECOND", "false", true, P::boolean, &S::redis_persecond, U::honoured, "settings.go",
+     "true: limits of unit second on the Redis of REDIS_PERSECOND_URL"},
     {"REDIS_PERSECOND_SOCKET_TYPE", "unix", true, P::text, &S::redis_persecond_socket_type,
-     U::mapped, "settings.go", persecond_only},
-    {"REDIS_PERSECOND_TYPE", "SINGLE", true, P::text, &S::redis_persecond_type, U::mapped,
-     "settings.go", persecond_only},
+     U::honoured, "settings.go", persecond_as_main},
+    {"REDIS_PERSECOND_TYPE", "SINGLE", true, P::text, &S::redis_persecond_type, U::honoured,
+     "settings.go", persecond_as_main},
     {"REDIS_PERSECOND_URL", "/var/run/nutcracker/ratelimitpersecond.sock", true, P::text,
-     &S::redis_persecond_url, U::mapped, "settings.go", persecond_only},
-    {"REDIS_PERSECOND_POOL_SIZE", "10", true, P::integer, &S::redis_persecond_pool_size, U::mapped,
-     "settings.go", persecond_only},
-    {"REDIS_PERSECOND_AUTH", "", true, P::text, &S::redis_persecond_auth, U::mapped, "settings.go",
-     persecond_only},
-    {"REDIS_PERSECOND_TLS", "false", true, P::boolean, &S::redis_persecond_tls, U::mapped,
-     "settings.go", persecond_only},
+     &S::redis_persecond_url, U::honoured, "settings.go", persecond_as_main},
+    {"REDIS_PERSECOND_POOL_SIZE", "10", true, P::integer, &S::redis_persecond_pool_size,
+     U::honoured, "settings.go", persecond_as_main},
+    {"REDIS_PERSECOND_AUTH", "", true, P::text, &S::redis_persecond_auth, U::honoured,
+     "settings.go", persecond_as_main},
+    {"REDIS_PERSECOND_TLS", "false", true, P::boolean, &S::redis_persecond_tls, U::honoured,
+     "settings.go", persecond_as_main},
     {"REDIS_SENTINEL_AUTH", "", true, P::text, &S::redis_sentinel_auth, U::honoured, "settings.go",
      "the sentinels' password, or user:password"},
     {"REDIS_PERSECOND_SENTINEL_AUTH", "", true, P::text, &S::redis_persecond_sentinel_auth,
-     U::mapped, "settings.go", persecond_only},
+     U::honoured, "settings.go", persecond_as_main},
     {"REDIS_PERSECOND_PIPELINE_WINDOW", "0", true, P::duration, &S::redis_persecond_pipeline_window,
      U::mapped, "settings.go", persecond_only},
     {"REDIS_PERSECOND_PIPELINE_LIMIT", "0", true, P::integer, &S::redis_persecond_pipeline_limit,
@@ -477,8 +480,8 @@ const SettingRow rows[] = {
      "after start-up, a failed Redis call turns health NOT_SERVING until Redis answers again"},
     {"REDIS_TIMEOUT", "10s", true, P::duration, &S::redis_timeout, U::honoured, "settings.go",
      "the most a connection attempt, and a decision, waits on Redis (0, no bound in Go: 10s)"},
-    {"REDIS_PERSECOND_TIMEOUT", "10s", true, P::duration, &S::redis_persecond_timeout, U::mapped,
-     "settings.go", persecond_only},
+    {"REDIS_PERSECOND_TIMEOUT", "10s", true, P::duration, &S::redis_persecond_timeout, U::honoured,
+     "settings.go", persecond_as_main},
     {"REDIS_POOL_ON_EMPTY_BEHAVIOR", "WAIT", true, P::text, &S::redis_pool_on_empty_behavior,
      U::mapped, "settings.go",
      "decisions share pipelined connections and never wait for a free one; CREATE and ERROR "
@@ -491,23 +494,25 @@ const SettingRow rows[] = {
      U::honoured, "settings.go", startup_wait},
     {"REDIS_STARTUP_MAX_ELAPSED_TIME", "0", true, P::duration, &S::redis_startup_max_elapsed_time,
      U::honoured, "settings.go", startup_wait},
-    {"MEMCACHE_HOST_PORT", "", true, P::list, &S::memcache_host_port, U::mapped, "settings.go",
-     memcache_only},
-    {"MEMCACHE_MAX_IDLE_CONNS", "2", true, P::integer, &S::memcache_max_idle_conns, U::mapped,
-     "settings.go", memcache_only},
-    {"MEMCACHE_SRV", "", true, P::text, &S::memcache_srv, U::mapped, "settings.go", memcache_only},
+    {"MEMCACHE_HOST_PORT", "", true, P::list, &S::memcache_host_port, U::honoured, "settings.go",
+     "with BACKEND_TYPE=memcache: the servers, in order (a key on CRC-32 of it modulo their "
+     "number)"},
+    {"MEMCACHE_MAX_IDLE_CONNS", "2", true, P::integer, &S::memcache_max_idle_conns, U::honoured,
+     "settings.go", "idle connections kept per memcached"},
+    {"MEMCACHE_SRV", "", true, P::text, &S::memcache_srv, U::default_only, "settings.go",
+     "memcached found by DNS SRV: list them in MEMCACHE_HOST_PORT"},
     {"MEMCACHE_SRV_REFRESH", "0", true, P::duration, &S::memcache_srv_refresh, U::mapped,
-     "settings.go", memcache_only},
-    {"MEMCACHE_TLS", "false", true, P::boolean, &S::memcache_tls, U::mapped, "settings.go",
-     memcache_only},
+     "settings.go", "used only with MEMCACHE_SRV, which this server refuses for now"},
+    {"MEMCACHE_TLS", "false", true, P::boolean, &S::memcache_tls, U::default_only, "settings.go",
+     "TLS to memcached"},
     {"MEMCACHE_TLS_CLIENT_CERT", "", true, P::text, &S::memcache_tls_client_cert, U::mapped,
-     "settings.go", memcache_only},
+     "settings.go", memcache_tls_only},
     {"MEMCACHE_TLS_CLIENT_KEY", "", true, P::text, &S::memcache_tls_client_key, U::mapped,
-     "settings.go", memcache_only},
+     "settings.go", memcache_tls_only},
     {"MEMCACHE_TLS_CACERT", "", true, P::text, &S::memcache_tls_cacert, U::mapped, "settings.go",
-     memcache_only},
+     memcache_tls_only},
     {"MEMCACHE_TLS_SKIP_HOSTNAME_VERIFICATION", "false", true, P::boolean,
-     &S::memcache_tls_skip_hostname_verification, U::mapped, "settings.go", memcache_only},
+     &S::memcache_tls_skip_hostname_verification, U::mapped, "settings.go", memcache_tls_only},
     {"SHADOW_MODE", "false", true, P::boolean, &S::shadow_mode, U::honoured, "settings.go",
      "statuses as they are, the overall code always OK"},
     {"QUOTA_MODE", "false", true, P::boolean, &S::quota_mode, U::honoured, "settings.go",
@@ -887,6 +892,39 @@ Settings read_settings(const std::function<std::optional<std::string>(const std:
   }
   if (s.backend_type != "redis" && !s.backend_type.empty() && s.backend_type != "memcache")
     bad("BACKEND_TYPE", s.backend_type, "expected redis or memcache");
+  if (s.expiration_jitter_max_seconds < 0)
+    bad("EXPIRATION_JITTER_MAX_SECONDS", std::to_string(s.expiration_jitter_max_seconds),
+        "must be >= 0");
+  if (s.backend_type == "memcache" && s.storage == "backend") {
+    if (s.memcache_host_port.empty())
+      throw std::invalid_argument(
+          "BACKEND_TYPE = memcache: MEMCACHE_HOST_PORT is empty (list the servers as "
+          "host:port,host:port)");
+    if (s.memcache_max_idle_conns < 0)
+      bad("MEMCACHE_MAX_IDLE_CONNS", std::to_string(s.memcache_max_idle_conns), "must be >= 0");
+    if (s.all_or_nothing)
+      throw std::invalid_argument(
+          "RATELIMIT_SERVER_ALL_OR_NOTHING = true: not with BACKEND_TYPE = memcache (memcached "
+          "cannot count several keys all or nothing)");
+    // As the Go service's memcache backend, which never reads it.
+    if (s.stop_increment_when_over)
+      s.notes.push_back(
+          "STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT: no effect with BACKEND_TYPE=memcache, as in "
+          "the Go service");
+    s.stop_increment_when_over = false;
+  }
+  s.redis_persecond_type = lower_case(s.redis_persecond_type);
+  if (s.redis_persecond) {
+    if (s.redis_persecond_type != "single" && s.redis_persecond_type != "sentinel" &&
+        s.redis_persecond_type != "cluster")
+      bad("REDIS_PERSECOND_TYPE", s.redis_persecond_type, "expected single, sentinel or cluster");
+    if (s.redis_persecond_socket_type != "tcp" && s.redis_persecond_socket_type != "tcp4" &&
+        s.redis_persecond_socket_type != "tcp6" && s.redis_persecond_socket_type != "unix")
+      bad("REDIS_PERSECOND_SOCKET_TYPE", s.redis_persecond_socket_type, "expected tcp or unix");
+    if (s.redis_persecond_pool_size < 1)
+      bad("REDIS_PERSECOND_POOL_SIZE", std::to_string(s.redis_persecond_pool_size),
+          "expected a positive number of connections");
+  }
   if (s.config_type != "FILE" && s.config_type != "GRPC_XDS_SOTW")
     bad("CONFIG_TYPE", s.config_type, "expected FILE or GRPC_XDS_SOTW");
   s.redis_type = lower_case(s.redis_type);
@@ -973,7 +1011,10 @@ std::pair<std::string, int> host_port(const std::string& name, const std::string
   return {host, static_cast<int>(port)};
 }
 
-RedisOptions redis_options(const Settings& s) {
+/// The options of the Redis `s` names; `prefix` names its variables in errors ("REDIS_", or
+/// "REDIS_PERSECOND_" for `per_second_view`'s).
+RedisOptions redis_options(const Settings& s, const std::string& prefix = "REDIS_") {
+  const std::string url_name = prefix + "URL";
   RedisOptions o;
   if (s.redis_type == "sentinel") {
     // "master,host:port,host:port", as the reference's REDIS_URL for sentinel.
@@ -987,11 +1028,11 @@ RedisOptions redis_options(const Settings& s) {
       start = comma + 1;
     }
     if (parts.size() < 2)
-      throw std::invalid_argument("REDIS_URL = \"" + s.redis_url +
-                                  "\": REDIS_TYPE=sentinel expects master,host:port,...");
+      throw std::invalid_argument(url_name + " = \"" + s.redis_url + "\": " + prefix +
+                                  "TYPE=sentinel expects master,host:port,...");
     o.sentinel.master_name = parts[0];
     for (std::size_t i = 1; i < parts.size(); ++i) {
-      (void)host_port("REDIS_URL", parts[i]);
+      (void)host_port(url_name, parts[i]);
       o.sentinel.sentinels.push_back(parts[i]);
     }
   } else if (s.redis_type == "cluster") {
@@ -999,7 +1040,7 @@ RedisOptions redis_options(const Settings& s) {
   } else if (s.redis_socket_type == "unix") {
     o.unix_socket = s.redis_url;
   } else {
-    std::tie(o.host, o.port) = host_port("REDIS_URL", s.redis_url);
+    std::tie(o.host, o.port) = host_port(url_name, s.redis_url);
   }
   // "password" or "user:password", as Go's createDialer cuts it.
   const auto auth = [](const std::string& a) -> std::pair<std::string, std::string> {
@@ -1030,12 +1071,26 @@ RedisOptions redis_options(const Settings& s) {
 
 }  // namespace
 
-std::shared_ptr<Counters> make_counters(const Settings& s, std::shared_ptr<Listener> listener) {
-  if (s.storage == "memory") return make_memory_counters();
 #ifdef RATELIMIT_SERVER_HAVE_REDIS
-  RedisOptions o = redis_options(s);
-  if (s.redis_type != "cluster") return make_redis_counters(std::move(o), std::move(listener));
-  // "host:port,host:port": the seeds of the cluster, as the reference's REDIS_URL for a cluster.
+namespace {
+
+/// The per-second Redis's settings in the main Redis's fields (REDIS_PERSECOND_* read as the
+/// REDIS_ ones; the TLS files are shared, as in the Go service).
+Settings per_second_view(const Settings& s) {
+  Settings p = s;
+  p.redis_url = s.redis_persecond_url;
+  p.redis_socket_type = s.redis_persecond_socket_type;
+  p.redis_type = s.redis_persecond_type;
+  p.redis_auth = s.redis_persecond_auth;
+  p.redis_sentinel_auth = s.redis_persecond_sentinel_auth;
+  p.redis_tls = s.redis_persecond_tls;
+  p.redis_pool_size = s.redis_persecond_pool_size;
+  p.redis_timeout = s.redis_persecond_timeout;
+  return p;
+}
+
+/// "host:port,host:port": the seeds of a cluster, as the reference's REDIS_URL for a cluster.
+RedisClusterOptions cluster_options(const Settings& s, const std::string& prefix) {
   RedisClusterOptions c;
   c.seeds.clear();
   std::string::size_type start = 0;
@@ -1043,13 +1098,42 @@ std::shared_ptr<Counters> make_counters(const Settings& s, std::shared_ptr<Liste
     const auto comma = s.redis_url.find(',', start);
     std::string seed =
         s.redis_url.substr(start, comma == std::string::npos ? std::string::npos : comma - start);
-    (void)host_port("REDIS_URL", seed);
+    (void)host_port(prefix + "URL", seed);
     c.seeds.push_back(std::move(seed));
     if (comma == std::string::npos) break;
     start = comma + 1;
   }
-  c.redis = std::move(o);
-  return make_redis_cluster_counters(std::move(c), std::move(listener));
+  c.redis = redis_options(s, prefix);
+  return c;
+}
+
+}  // namespace
+#endif
+
+std::shared_ptr<Counters> make_counters(const Settings& s, std::shared_ptr<Listener> listener) {
+  GoKeyOptions go{s.cache_key_prefix, s.expiration_jitter_max_seconds};
+  if (s.storage == "memory") return make_memory_counters(std::move(go));
+  if (s.backend_type == "memcache") {
+    MemcacheOptions m;
+    m.servers = s.memcache_host_port;
+    m.max_idle_conns = static_cast<int>(std::min<std::int64_t>(s.memcache_max_idle_conns, 1024));
+    return make_memcache_counters(std::move(m), std::move(go));
+  }
+#ifdef RATELIMIT_SERVER_HAVE_REDIS
+  PerSecondRedis per_second;
+  if (s.redis_persecond) {
+    const Settings p = per_second_view(s);
+    if (p.redis_type == "cluster")
+      per_second.cluster =
+          std::make_shared<RedisClusterOptions>(cluster_options(p, "REDIS_PERSECOND_"));
+    else
+      per_second.redis = std::make_shared<RedisOptions>(redis_options(p, "REDIS_PERSECOND_"));
+  }
+  if (s.redis_type != "cluster")
+    return make_redis_counters(redis_options(s), std::move(listener), std::move(go),
+                               std::move(per_second));
+  return make_redis_cluster_counters(cluster_options(s, "REDIS_"), std::move(listener),
+                                     std::move(go), std::move(per_second));
 #else
   (void)listener;
   throw std::invalid_argument(

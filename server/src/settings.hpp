@@ -102,7 +102,7 @@ struct Settings {
   std::int64_t local_cache_bytes{};  ///< LOCAL_CACHE_SIZE_IN_BYTES (the over-limit cache)
   double near_limit_ratio{};         ///< NEAR_LIMIT_RATIO (Go: float32)
   std::string cache_key_prefix;      ///< CACHE_KEY_PREFIX
-  std::string backend_type;          ///< BACKEND_TYPE: redis ("" too); memcache: not yet
+  std::string backend_type;          ///< BACKEND_TYPE: redis ("" too) or memcache
   /// STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT: see `ServiceSettings::stop_increment_when_over`.
   bool stop_increment_when_over{};
   bool response_headers{};       ///< LIMIT_RESPONSE_HEADERS_ENABLED
@@ -131,7 +131,7 @@ struct Settings {
   std::chrono::nanoseconds redis_pipeline_window{};   ///< REDIS_PIPELINE_WINDOW
   std::int64_t redis_pipeline_limit{};                ///< REDIS_PIPELINE_LIMIT
   std::int64_t redis_cluster_pipeline_parallelism{};  ///< REDIS_CLUSTER_PIPELINE_PARALLELISM
-  bool redis_persecond{};                             ///< REDIS_PERSECOND (true: not yet)
+  bool redis_persecond{};                             ///< REDIS_PERSECOND
   std::string redis_persecond_socket_type;            ///< REDIS_PERSECOND_SOCKET_TYPE
   std::string redis_persecond_type;                   ///< REDIS_PERSECOND_TYPE
   std::string redis_persecond_url;                    ///< REDIS_PERSECOND_URL
@@ -284,7 +284,9 @@ class Listener;
 namespace ratelimit::server {
 
 /// The counters the settings ask for: in this process with RATELIMIT_SERVER_STORAGE=memory,
-/// else on Redis (REDIS_URL, Go's default the nutcracker socket). Throws
+/// else on memcached (BACKEND_TYPE=memcache) or Redis (REDIS_URL, Go's default the nutcracker
+/// socket; the per-second limits on REDIS_PERSECOND_URL with REDIS_PERSECOND=true), each
+/// Go-window key under CACHE_KEY_PREFIX. Throws
 /// `std::invalid_argument` naming the variable for a Redis setting that is invalid or that
 /// this build cannot serve (no Redis storage). `listener`, when set, hears of the Redis
 /// storage's errors (see `make_redis_counters`).

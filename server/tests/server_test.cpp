@@ -64,12 +64,16 @@ std::shared_ptr<ratelimit::server::Counters> counters_under_test() {
 #if defined(RATELIMIT_SERVER_HAVE_REDIS)
   if (on_cluster()) {
     INFO("storage: Redis Cluster");
-    return ratelimit::server::make_redis_cluster_counters(rltest::test_cluster_options("server"));
+    // The Go keys under a prefix of their own too (CACHE_KEY_PREFIX), as the library's keys.
+    return ratelimit::server::make_redis_cluster_counters(
+        rltest::test_cluster_options("server"), nullptr,
+        {rltest::cluster_unique_prefix("go"), 300});
   }
   const bool redis = GENERATE(false, true);
   if (redis) {
     INFO("storage: Redis");
-    return ratelimit::server::make_redis_counters(rltest::test_redis_options("server"));
+    return ratelimit::server::make_redis_counters(rltest::test_redis_options("server"), nullptr,
+                                                  {rltest::unique_prefix("go"), 300});
   }
 #endif
   return ratelimit::server::make_memory_counters();
@@ -373,8 +377,14 @@ TEST_CASE("A descriptor's limit override replaces the configured limit", "[serve
   CHECK(first.statuses(0).duration_until_reset().seconds() == 45);  // 60 - 15
   f.ok("messaging", {d});
   CHECK(f.ok("messaging", {d}).overall_code() == Code::OVER_LIMIT);  // 3 > 2
-  // The configured 100/day counter was not touched: 100 - 1 = 99 after one plain hit.
-  CHECK(f.ok("messaging", {{{{"to_number", "206"}}}}).statuses(0).limit_remaining() == 99);
+  // The reference's key has neither the limit nor the unit (src/limiter/cache_key.go): at
+  // day0 + 15 s the minute and the day windows both start at day0, so the configured 100/day
+  // limit counts on the same key: 3 override hits + 1 = 4, 100 - 4 = 96.
+  CHECK(f.ok("messaging", {{{{"to_number", "206"}}}}).statuses(0).limit_remaining() == 96);
+  // A minute later the minute's key is day0 + 60: the day's count is its own again, 100 - 5.
+  f.clock.advance(std::chrono::seconds{60});
+  CHECK(f.ok("messaging", {d}).statuses(0).limit_remaining() == 1);  // 2 - 1
+  CHECK(f.ok("messaging", {{{{"to_number", "206"}}}}).statuses(0).limit_remaining() == 95);
   // An unknown unit is refused, naming the field.
   Desc bad = d;
   bad.override_unit = 9;
