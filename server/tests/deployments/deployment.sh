@@ -14,6 +14,7 @@
 #                       are set before the manifest's, as the kubelet sets them
 #   @host NAME          a host name of the manifest (mapped to 127.0.0.1)
 #   @redis HOST:PORT    where its Redis is (a redis-server is started there)
+#   @memcached HOST:PORT  where its memcached is (a memcached is started there)
 #   @rules PATH         where its volume mounts the rules: a directory, or a file (subPath)
 #   @command WORDS      its `command:` (Kubernetes: replaces the image's Entrypoint)
 #   @args WORDS         its `args:` (Kubernetes) or `command:` (Compose: replaces the Cmd)
@@ -33,7 +34,7 @@ here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 proto_dir=$(cd "$here/../../proto" && pwd)
 name=$(basename "$file" .env)
 
-hosts=() redis="" rules="" command_words="" args_words="" grpc_port=8081 http_port=8080
+hosts=() redis="" memcached="" rules="" command_words="" args_words="" grpc_port=8081 http_port=8080
 pending="" service_env=() manifest_env=()
 # service_links NAME IP PORT[:PORTNAME]...: the variables the kubelet sets for a Service
 # (Kubernetes pkg/kubelet/envvars): NAME upper-cased with '-' as '_'; the first port is the
@@ -67,6 +68,7 @@ while IFS= read -r line || [[ -n "$line" ]]; do
     '@service '*) read -r -a words <<<"${line#@service }"; service_links "${words[@]}" ;;
     '@host '*) hosts+=("${line#@host }") ;;
     '@redis '*) redis=${line#@redis } ;;
+    '@memcached '*) memcached=${line#@memcached } ;;
     '@rules '*) rules=${line#@rules } ;;
     '@command '*) command_words=${line#@command } ;;
     '@args '*) args_words=${line#@args } ;;
@@ -106,6 +108,10 @@ for h in "${hosts[@]}"; do sandbox+=(--host "$h"); done
 if [[ -n "$redis" ]]; then
   command -v redis-server >/dev/null || { echo "deployment.sh: redis-server is not installed" >&2; exit 1; }
   sandbox+=(--service "exec redis-server --port ${redis##*:} --bind 127.0.0.1 --save '' --appendonly no")
+fi
+if [[ -n "$memcached" ]]; then
+  command -v memcached >/dev/null || { echo "deployment.sh: memcached is not installed" >&2; exit 1; }
+  sandbox+=(--service "exec memcached -l 127.0.0.1 -p ${memcached##*:} -U 0 -u nobody")
 fi
 # Ready once both ports listen; the client then checks what they answer.
 sandbox+=(--ready "exec 3<>/dev/tcp/127.0.0.1/$grpc_port 4<>/dev/tcp/127.0.0.1/$http_port")
