@@ -4,7 +4,9 @@
 # host names unchanged, a Redis where its environment names one, and the test's rules where its
 # volume mounts the rules; then the client (client.cjs) checks /healthcheck and the decisions.
 #
-#   deployment.sh FILE IMAGE NODE_MODULES
+#   deployment.sh FILE IMAGE NODE_MODULES [ROOTFS_CACHE]
+#
+# ROOTFS_CACHE: where sandbox.sh keeps the image's exported files between runs.
 #
 # FILE (NAME.env beside this script) is the deployment, transcribed from its manifest:
 #   # comment lines: where it comes from (repository, path, commit)
@@ -23,13 +25,14 @@
 #                       skipped (77) with REASON, and a pass fails, so the line gets removed
 # The rules: domain `deployments`, `user` 2 per hour (client.cjs derives the answers).
 set -euo pipefail
-if [[ $# -ne 3 ]]; then
-  echo "usage: deployment.sh FILE IMAGE NODE_MODULES" >&2
+if [[ $# -lt 3 || $# -gt 4 ]]; then
+  echo "usage: deployment.sh FILE IMAGE NODE_MODULES [ROOTFS_CACHE]" >&2
   exit 2
 fi
 file=$1
 image=$2
 node_modules=$3
+rootfs_cache=${4:-}
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 proto_dir=$(cd "$here/../../proto" && pwd)
 name=$(basename "$file" .env)
@@ -101,9 +104,12 @@ else
   volume="$work/rules:$rules"
 fi
 
-sandbox=(--image "$image" --env-file "$work/env" --volume "$volume")
+# As Envoy Gateway runs it (runAsUser 65534, besides the read-only root and no capabilities
+# that sandbox.sh always applies).
+sandbox=(--image "$image" --env-file "$work/env" --volume "$volume" --user 65534:65534)
 [[ -n "$command_words" ]] && sandbox+=(--command "$command_words")
 [[ -n "$args_words" ]] && sandbox+=(--args "$args_words")
+[[ -n "$rootfs_cache" ]] && sandbox+=(--rootfs-cache "$rootfs_cache")
 for h in "${hosts[@]}"; do sandbox+=(--host "$h"); done
 if [[ -n "$redis" ]]; then
   command -v redis-server >/dev/null || { echo "deployment.sh: redis-server is not installed" >&2; exit 1; }

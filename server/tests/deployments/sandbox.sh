@@ -14,20 +14,26 @@
 #   --service   started in the namespace before the container (e.g. a redis-server); stopped after
 #   --ready     polled (up to 60 s) in the namespace before the client runs; fails the run if it
 #               never succeeds
+#   --user      uid:gid to run as, instead of the image's User
+#   --rootfs-cache DIR  where the image's exported files are kept, per image id, for the next
+#               runs (export + chroot only)
 #
-# The container always runs as Envoy Gateway runs it: user 65534, read-only root, every
-# capability dropped, no new privileges. Two ways, and the script prints which it took:
+# The container always runs as Envoy Gateway runs it: read-only root, every capability dropped,
+# no new privileges (and as user 65534 when --user says so). Two ways; the script prints which:
 #   podman run      the image through podman and its OCI runtime, joined to the namespace;
 #   export+chroot   where the runtime cannot start it (crun may not set rlimits inside another
 #                   container, as on some CI machines): `podman create` + `podman export` into a
 #                   directory, then the image's Entrypoint, Cmd, Env and User from `podman image
-#                   inspect`, under `unshare --mount --pid` in the namespace, with /proc, /dev,
-#                   /etc/hosts and the volumes mounted, the root remounted read-only, and capsh
-#                   entering the root as 65534 with no capability.
+#                   inspect`, under `unshare --mount --pid` in the namespace, with an overlay of
+#                   the run's own over the exported files, /proc, /dev, /etc/hosts and the
+#                   volumes mounted, the root remounted read-only, and capsh entering the root
+#                   as the user with no capability.
+# Once the server answers, its process is checked from outside: the user, no effective,
+# permitted or bounding capability, no_new_privs, and a read-only root.
 # The namespace has only a loopback interface: nothing started here reaches another address.
 set -euo pipefail
 
-image="" env_file="" command_words="" args_words="" ready=""
+image="" env_file="" command_words="" args_words="" ready="" rootfs_cache="" user=""
 hosts=() volumes=() services=()
 while [[ $# -gt 0 ]]; do
   case "$1" in
@@ -39,12 +45,14 @@ while [[ $# -gt 0 ]]; do
     --args) args_words=$2; shift 2 ;;
     --service) services+=("$2"); shift 2 ;;
     --ready) ready=$2; shift 2 ;;
+    --rootfs-cache) rootfs_cache=$2; shift 2 ;;
+    --user) user=$2; shift 2 ;;
     --) shift; break ;;
     *) echo "sandbox.sh: unknown option '$1'" >&2; exit 2 ;;
   esac
 done
 [[ -n "$image" && $# -gt 0 ]] || { echo "sandbox.sh: --image and a client command are needed" >&2; exit 2; }
-for tool in podman unshare nsenter capsh ip; do
+for tool in podman unshare nsenter capsh ip flock; do
   command -v "$tool" >/dev/null || { echo "sandbox.sh: '$tool' is not installed" >&2; exit 1; }
 done
 
@@ -95,20 +103,27 @@ done
 
 # --- what the image says to run --------------------------------------------------------------
 
-mapfile -t entrypoint < <(podman image inspect --format '{{range .Config.Entrypoint}}{{println .}}{{end}}' "$image")
-mapfile -t cmd < <(podman image inspect --format '{{range .Config.Cmd}}{{println .}}{{end}}' "$image")
-mapfile -t image_env < <(podman image inspect --format '{{range .Config.Env}}{{println .}}{{end}}' "$image")
-user=65534:65534
+# One inspect, one element a line, each tagged with its field.
+entrypoint=() cmd=() image_env=() image_user="" image_id=""
+while IFS= read -r line; do
+  case "$line" in
+    'entrypoint '*) entrypoint+=("${line#entrypoint }") ;;
+    'cmd '*) cmd+=("${line#cmd }") ;;
+    'env '*) image_env+=("${line#env }") ;;
+    'user '*) image_user=${line#user } ;;
+    'id '*) image_id=${line#id } ;;
+  esac
+done < <(podman image inspect --format '{{range .Config.Entrypoint}}entrypoint {{.}}{{println}}{{end}}{{range .Config.Cmd}}cmd {{.}}{{println}}{{end}}{{range .Config.Env}}env {{.}}{{println}}{{end}}user {{.Config.User}}{{println}}id {{.Id}}{{println}}' "$image")
+[[ -n "$image_id" ]] || { echo "sandbox.sh: no image '$image'" >&2; exit 1; }
+# The image's User unless --user names another (numeric uid:gid: the image has no user names
+# a runtime would look up).
+[[ -z "$user" ]] && user=$image_user
+[[ "$user" =~ ^[0-9]+:[0-9]+$ ]] || { echo "sandbox.sh: user '$user' is not uid:gid" >&2; exit 1; }
 if [[ -n "$command_words" ]]; then
   read -r -a entrypoint <<<"$command_words"
   cmd=()
 fi
 [[ -n "$args_words" ]] && read -r -a cmd <<<"$args_words"
-# Empty lines of the template output are not elements.
-clean() { local x; for x in "$@"; do [[ -n "$x" ]] && printf '%s\n' "$x"; done; return 0; }
-mapfile -t entrypoint < <(clean "${entrypoint[@]}")
-mapfile -t cmd < <(clean "${cmd[@]}")
-mapfile -t image_env < <(clean "${image_env[@]}")
 manifest_env=()
 if [[ -n "$env_file" ]]; then
   while IFS= read -r line || [[ -n "$line" ]]; do
@@ -136,26 +151,60 @@ start_podman() {
   [[ "$(podman inspect --format '{{.State.Status}}' "$container" 2>/dev/null)" != "exited" ]]
 }
 
+# export_root: the image's files, exported once per image (podman create + podman export) into
+# the cache folder when one is given (--rootfs-cache; flock serialises runs side by side), else
+# into this run's folder. Prints the folder.
+export_root() {
+  local dir
+  if [[ -n "$rootfs_cache" ]]; then
+    dir="$rootfs_cache/$image_id"
+    mkdir -p "$rootfs_cache"
+    (
+      flock 9
+      if [[ ! -d "$dir" ]]; then
+        local c
+        c=$(podman create "$image")
+        mkdir -p "$dir.tmp"
+        podman export "$c" | tar -x -C "$dir.tmp"
+        podman rm "$c" >/dev/null
+        mv "$dir.tmp" "$dir"
+      fi
+    ) 9>"$rootfs_cache/.lock"
+  else
+    local c
+    dir="$work/image"
+    c=$(podman create "$image")
+    mkdir -p "$dir"
+    podman export "$c" | tar -x -C "$dir"
+    podman rm "$c" >/dev/null
+  fi
+  echo "$dir"
+}
+
 start_chroot() {
-  local id root="$work/root"
-  id=$(podman create "$image")
-  mkdir -p "$root"
-  podman export "$id" | tar -x -C "$root"
-  podman rm "$id" >/dev/null
-  # The mount points the runtime would make: the volumes' targets, /etc/hosts, /proc, /dev.
-  mkdir -p "$root/proc" "$root/dev" "$root/etc"
-  touch "$root/etc/hosts"
+  local lower root="$work/root"
+  lower=$(export_root)
+  mkdir -p "$root" "$work/upper" "$work/overlay-work"
+  # In the run's own mount namespace: the image's files under an overlay whose upper layer is
+  # this run's (the mount points made here never reach the shared export), /proc, /dev,
+  # /etc/hosts and the volumes mounted, then the root remounted read-only, as a runtime does.
   local v src dst mounts=""
   for v in "${volumes[@]}"; do
     src=${v%%:*}
     dst=${v#*:}
-    if [[ -d "$src" ]]; then mkdir -p "$root$dst"; else mkdir -p "$root$(dirname "$dst")"; touch "$root$dst"; fi
+    if [[ -d "$src" ]]; then
+      mounts+="mkdir -p '$root$dst' && "
+    else
+      mounts+="mkdir -p '$root$(dirname "$dst")' && touch '$root$dst' && "
+    fi
     mounts+="mount --bind '$src' '$root$dst' && mount -o remount,bind,ro '$root$dst' && "
   done
-  local setup="mount --make-rprivate / && mount --bind '$root' '$root' &&
+  local setup="mount --make-rprivate / &&
+    mount -t overlay overlay -o 'lowerdir=$lower,upperdir=$work/upper,workdir=$work/overlay-work' '$root' &&
+    mkdir -p '$root/proc' '$root/dev' '$root/etc' && touch '$root/etc/hosts' && ${mounts}
     mount -t proc -o nosuid,nodev,noexec proc '$root/proc' && mount --rbind /dev '$root/dev' &&
-    mount --bind '$work/hosts' '$root/etc/hosts' && ${mounts}
-    mount -o remount,bind,ro '$root' && exec \"\$@\""
+    mount --bind '$work/hosts' '$root/etc/hosts' &&
+    mount -o remount,ro '$root' && exec \"\$@\""
   # env -i: the container sees the image's Env and the manifest's, nothing of this shell's.
   # capsh: chroot, empty the bounding set, become 65534 (which clears the permitted and
   # effective sets), forbid new privileges, then exec the entrypoint with the image's argv.
@@ -180,7 +229,7 @@ else
     container=""
   fi
   echo "sandbox.sh: podman run failed: $(tr '\n' ' ' <"$work/podman.err" | cut -c1-200)"
-  echo "sandbox.sh: path: podman export + unshare + chroot (uid 65534, read-only root, no capabilities)"
+  echo "sandbox.sh: path: podman export + unshare + chroot (user $user, read-only root, no capabilities)"
   start_chroot
 fi
 
@@ -196,6 +245,34 @@ if [[ -n "$ready" ]]; then
   done
   if [[ $ok -eq 0 ]]; then
     echo "sandbox.sh: not ready: $ready" >&2
+    status=1
+  fi
+fi
+# confinement PID: what a runtime that honours the manifest leaves the process, read from
+# /proc: the user, capabilities (effective, permitted, bounding), no_new_privs, its root's mount.
+confinement() {
+  local pid=$1 uid caps nnp root_opts
+  uid=$(awk '/^Uid:/ {print $2}' "/proc/$pid/status")
+  caps=$(awk '/^Cap(Eff|Prm|Bnd):/ {sub(":", "", $1); printf "%s=%s ", $1, $2}' "/proc/$pid/status")
+  nnp=$(awk '/^NoNewPrivs:/ {print $2}' "/proc/$pid/status")
+  # mountinfo field 5 is the mount point as the process sees it, field 6 its options.
+  root_opts=$(awk '$5 == "/" {print $6}' "/proc/$pid/mountinfo" | tail -n 1)
+  echo "sandbox.sh: the server runs as uid $uid; ${caps}NoNewPrivs=$nnp; / mounted $root_opts"
+  [[ "$uid" == "${user%%:*}" && "$nnp" == 1 && "$root_opts" == ro,* ]] &&
+    [[ "$caps" == "CapPrm=0000000000000000 CapEff=0000000000000000 CapBnd=0000000000000000 " ]]
+}
+server_pid() {
+  if [[ -n "$container" ]]; then
+    podman inspect --format '{{.State.Pid}}' "$container"
+  else
+    # unshare's child (the namespace's first process) became the server through exec.
+    pgrep -P "$chroot_pid" | head -n 1
+  fi
+}
+if [[ $status -eq 0 ]]; then
+  pid=$(server_pid || true)
+  if [[ -z "$pid" ]] || ! confinement "$pid"; then
+    echo "sandbox.sh: the server is not confined as the manifest asks" >&2
     status=1
   fi
 fi
