@@ -143,12 +143,21 @@ start_podman() {
   local v e
   for v in "${volumes[@]}"; do args+=(-v "$v:ro"); done
   for e in "${manifest_env[@]}"; do args+=(--env "$e"); done
+  # A runtime that cannot start the container fails `podman run` itself (crun's setrlimit
+  # refusal exits 126); a server that starts and then exits is the server's failure, seen below.
   container=$(podman run "${args[@]}" "$image" "${argv[@]:1}" 2>"$work/podman.err") || {
     container=""
     return 1
   }
-  # The runtime may accept the container and fail to start it a moment later.
-  [[ "$(podman inspect --format '{{.State.Status}}' "$container" 2>/dev/null)" != "exited" ]]
+}
+
+# alive: the server's container or namespace is still there.
+alive() {
+  if [[ -n "$container" ]]; then
+    [[ "$(podman inspect --format '{{.State.Running}}' "$container" 2>/dev/null)" == true ]]
+  else
+    kill -0 "$chroot_pid" 2>/dev/null
+  fi
 }
 
 # export_root: the image's files, exported once per image (podman create + podman export) into
@@ -223,11 +232,6 @@ server_log() {
 if start_podman; then
   echo "sandbox.sh: path: podman run (container ${container:0:12})"
 else
-  if [[ -n "$container" ]]; then
-    podman logs "$container" >"$work/podman.err" 2>&1 || true
-    podman rm -f "$container" >/dev/null 2>&1 || true
-    container=""
-  fi
   echo "sandbox.sh: podman run failed: $(tr '\n' ' ' <"$work/podman.err" | cut -c1-200)"
   echo "sandbox.sh: path: podman export + unshare + chroot (user $user, read-only root, no capabilities)"
   start_chroot
@@ -240,7 +244,7 @@ if [[ -n "$ready" ]]; then
   ok=0
   for _ in $(seq 1 600); do
     if in_ns bash -c "$ready" >/dev/null 2>&1; then ok=1; break; fi
-    if [[ -n "$chroot_pid" ]] && ! kill -0 "$chroot_pid" 2>/dev/null; then break; fi
+    alive || break
     sleep 0.1  # between probes: a wait on a condition, 60 s at most
   done
   if [[ $ok -eq 0 ]]; then
