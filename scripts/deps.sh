@@ -9,14 +9,14 @@
 # listed (libclang-rt-14-dev: clang's sanitizer runtimes, only recommended by clang; openssl:
 # the CLI that makes the TLS tests' certificates, scripts/tls_certs.sh; ninja-build: the test
 # command's generator, which builds several named targets in parallel; podman, libcap2-bin
-# (capsh), iproute2, util-linux, nodejs and npm: the server's image and the deployments run
-# through it, server/tests/deployments).
+# (capsh), iproute2, util-linux, nodejs, npm and memcached: the server's image and the
+# deployments run through it, server/tests/deployments).
 # Runs apt-get as root, or through sudo when not root.
 set -euo pipefail
 
 declare -A groups=(
   [demo]="cmake g++ make"
-  [test]="cmake ninja-build g++ clang libclang-rt-14-dev clang-format make git pkg-config catch2 libhiredis-dev libssl-dev redis-server redis-tools libbenchmark-dev libyaml-cpp-dev libcpp-httplib-dev libhowardhinnant-date-dev tzdata openssl libgrpc++-dev libprotobuf-dev protobuf-compiler protobuf-compiler-grpc dpkg-dev podman libcap2-bin iproute2 util-linux nodejs npm"
+  [test]="cmake ninja-build g++ clang libclang-rt-14-dev clang-format make git pkg-config catch2 libhiredis-dev libssl-dev redis-server redis-tools libbenchmark-dev libyaml-cpp-dev libcpp-httplib-dev libhowardhinnant-date-dev tzdata openssl libgrpc++-dev libprotobuf-dev protobuf-compiler protobuf-compiler-grpc dpkg-dev podman libcap2-bin iproute2 util-linux nodejs npm memcached"
   [bench]="cmake g++ make pkg-config libhiredis-dev libssl-dev redis-server redis-tools libbenchmark-dev gnuplot-nox python3"
   [gateway]="cmake g++ make pkg-config libhiredis-dev libssl-dev libyaml-cpp-dev libcpp-httplib-dev redis-server redis-tools wrk curl"
 )
