@@ -246,8 +246,9 @@ TEST_CASE("Settings: server/README.md shows the code's table", "[settings]") {
   const std::string table = rs::settings_table_markdown();
   const bool same = readme_table() == table;
   if (!same) std::ofstream("settings_table.md") << table;  // to paste between the markers
-  INFO("server/README.md's table between its markers differs from the code's: the code's is "
-       "written to settings_table.md in the test's working directory");
+  INFO(
+      "server/README.md's table between its markers differs from the code's: the code's is "
+      "written to settings_table.md in the test's working directory");
   CHECK(same);
 }
 
@@ -364,9 +365,8 @@ TEST_CASE("Settings: no variable is refused for its prefix; arguments are ignore
                           {"/bin/ratelimit", "-config", "--no-such-flag=1", "--grpc-port=9001"});
   CHECK(s.grpc_port == 9001);
   // Each ignored argument gets a line, without what follows '=' (a value may be a secret).
-  CHECK(std::count_if(s.notes.begin(), s.notes.end(), [](const std::string& n) {
-          return n.rfind("argument ", 0) == 0;
-        }) == 3);
+  CHECK(std::count_if(s.notes.begin(), s.notes.end(),
+                      [](const std::string& n) { return n.rfind("argument ", 0) == 0; }) == 3);
   CHECK(std::none_of(s.notes.begin(), s.notes.end(),
                      [](const std::string& n) { return n.find("=1") != std::string::npos; }));
 }
@@ -396,13 +396,13 @@ TEST_CASE("Settings: accepted, refused and ours", "[settings]") {
   }
   CHECK(s.notes.size() == 8);  // the variables at Go's default need no line
   // Refused by name until implemented: ignoring them would change answers.
-  for (const auto& [name, value] : std::vector<std::pair<std::string, std::string>>{
-           {"BACKEND_TYPE", "memcache"},
-           {"CONFIG_TYPE", "GRPC_XDS_SOTW"},
-           {"REDIS_PERSECOND", "true"},
-           {"QUOTA_MODE", "true"},
-           {"RESPONSE_DYNAMIC_METADATA", "1"},
-           {"CACHE_KEY_PREFIX", "team_a_"}}) {
+  for (const auto& [name, value] :
+       std::vector<std::pair<std::string, std::string>>{{"BACKEND_TYPE", "memcache"},
+                                                        {"CONFIG_TYPE", "GRPC_XDS_SOTW"},
+                                                        {"REDIS_PERSECOND", "true"},
+                                                        {"QUOTA_MODE", "true"},
+                                                        {"RESPONSE_DYNAMIC_METADATA", "1"},
+                                                        {"CACHE_KEY_PREFIX", "team_a_"}}) {
     INFO(name);
     CHECK_THROWS_WITH(read_env({{name, value}}),
                       Catch::StartsWith(name + " = \"" + value + "\": not implemented"));
