@@ -52,32 +52,54 @@ while [[ $# -gt 0 ]]; do
   esac
 done
 [[ -n "$image" && $# -gt 0 ]] || { echo "sandbox.sh: --image and a client command are needed" >&2; exit 2; }
-for tool in podman unshare nsenter capsh ip flock; do
+for tool in podman unshare nsenter setpriv capsh ip flock; do
   command -v "$tool" >/dev/null || { echo "sandbox.sh: '$tool' is not installed" >&2; exit 1; }
 done
 
 work=$(mktemp -d "${TMPDIR:-/tmp}/ratelimit-sandbox.XXXXXX")
-holder="" container="" chroot_pid="" service_pids=()
+holder="" container="" chroot_pid="" init_pid="" service_pids=()
 cleanup() {
   local pid
   set +e  # every step is tried; the script's status stays the client's
+  : >"$work/reap"  # stopped here: nothing is left for the reaper (its pids may be reused)
   [[ -n "$container" ]] && podman rm -f -t 5 "$container" >/dev/null 2>&1
-  # unshare --fork blocks SIGTERM while it waits for its child; SIGKILL ends it, and
-  # --kill-child then ends the server, the namespace's first process, and so the namespace.
+  # The server is its pid namespace's first process: SIGKILL from here ends it and so the
+  # namespace (it changed its user, so no parent-death signal reaches it). unshare --fork
+  # blocks SIGTERM while it waits for its child: SIGKILL ends it too.
+  [[ -n "$init_pid" ]] && kill -KILL "$init_pid" 2>/dev/null
   [[ -n "$chroot_pid" ]] && kill -KILL "$chroot_pid" 2>/dev/null && wait "$chroot_pid" 2>/dev/null
   for pid in "${service_pids[@]}"; do
     kill "$pid" 2>/dev/null && wait "$pid" 2>/dev/null
   done
   [[ -n "$holder" ]] && kill "$holder" 2>/dev/null && wait "$holder" 2>/dev/null
-  # The exported root may still be a mount point for a moment after its namespace is gone.
   rm -rf "$work" 2>/dev/null || true
   return 0
 }
 trap cleanup EXIT
+# The reaper: when this script dies without its cleanup (SIGKILL at a timeout), a process that
+# outlives it stops what it started, listed in $work/reap ("pid N", "container ID"): it waits
+# for the end of a pipe that only this script holds (every background command closes it).
+: >"$work/reap"
+exec {reaper_fd}> >(
+  exec >/dev/null 2>&1
+  cat
+  [[ -f "$work/reap" ]] || exit 0
+  while read -r kind what; do
+    case "$kind" in
+      pid) kill -KILL "$what" ;;
+      container) podman rm -f "$what" ;;
+    esac
+  done <"$work/reap"
+  rm -rf "$work"
+)
+reap() { echo "$1 $2" >>"$work/reap"; }
 
 # --- the network namespace: one process holds it, every part joins it --------------------------
 
-unshare --net sleep infinity &
+# Every process started here in the background gets SIGKILL when this script dies, even by
+# SIGKILL (a timeout): setpriv --pdeathsig, kept across exec.
+orphan_proof=(setpriv --pdeathsig KILL)
+"${orphan_proof[@]}" unshare --net sleep infinity {reaper_fd}>&- &
 holder=$!
 own_ns=$(readlink /proc/self/ns/net)
 for _ in $(seq 1 500); do
@@ -86,8 +108,10 @@ for _ in $(seq 1 500); do
   kill -0 "$holder" 2>/dev/null || { echo "sandbox.sh: unshare --net failed" >&2; exit 1; }
   sleep 0.01  # between looks at the holder's namespace (a wait on a condition, 5 s at most)
 done
+[[ "$ns" != "$own_ns" ]] || { echo "sandbox.sh: no network namespace of its own" >&2; exit 1; }
 netns="/proc/$holder/ns/net"
-in_ns() { nsenter --net="$netns" -- "$@"; }
+# in_ns COMMAND...: in the namespace, killed with this script, without the reaper's pipe.
+in_ns() { "${orphan_proof[@]}" nsenter --net="$netns" -- "$@" {reaper_fd}>&-; }
 in_ns ip link set lo up
 
 {
@@ -97,7 +121,8 @@ in_ns ip link set lo up
 
 # Started by nsenter itself (not through a function), so $! is the process to stop.
 for service in "${services[@]}"; do
-  nsenter --net="$netns" -- bash -c "$service" >"$work/service.${#service_pids[@]}.log" 2>&1 &
+  "${orphan_proof[@]}" nsenter --net="$netns" -- bash -c "$service" \
+    >"$work/service.${#service_pids[@]}.log" 2>&1 {reaper_fd}>&- &
   service_pids+=($!)
 done
 
@@ -145,10 +170,11 @@ start_podman() {
   for e in "${manifest_env[@]}"; do args+=(--env "$e"); done
   # A runtime that cannot start the container fails `podman run` itself (crun's setrlimit
   # refusal exits 126); a server that starts and then exits is the server's failure, seen below.
-  container=$(podman run "${args[@]}" "$image" "${argv[@]:1}" 2>"$work/podman.err") || {
+  container=$(podman run "${args[@]}" "$image" "${argv[@]:1}" 2>"$work/podman.err" {reaper_fd}>&-) || {
     container=""
     return 1
   }
+  reap container "$container"
 }
 
 # alive: the server's container or namespace is still there.
@@ -217,12 +243,22 @@ start_chroot() {
   # env -i: the container sees the image's Env and the manifest's, nothing of this shell's.
   # capsh: chroot, empty the bounding set, become 65534 (which clears the permitted and
   # effective sets), forbid new privileges, then exec the entrypoint with the image's argv.
-  nsenter --net="$netns" -- unshare --mount --pid --fork --kill-child -- bash -c "$setup" sandbox \
+  "${orphan_proof[@]}" nsenter --net="$netns" -- unshare --mount --pid --fork --kill-child -- \
+    bash -c "$setup" sandbox \
     env -i "${image_env[@]}" "${manifest_env[@]}" \
     capsh --chroot="$root" --drop=all --gid="${user#*:}" --groups="${user#*:}" \
           --uid="${user%%:*}" --no-new-privs --shell="${argv[0]}" -- "${argv[@]:1}" \
-    >"$work/server.log" 2>&1 &
+    >"$work/server.log" 2>&1 {reaper_fd}>&- &
   chroot_pid=$!
+  # unshare's child, the namespace's first process, becomes the server through exec.
+  for _ in $(seq 1 500); do
+    init_pid=$(pgrep -P "$chroot_pid" | head -n 1 || true)
+    [[ -n "$init_pid" ]] && break
+    kill -0 "$chroot_pid" 2>/dev/null || break
+    sleep 0.01  # a wait on a condition, 5 s at most
+  done
+  [[ -n "$init_pid" ]] && reap pid "$init_pid"
+  return 0
 }
 
 server_log() {
@@ -269,8 +305,7 @@ server_pid() {
   if [[ -n "$container" ]]; then
     podman inspect --format '{{.State.Pid}}' "$container"
   else
-    # unshare's child (the namespace's first process) became the server through exec.
-    pgrep -P "$chroot_pid" | head -n 1
+    echo "$init_pid"
   fi
 }
 if [[ $status -eq 0 ]]; then
