@@ -130,8 +130,8 @@ std::shared_ptr<grpc::Channel> tls_channel(int port, const std::string& ca,
   args.SetSslTargetNameOverride("localhost");
   // A new connection for every channel: the tests compare handshakes.
   args.SetInt("grpc.use_local_subchannel_pool", 1);
-  return grpc::CreateCustomChannel("127.0.0.1:" + std::to_string(port),
-                                   grpc::SslCredentials(o), args);
+  return grpc::CreateCustomChannel("127.0.0.1:" + std::to_string(port), grpc::SslCredentials(o),
+                                   args);
 }
 
 std::shared_ptr<grpc::Channel> plain_channel(const std::string& target) {
@@ -186,13 +186,13 @@ TEST_CASE("Transport: GRPC_SERVER_USE_TLS serves TLS; the certificate files are 
   while (!reloaded && std::chrono::steady_clock::now() < deadline)
     reloaded = call(tls_channel(server.port(), "other-ca.crt")).ok();
   CHECK(reloaded);
-  CHECK(call(tls_channel(server.port(), "ca.crt")).error_code() ==
-        grpc::StatusCode::UNAVAILABLE);
+  CHECK(call(tls_channel(server.port(), "ca.crt")).error_code() == grpc::StatusCode::UNAVAILABLE);
 }
 
-TEST_CASE("Transport: GRPC_CLIENT_TLS_CACERT requires a client certificate; "
-          "GRPC_CLIENT_TLS_SAN its name",
-          "[transport]") {
+TEST_CASE(
+    "Transport: GRPC_CLIENT_TLS_CACERT requires a client certificate; "
+    "GRPC_CLIENT_TLS_SAN its name",
+    "[transport]") {
   const auto settings = transport_env({{"GRPC_HOST", "127.0.0.1"},
                                        {"GRPC_PORT", "0"},
                                        {"GRPC_SERVER_USE_TLS", "true"},
@@ -218,8 +218,7 @@ TEST_CASE("Transport: GRPC_CLIENT_TLS_CACERT requires a client certificate; "
                                        {"GRPC_CLIENT_TLS_CACERT", cert("ca.crt")}});
   rs::GrpcServer second(service(), rs::GrpcTransport::from(any_name));
   CHECK(call(tls_channel(second.port(), "ca.crt", "other-client")).ok());
-  CHECK(call(tls_channel(second.port(), "ca.crt")).error_code() ==
-        grpc::StatusCode::UNAVAILABLE);
+  CHECK(call(tls_channel(second.port(), "ca.crt")).error_code() == grpc::StatusCode::UNAVAILABLE);
 
   // A certificate file that cannot be read is refused at start, naming the variable.
   auto broken = rs::GrpcTransport::from(any_name);
@@ -266,23 +265,24 @@ TEST_CASE("Transport: HOST=\"::\" serves HTTP on IPv6 and IPv4", "[transport]") 
 
 TEST_CASE("Transport: GRPC_MAX_CONNECTION_AGE sends GOAWAY; the client connects again",
           "[transport]") {
-  // A connection older than 300 ms (+/-10%) is sent GOAWAY, and closed 300 ms later. The
-  // channel leaves READY when its connection goes away: the client saw the GOAWAY.
+  // A connection older than 1 s (+/-10%) is sent GOAWAY, and closed 1 s later. The channel
+  // leaves READY when its connection goes away: the client saw the GOAWAY (nothing else closes
+  // it here).
   const auto settings = transport_env({{"GRPC_HOST", "127.0.0.1"},
                                        {"GRPC_PORT", "0"},
-                                       {"GRPC_MAX_CONNECTION_AGE", "300ms"},
-                                       {"GRPC_MAX_CONNECTION_AGE_GRACE", "300ms"}});
+                                       {"GRPC_MAX_CONNECTION_AGE", "1s"},
+                                       {"GRPC_MAX_CONNECTION_AGE_GRACE", "1s"}});
   rs::GrpcServer server(service(), rs::GrpcTransport::from(settings));
   const auto channel = plain_channel("127.0.0.1:" + std::to_string(server.port()));
   REQUIRE(call(channel).ok());
-  REQUIRE(channel->GetState(false) == GRPC_CHANNEL_READY);
-  const bool changed = channel->WaitForStateChange(
-      GRPC_CHANNEL_READY, std::chrono::system_clock::now() + std::chrono::seconds{60});
-  CHECK(changed);
+  // On a slow machine the GOAWAY may already have come.
+  if (channel->GetState(false) == GRPC_CHANNEL_READY)
+    CHECK(channel->WaitForStateChange(GRPC_CHANNEL_READY,
+                                      std::chrono::system_clock::now() + std::chrono::seconds{60}));
   CHECK(channel->GetState(false) != GRPC_CHANNEL_READY);
   CHECK(call(channel).ok());  // a new connection
 
-  // Go's default is 24 hours: a connection stays READY meanwhile (checked over one call).
+  // Go's defaults: 24 hours, then 1 hour.
   const auto defaults = transport_env({{"GRPC_HOST", "127.0.0.1"}, {"GRPC_PORT", "0"}});
   CHECK(rs::GrpcTransport::from(defaults).max_connection_age == std::chrono::hours{24});
   CHECK(rs::GrpcTransport::from(defaults).max_connection_age_grace == std::chrono::hours{1});
