@@ -52,6 +52,8 @@ while [[ $# -gt 0 ]]; do
   esac
 done
 [[ -n "$image" && $# -gt 0 ]] || { echo "sandbox.sh: --image and a client command are needed" >&2; exit 2; }
+# Namespaces, mounts and chroot: root, as CI runs the test command.
+[[ $(id -u) -eq 0 ]] || { echo "sandbox.sh: needs root (network, mount and pid namespaces)" >&2; exit 1; }
 for tool in podman unshare nsenter setpriv capsh ip flock; do
   command -v "$tool" >/dev/null || { echo "sandbox.sh: '$tool' is not installed" >&2; exit 1; }
 done
