@@ -803,6 +803,7 @@ Settings read_settings(const std::function<std::optional<std::string>(const std:
                         "--name=value of the variables in server/README.md)");
   }
   std::map<std::string, bool, std::less<>> set;  // the rows given a value, by name
+  std::optional<std::string> not_implemented;    // the first default_only row off its default
   for (const SettingRow& r : rows) {
     if (is_template(r)) continue;
     const std::string name(r.name);
@@ -835,11 +836,11 @@ Settings read_settings(const std::function<std::optional<std::string>(const std:
         const auto ok = split(inert, '|');
         at_default = std::find(ok.begin(), ok.end(), s.**t) != ok.end();
       }
-      if (!at_default)
-        throw std::invalid_argument(label + " = \"" + (value ? *value : std::string()) +
-                                    "\": not implemented by this server yet (" +
-                                    std::string(r.meaning) +
-                                    "); refused rather than ignored, as it would change answers");
+      // Thrown after the checks below: a value Go itself refuses is named as such first.
+      if (!at_default && !not_implemented)
+        not_implemented = label + " = \"" + (value ? *value : std::string()) +
+                          "\": not implemented by this server yet (" + std::string(r.meaning) +
+                          "); refused rather than ignored, as it would change answers";
     }
   }
   // Our own misspelt names are noted, never refused: a Kubernetes Service named
@@ -925,6 +926,7 @@ Settings read_settings(const std::function<std::optional<std::string>(const std:
         "not a size in bytes (0 to 2^40)");
   if (s.shutdown_grace_seconds < 0)
     bad("GRACEFUL_SHUTDOWN_SECONDS", std::to_string(s.shutdown_grace_seconds), "must be >= 0");
+  if (not_implemented) throw std::invalid_argument(*not_implemented);
   // One script decides a call's counters all or nothing; on a cluster they would span slots,
   // and every call of several descriptors would fail.
   if (s.all_or_nothing && s.redis_type == "cluster" && s.storage == "backend")

@@ -411,6 +411,9 @@ TEST_CASE("Settings: accepted, refused and ours", "[settings]") {
                       Catch::StartsWith(name + " = \"" + value + "\": not implemented"));
   }
   CHECK(read_env({{"BACKEND_TYPE", ""}}).backend_type.empty());  // Go: "" is redis too
+  // A value Go refuses too is named as such, not as unimplemented.
+  CHECK_THROWS_WITH(read_env({{"CONFIG_TYPE", ""}}),
+                    Catch::StartsWith("CONFIG_TYPE = \"\": expected FILE or GRPC_XDS_SOTW"));
   // Values Go refuses at start.
   CHECK_THROWS_WITH(read_env({{"BACKEND_TYPE", "dynamo"}}),
                     Catch::StartsWith("BACKEND_TYPE = \"dynamo\""));
