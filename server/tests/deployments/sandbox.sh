@@ -164,7 +164,12 @@ echo "sandbox.sh: argv: ${argv[*]}; user $user; ${#manifest_env[@]} variables"
 # --- the container: podman run, else export + chroot --------------------------------------------
 
 start_podman() {
-  local args=(--detach --network "ns:$netns" --read-only --user "$user" --cap-drop ALL
+  # Named, so that a container the runtime could not start (podman leaves it "Created") is
+  # removed too.
+  local name
+  name="ratelimit-sandbox-$(basename "$work" | tr -cd 'A-Za-z0-9')"
+  reap container "$name"
+  local args=(--detach --name "$name" --network "ns:$netns" --read-only --user "$user" --cap-drop ALL
               --security-opt no-new-privileges --entrypoint "${argv[0]}"
               -v "$work/hosts:/etc/hosts:ro")
   local v e
@@ -174,9 +179,9 @@ start_podman() {
   # refusal exits 126); a server that starts and then exits is the server's failure, seen below.
   container=$(podman run "${args[@]}" "$image" "${argv[@]:1}" 2>"$work/podman.err" {reaper_fd}>&-) || {
     container=""
+    podman rm -f "$name" >/dev/null 2>&1 || true
     return 1
   }
-  reap container "$container"
 }
 
 # alive: the server's container or namespace is still there.
@@ -199,23 +204,29 @@ export_root() {
     (
       flock 9
       if [[ ! -d "$dir" ]]; then
-        local c
-        c=$(podman create "$image")
+        rm -rf "$dir.tmp"
         mkdir -p "$dir.tmp"
-        podman export "$c" | tar -x -C "$dir.tmp"
-        podman rm "$c" >/dev/null
+        export_into "$dir.tmp"
         mv "$dir.tmp" "$dir"
       fi
     ) 9>"$rootfs_cache/.lock"
   else
-    local c
     dir="$work/image"
-    c=$(podman create "$image")
     mkdir -p "$dir"
-    podman export "$c" | tar -x -C "$dir"
-    podman rm "$c" >/dev/null
+    export_into "$dir"
   fi
   echo "$dir"
+}
+
+# export_into DIR: podman create + podman export of the image, untarred into DIR; the
+# container (never started) is removed, on failure too.
+export_into() {
+  local c status=0
+  c=$(podman create "$image")
+  reap container "$c"
+  podman export "$c" | tar -x -C "$1" || status=$?
+  podman rm -f "$c" >/dev/null
+  return "$status"
 }
 
 start_chroot() {
