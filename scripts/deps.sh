@@ -9,13 +9,15 @@
 # is taken as a Debian package name. Recommends are not installed, so every needed package is
 # listed (libclang-rt-14-dev: clang's sanitizer runtimes, only recommended by clang; openssl:
 # the CLI that makes the TLS tests' certificates, scripts/tls_certs.sh; ninja-build: the test
-# command's generator, which builds several named targets in parallel).
+# command's generator, which builds several named targets in parallel; podman, libcap2-bin
+# (capsh), iproute2, util-linux, nodejs, npm and memcached: the server's image and the
+# deployments run through it, server/tests/deployments).
 # Runs apt-get as root, or through sudo when not root.
 set -euo pipefail
 
 declare -A groups=(
   [demo]="cmake g++ make"
-  [test]="cmake ninja-build g++ clang libclang-rt-14-dev clang-format make git pkg-config catch2 libhiredis-dev libssl-dev redis-server redis-tools libbenchmark-dev libyaml-cpp-dev libcpp-httplib-dev libhowardhinnant-date-dev tzdata openssl libgrpc++-dev libprotobuf-dev protobuf-compiler protobuf-compiler-grpc dpkg-dev libmicrohttpd-dev libre2-dev nginx-light caddy haproxy zlib1g-dev memcached"
+  [test]="cmake ninja-build g++ clang libclang-rt-14-dev clang-format make git pkg-config catch2 libhiredis-dev libssl-dev redis-server redis-tools libbenchmark-dev libyaml-cpp-dev libcpp-httplib-dev libhowardhinnant-date-dev tzdata openssl libgrpc++-dev libprotobuf-dev protobuf-compiler protobuf-compiler-grpc dpkg-dev libmicrohttpd-dev libre2-dev nginx-light caddy haproxy zlib1g-dev memcached podman libcap2-bin iproute2 util-linux nodejs npm"
   [bench]="cmake g++ make pkg-config libhiredis-dev libssl-dev redis-server redis-tools libbenchmark-dev gnuplot-nox python3 libevent-dev memcached zlib1g-dev"
   [gateway]="cmake g++ make pkg-config libhiredis-dev libssl-dev libyaml-cpp-dev libcpp-httplib-dev redis-server redis-tools wrk curl"
 )
@@ -35,6 +37,11 @@ done
 missing=()
 for pkg in $(printf '%s\n' "${wanted[@]}" | sort -u); do
   # dpkg -s also lists removed-but-configured packages; only "install ok installed" counts.
+  # npm comes inside some Node.js packages, which then provide it: its command counts, and
+  # installing Debian's npm beside such a Node.js would conflict with it.
+  if [[ "$pkg" == npm ]] && command -v npm >/dev/null; then
+    continue
+  fi
   if ! dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed"; then
     missing+=("$pkg")
   fi

@@ -5,8 +5,9 @@
 #      benchmarks at -O2 compiled only, examples at -O2, each public header alone);
 #      ctest runs every test, the package checks included.
 #   2. clang++ with AddressSanitizer + UndefinedBehaviorSanitizer: every test except the
-#      `concurrent`, `package` and `gateway` labels (the gateway test drives NGINX, Caddy and
-#      HAProxy; the server's side of it runs here in check_test).
+#      `concurrent`, `package`, `image` and `gateways` labels (the image is the release
+#      build's binary; the gateways test drives NGINX, Caddy and HAProxy, and the server's side
+#      of it runs here in check_test).
 #   3. ThreadSanitizer (clang++): the `concurrent` tests.
 # A throwaway Redis runs for the whole script (RATELIMIT_TEST_REDIS=127.0.0.1:PORT) and is
 # stopped on exit, failure included; so is a throwaway Redis Cluster (RATELIMIT_TEST_CLUSTER,
@@ -278,11 +279,11 @@ fi
 # some 75 s more for it). -O0 but the OPTIMIZED tests at -O1: clang++ with ASan compiles the
 # suite three times faster at -O0. -gline-tables-only: file:line in sanitizer reports, for less
 # compile time than -g.
-note "build 2/3: clang++ ASan+UBSan; ctest -LE 'concurrent|package|cluster|gateway${exclude_redis}'"
+note "build 2/3: clang++ ASan+UBSan; ctest -LE 'concurrent|package|image|gateways|cluster${exclude_redis}'"
 export ASAN_OPTIONS="detect_leaks=1:abort_on_error=0:strict_string_checks=1"
 export UBSAN_OPTIONS="print_stacktrace=1:halt_on_error=1"
 s=$SECONDS
-asan_select=(-LE "concurrent|package|cluster|gateway${exclude_redis}")
+asan_select=(-LE "concurrent|package|image|gateways|cluster${exclude_redis}")
 if configure asan -DCMAKE_CXX_COMPILER=clang++ -DCMAKE_BUILD_TYPE=Debug \
     "-DCMAKE_CXX_FLAGS_DEBUG=-O0 -gline-tables-only -fsanitize=address,undefined -fno-sanitize-recover=all -fno-omit-frame-pointer" \
     -DRATELIMIT_OPTIMIZED_TEST_COMPILE_OPTIONS=-O1 \

@@ -1,10 +1,12 @@
 # Run by CTest (cmake -P): configures, builds and runs tests/consumer against ratelimit.
 # MODE=package: installs RATELIMIT_BINARY_DIR into WORK_DIR/prefix and uses find_package.
 # MODE=subdirectory: the consumer add_subdirectory()s RATELIMIT_SOURCE_DIR.
-# MODE=deb: configures RATELIMIT_SOURCE_DIR afresh, makes the Debian package with CPack, unpacks it
-#   with dpkg-deb into WORK_DIR/root (no root rights, no change to the system) and builds the
-#   consumer against that copy twice: with find_package, and with pkg-config alone (the compiler
-#   called directly with the flags of ratelimit.pc, ratelimit-redis.pc, ...).
+# MODE=deb: makes the Debian packages with CPack from RATELIMIT_BINARY_DIR as the build left it
+#   (its CPackConfig.cmake: the install of that tree, nothing configured or compiled again; the
+#   packages are written under WORK_DIR), unpacks them with dpkg-deb into WORK_DIR/root (no root
+#   rights, no change to the system) and builds the consumer against that copy twice: with
+#   find_package, and with pkg-config alone (the compiler called directly with the flags of
+#   ratelimit.pc, ratelimit-redis.pc, ...).
 foreach(_var RATELIMIT_SOURCE_DIR RATELIMIT_BINARY_DIR CONSUMER_SOURCE_DIR CXX_COMPILER GENERATOR
              MODE WORK_DIR)
   if(NOT DEFINED ${_var})
@@ -21,6 +23,7 @@ function(run)
 endfunction()
 
 file(REMOVE_RECURSE "${WORK_DIR}")
+file(MAKE_DIRECTORY "${WORK_DIR}")
 set(_configure "${CMAKE_COMMAND}" -S "${CONSUMER_SOURCE_DIR}" -B "${WORK_DIR}/build"
     -G "${GENERATOR}" "-DCMAKE_CXX_COMPILER=${CXX_COMPILER}" -DCMAKE_BUILD_TYPE=Release
     -DCMAKE_FIND_USE_PACKAGE_REGISTRY=OFF -DCONSUMER_MODE=${MODE})
@@ -55,13 +58,16 @@ function(pkg_config_flags out module)
 endfunction()
 
 if(MODE STREQUAL "deb")
-  set(_pkg_build "${WORK_DIR}/pkgbuild")
-  run("${CMAKE_COMMAND}" -S "${RATELIMIT_SOURCE_DIR}" -B "${_pkg_build}" -G "${GENERATOR}"
-      "-DCMAKE_CXX_COMPILER=${CXX_COMPILER}" -DCMAKE_BUILD_TYPE=Release -DRATELIMIT_BUILD_TESTS=OFF
-      -DRATELIMIT_BUILD_BENCH=OFF -DRATELIMIT_BUILD_EXAMPLES=OFF)
-  run("${CMAKE_COMMAND}" --build "${_pkg_build}")
-  execute_process(COMMAND cpack -G DEB --config "${_pkg_build}/CPackConfig.cmake"
-                  WORKING_DIRECTORY "${_pkg_build}" RESULT_VARIABLE _rc)
+  # The packages of the tree the build made: cpack installs that tree (with Ninja it builds
+  # nothing first; with Makefiles its `preinstall` step finds everything up to date). -B puts
+  # the packages and cpack's staging under WORK_DIR, so the build tree is only read.
+  set(_pkg_build "${WORK_DIR}/cpack")
+  if(NOT EXISTS "${RATELIMIT_BINARY_DIR}/CPackConfig.cmake")
+    message(FATAL_ERROR "no ${RATELIMIT_BINARY_DIR}/CPackConfig.cmake (RATELIMIT_INSTALL off?)")
+  endif()
+  execute_process(COMMAND cpack -G DEB --config "${RATELIMIT_BINARY_DIR}/CPackConfig.cmake"
+                          -B "${_pkg_build}"
+                  WORKING_DIRECTORY "${WORK_DIR}" RESULT_VARIABLE _rc)
   file(GLOB _debs "${_pkg_build}/ratelimit-dev_*_all.deb")
   list(LENGTH _debs _n)
   if(NOT _rc EQUAL 0 OR NOT _n EQUAL 1)
@@ -103,7 +109,7 @@ if(MODE STREQUAL "deb")
   endif()
   # The server's package, when the server was built: the binary, and the libraries it needs in
   # its Depends (dpkg-shlibdeps), so that `apt install ./ratelimit-server_*.deb` pulls them in.
-  if(EXISTS "${_pkg_build}/server/ratelimit_server")
+  if(EXISTS "${RATELIMIT_BINARY_DIR}/server/ratelimit_server")
     file(GLOB _server_debs "${_pkg_build}/ratelimit-server_*.deb")
     list(LENGTH _server_debs _n)
     if(NOT _n EQUAL 1)
