@@ -155,9 +155,47 @@ class IoLoopCore {
     waker_->wake();
   }
 
-  /// A blocking caller's own round trip on a lent connection (see RedisIoLoop::round_trip_here;
-  /// defined in io_lend.hpp).
-  bool round_trip_here(IoNode* node, IoRequest& req);
+  /// The idle connection a caller took (see RedisIoLoop::lend): empty when none was lent, or
+  /// when the one lent had been closed by the server meanwhile (found so when taken: it counts
+  /// as a lost connection of its node). Given back when destroyed. Move-only.
+  class Lent {
+   public:
+    Lent() = default;
+    Lent(Lent&& o) noexcept : core_(o.core_), node_(o.node_), conn_(o.conn_) { o.conn_ = nullptr; }
+    Lent& operator=(Lent&& o) noexcept {
+      if (this != &o) {
+        release();
+        core_ = o.core_;
+        node_ = o.node_;
+        conn_ = o.conn_;
+        o.conn_ = nullptr;
+      }
+      return *this;
+    }
+    Lent(const Lent&) = delete;
+    Lent& operator=(const Lent&) = delete;
+    ~Lent() { release(); }
+    explicit operator bool() const noexcept { return conn_ != nullptr; }
+    /// Gives the connection back now (nothing if empty).
+    void release() noexcept {
+      if (conn_ != nullptr) core_->give_back(node_, conn_, conn_->dead);
+      conn_ = nullptr;
+    }
+
+   private:
+    friend class IoLoopCore;
+    Lent(IoLoopCore* core, IoNode* node, Conn* conn) : core_(core), node_(node), conn_(conn) {}
+    IoLoopCore* core_ = nullptr;
+    IoNode* node_ = nullptr;
+    Conn* conn_ = nullptr;
+  };
+
+  /// Takes `node`'s lent connection for the calling thread (defined in io_lend.hpp).
+  Lent lend(IoNode* node);
+
+  /// A blocking caller's own round trip on the connection it took (see
+  /// RedisIoLoop::round_trip_here; defined in io_lend.hpp). Gives it back.
+  bool round_trip_here(Lent& lent, IoRequest& req);
 
   /// The I/O thread's body: turns until `stop` (defined in io_turn.hpp).
   void run();

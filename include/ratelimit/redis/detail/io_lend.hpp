@@ -16,20 +16,28 @@
 
 namespace ratelimit::detail {
 
-inline bool IoLoopCore::round_trip_here(IoNode* node, IoRequest& req) {
-  // A large request (a big batch) goes through the loop, which reads replies while it
-  // writes; here the whole request is written before the first read.
-  if (req.wire.size() > round_trip_here_max) return false;
+inline IoLoopCore::Lent IoLoopCore::lend(IoNode* node) {
   Conn* c = node->parked_.exchange(nullptr);
-  if (c == nullptr) return false;
+  if (c == nullptr) return {};
   // Dead (a caller before failed on it), or closed here because it was readable while idle
   // (the server closed it, or sent what nobody asked for): the loop drops it on its turn.
   if (c->dead || close_if_readable(*c)) {
     give_back(node, c, true);
+    return {};
+  }
+  return Lent(this, node, c);
+}
+
+inline bool IoLoopCore::round_trip_here(Lent& lent, IoRequest& req) {
+  // A large request (a big batch) goes through the loop, which reads replies while it
+  // writes; here the whole request is written before the first read.
+  if (!lent || req.wire.size() > round_trip_here_max) {
+    lent.release();
     return false;
   }
-  IoOutcome outcome = exchange_here(*node, *c, req);
-  give_back(node, c, c->dead);
+  Conn* c = lent.conn_;
+  IoOutcome outcome = exchange_here(*lent.node_, *c, req);
+  lent.release();
   complete(req, std::move(outcome));
   return true;
 }
