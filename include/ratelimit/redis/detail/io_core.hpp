@@ -270,6 +270,19 @@ class IoLoopCore {
   /// arms the waker (see Waker).
   void wait(std::vector<pollfd>& fds, std::optional<SteadyTime> until);
 
+ public:
+  /// How late past the time it asked for a wait must end to count as a pause of the process
+  /// (every thread stopped: SIGSTOP, a frozen VM), not a slow server or a busy machine.
+  static constexpr std::chrono::milliseconds pause_gap{100};
+  /// Pauses of the process the loop noticed (and gave the requests past their deadline one
+  /// more command timeout). Thread safety: any thread.
+  std::uint64_t pauses() const noexcept { return pauses_.load(std::memory_order_relaxed); }
+
+ private:
+  /// After a pause: each request whose deadline passed meanwhile gets one more command
+  /// timeout from `now`, once; so do connection attempts.
+  void resumed(SteadyTime now);
+
   /// Advances `node`'s connections and puts its waiting requests on ready ones.
   void service(IoNode& node, SteadyTime now);
 
@@ -350,6 +363,7 @@ class IoLoopCore {
   // The I/O thread's own.
   std::vector<IoNode*> loop_nodes_;
   std::priority_queue<Deadline, std::vector<Deadline>, std::greater<>> deadlines_;
+  std::atomic<std::uint64_t> pauses_{0};
   std::priority_queue<Timer, std::vector<Timer>, std::greater<>> timers_;
   std::uint64_t timer_seq_ = 0;
   bool queued_by_loop_ = false;  ///< the I/O thread queued work since its last drain

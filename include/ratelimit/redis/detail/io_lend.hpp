@@ -48,11 +48,14 @@ inline IoOutcome IoLoopCore::exchange_here(const IoNode& node, Conn& c, IoReques
     c.close_for_good();
     return IoOutcome{{}, RedisError(kind, node.address().address() + ": " + why, got.size()), {}};
   };
-  // Until `events` on c.fd or the deadline: false once it passed.
+  // Until `events` on c.fd or the deadline: false once it passed. A wait that ends more than
+  // pause_gap past its deadline was a pause of the process (as the loop's, see `resumed`):
+  // the request gets one more command timeout, once.
+  bool resumed = false;
   const auto await = [&](short events) {
     for (;;) {
-      const auto left = std::chrono::ceil<std::chrono::nanoseconds>(
-          req.deadline - std::chrono::steady_clock::now());
+      const auto start = std::chrono::steady_clock::now();
+      const auto left = std::chrono::ceil<std::chrono::nanoseconds>(req.deadline - start);
       if (left.count() <= 0) return false;
       const timespec ts{static_cast<time_t>(left.count() / 1'000'000'000),
                         static_cast<long>(left.count() % 1'000'000'000)};
@@ -60,6 +63,11 @@ inline IoOutcome IoLoopCore::exchange_here(const IoNode& node, Conn& c, IoReques
       const int n = ::ppoll(&p, 1, &ts, nullptr);
       if (n > 0) return true;
       if (n < 0 && errno != EINTR) return true;  // the call that follows names the error
+      const auto now = std::chrono::steady_clock::now();
+      if (!resumed && now - req.deadline > pause_gap) {
+        resumed = true;
+        req.deadline = now + node.settings_.command_timeout;
+      }
     }
   };
   const auto error = [](const char* what) { return std::string(what) + std::strerror(errno); };

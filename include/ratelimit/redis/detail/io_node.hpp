@@ -122,6 +122,7 @@ class IoNode {
     Conn* conn = nullptr;     ///< null while waiting for a connection
     std::uint64_t start = 0;  ///< where its bytes start on conn (to know if any were sent)
     bool finished = false;
+    bool resumed = false;  ///< given a new deadline once after a pause of the process
   };
 
   IoNode(RedisNode address, RedisConnectionSettings settings)

@@ -20,6 +20,7 @@
 #include "../../core/decision.hpp"
 #include "../../core/detail/validate.hpp"
 #include "../../core/storage.hpp"
+#include "../../memory/in_memory_storage.hpp"
 #include "../detail/client.hpp"
 #include "../detail/decimal.hpp"
 #include "../options.hpp"
@@ -28,9 +29,16 @@ namespace ratelimit {
 
 /// A leased storage's configuration. Thread safety: a plain value.
 struct LeaseOptions {
-  /// The shared Redis (its failure_policy decides when a lease cannot be taken: fail_open or
-  /// fail_closed; local_fallback acts as fail_closed here).
-  RedisOptions redis;
+  /// The shared Redis. Its failure_policy decides when a lease cannot be taken; here it
+  /// defaults to local_fallback (each instance decides on its share, the limit divided by
+  /// `fallback_divisor`, in process), not RedisStorage's fail_open: fail_open would void every
+  /// bound while the far Redis does not answer. Assigning a whole RedisOptions brings its own
+  /// policy (fail_open unless set): set `redis.failure_policy` after.
+  RedisOptions redis = [] {
+    RedisOptions o;
+    o.failure_policy = FailurePolicy::local_fallback;
+    return o;
+  }();
   /// A lease takes N / lease_divisor units (at least 1) unless `bind` is given L; 1 to 10^6.
   std::int64_t lease_divisor = 10;
   /// H: a lease's unused units go back after this long (the instance's clock), 1 ms to 1 h.
@@ -79,6 +87,8 @@ struct LeaseShared {
         }()) {}
   LeaseOptions options;
   std::shared_ptr<RedisClient> client;
+  /// The per-instance shares of local_fallback.
+  InMemoryStorage fallback;
   std::atomic<std::uint64_t> local{0}, round_trips{0}, units_leased{0}, units_returned{0},
       degraded{0};
 };
@@ -108,6 +118,17 @@ inline std::optional<std::vector<i128>> lease_round_trip(LeaseShared& shared, Re
     return std::nullopt;
   }
   return std::vector<i128>(r.begin(), r.end());
+}
+
+/// local_fallback's decision for a lease that could not be taken: the instance's share, in
+/// process (`fallback`, the binding's limit divided by fallback_divisor). Degraded.
+template <class Fallback>
+Decision lease_fallback(LeaseShared& shared, const Fallback& fallback, std::string_view key,
+                        std::chrono::nanoseconds now, const Operation& op) {
+  shared.degraded.fetch_add(1, std::memory_order_relaxed);
+  Decision d = fallback.apply(key, now, op);
+  d.degraded = true;
+  return d;
 }
 
 /// The failure policy's decision for a lease that could not be taken: fail_open admits,
