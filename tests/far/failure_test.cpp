@@ -128,9 +128,10 @@ TEST_CASE("A decision in flight while the process is paused is not degraded",
   CHECK(s.stats().degraded == 0);
 }
 
-TEST_CASE("A region whose Redis is down admits its per-instance share, and a restart forgets "
-          "the window's count",
-          "[far][failure][restart][redis]") {
+TEST_CASE(
+    "A region whose Redis is down admits its per-instance share, and a restart forgets "
+    "the window's count",
+    "[far][failure][restart][redis]") {
   // N = 100 per 10 s window, fallback_divisor = 4: while its Redis is down an instance admits
   // N / 4 = 25 per window (degraded), on its own. The default policy; fail_open admitted
   // every request (the issue's 1 847 over in one window).
@@ -189,4 +190,40 @@ TEST_CASE("A leased storage whose Redis is down spends its share, not everything
     down += d.allowed ? 1 : 0;
   }
   CHECK(down == 100 / 5);
+}
+
+TEST_CASE(
+    "A window binding whose default unseen bound would let the regions admit more than "
+    "twice the limit is refused, naming what fits",
+    "[far][defaults]") {
+  // No Redis is asked: the refusal is at bind. Four regions, per-second limit N = 100,
+  // d = 50 ms. The former default S = 1 s gave U = ceil(100 x 1.1) = 100 (at most N), so the
+  // regions could admit N + 3 x 100 = 400 per window: 4x. Refused; what fits:
+  // S + 2d <= W / (R - 1) - W / N = 333 - 10 = 323 ms, so S <= 223 ms.
+  ratelimit::RegionalOptions o;
+  o.region = "r0";
+  o.local.host = "127.0.0.1";
+  o.local.port = 1;  // never connected: nothing is decided here
+  for (const char* name : {"r1", "r2", "r3"}) {
+    ratelimit::RemoteRegion r;
+    r.name = name;
+    r.redis.host = "127.0.0.1";
+    r.redis.port = 1;
+    o.remotes.push_back(r);
+  }
+  o.exchange_interval = 1000ms;
+  o.one_way_delay = 50ms;
+  ratelimit::RegionalStorage slow(o);
+  const ratelimit::detail::WindowParams per_second{100, 1'000'000'000};
+  CHECK_THROWS_WITH(slow.bind<FixedWindowModel>("api", per_second),
+                    Catch::Contains("exchange_interval = 1000 ms") &&
+                        Catch::Contains("lets the regions admit 400 per window") &&
+                        Catch::Contains("at most 223 ms"));
+  // An explicit U is the user's choice: accepted.
+  CHECK_NOTHROW(slow.bind<FixedWindowModel>("api", per_second, 100));
+  // The default S = 100 ms: U = ceil(100 x 0.2) = 20, 100 + 3 x 20 = 160 <= 2N: accepted.
+  o.exchange_interval = ratelimit::RegionalOptions{}.exchange_interval;
+  CHECK(o.exchange_interval == 100ms);
+  ratelimit::RegionalStorage fits(o);
+  CHECK(fits.bind<FixedWindowModel>("api", per_second).unseen_limit() == 20);
 }

@@ -44,8 +44,11 @@ struct RegionalOptions {
   /// unseen units.
   std::vector<RemoteRegion> remotes;
   /// S: the exchange interval of the background exchanger (RegionalExchanger), 1 ms to 1 h.
-  /// Also the `retry_after` of a request denied because its unseen units are used up.
-  std::chrono::milliseconds exchange_interval{1000};
+  /// Also the `retry_after` of a request denied because its unseen units are used up. With
+  /// the default U, a window binding is refused (std::invalid_argument naming what fits) when
+  /// the regions could admit more than twice its limit: (R - 1) ceil(N (S + 2d) / W) > N. The
+  /// default, 100 ms, fits per-second limits over up to 4 regions at d = 50 ms.
+  std::chrono::milliseconds exchange_interval{100};
   /// d: the expected one-way delay to the other regions, 0 to 1 h. Only used to derive a
   /// binding's default unseen bound U = ceil(N (S + 2d) / W), with which a client staying in
   /// one region reaches its full limit (docs/far.md).
