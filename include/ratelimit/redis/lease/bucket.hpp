@@ -96,7 +96,12 @@ class LeasedBucketBinding {
     bool keep = true;
     {
       const std::lock_guard lock(table_->mutex);
-      auto it = table_->leases.find(std::string(key));
+      const std::string k_str(key);
+      if (auto d = detail::recall_denial(table_->denied, k_str, now, op, params_.limit)) {
+        shared_->denied_locally.fetch_add(1, std::memory_order_relaxed);
+        return *d;
+      }
+      auto it = table_->leases.find(k_str);
       if (it != table_->leases.end()) {
         Lease& l = it->second;
         if (op.cost <= l.left && now - l.taken_at < shared_->options.lease_duration &&
@@ -127,6 +132,11 @@ class LeasedBucketBinding {
       if (d.allowed || d.retry_after == std::chrono::nanoseconds{0})
         d.retry_after = std::chrono::milliseconds{1};  // the script erred towards denial
       d.allowed = false;
+      {
+        const std::lock_guard lock(table_->mutex);
+        detail::remember_denial(table_->denied, std::string(key), now, d, params_.limit,
+                                shared_->options.max_keys, shared_->options.lease_duration);
+      }
       return d;
     }
     const std::int64_t left = r->granted - op.cost;
@@ -228,6 +238,7 @@ class LeasedBucketBinding {
   struct Table {
     std::mutex mutex;
     std::unordered_map<std::string, Lease> leases;
+    std::unordered_map<std::string, detail::LeaseDenial> denied;
   };
   /// What a lease call saw and did.
   struct Taken {

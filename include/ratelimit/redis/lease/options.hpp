@@ -55,6 +55,7 @@ struct LeaseStats {
   std::uint64_t units_leased = 0;
   std::uint64_t units_returned = 0;  ///< unused units handed back (a bucket credits fewer)
   std::uint64_t degraded = 0;        ///< decisions the failure policy made (Redis down)
+  std::uint64_t denied_locally = 0;  ///< denials answered from a remembered one, no round trip
 };
 
 /// One part of a `LeasedStorage::decide_all` (one key). Thread safety: a plain value.
@@ -90,8 +91,55 @@ struct LeaseShared {
   /// The per-instance shares of local_fallback.
   InMemoryStorage fallback;
   std::atomic<std::uint64_t> local{0}, round_trips{0}, units_leased{0}, units_returned{0},
-      degraded{0};
+      degraded{0}, denied_locally{0};
 };
+
+/// A denial a lease call got, answered in process until `until` for every request of more
+/// than `room` units under the same limit, as RedisStorage's over-limit cache does: a flood's
+/// denials cost no round trip. `until` is the denial's retry_after, but at most H: another
+/// instance's lease ends within H and its unused units come back, which a remembered denial
+/// would not see (under-admission only, for at most H). Thread safety: guarded by its
+/// binding's table mutex.
+struct LeaseDenial {
+  std::chrono::nanoseconds at{0};  ///< when Redis denied
+  std::chrono::nanoseconds until{0};
+  std::int64_t room = 0;   ///< units Redis still had for this key (a smaller request asks it)
+  std::int64_t limit = 0;  ///< the limit it was decided under
+  Decision decision;
+};
+
+/// The remembered denial of `key` for `op` at `now`, if any (peeks always ask), its durations
+/// counted from `now`. Drops an expired one. Call with the table's mutex held.
+inline std::optional<Decision> recall_denial(std::unordered_map<std::string, LeaseDenial>& denied,
+                                             const std::string& key, std::chrono::nanoseconds now,
+                                             const Operation& op, std::int64_t limit) {
+  if (op.peek || denied.empty()) return std::nullopt;
+  const auto it = denied.find(key);
+  if (it == denied.end()) return std::nullopt;
+  const LeaseDenial& m = it->second;
+  if (now >= m.until || now < m.at) {  // over, or a clock stepped back
+    denied.erase(it);
+    return std::nullopt;
+  }
+  if (op.cost <= m.room || m.limit != limit) return std::nullopt;
+  Decision d = m.decision;
+  const auto spent = now - m.at;
+  d.retry_after = std::max(d.retry_after - spent, std::chrono::nanoseconds{1});
+  d.reset_after = std::max(d.reset_after - spent, std::chrono::nanoseconds{0});
+  return d;
+}
+
+/// Remembers denial `d` of `key` at `now` for at most `hold` (room: units Redis still had),
+/// within `max_keys` keys.
+inline void remember_denial(std::unordered_map<std::string, LeaseDenial>& denied,
+                            const std::string& key, std::chrono::nanoseconds now, const Decision& d,
+                            std::int64_t limit, std::size_t max_keys,
+                            std::chrono::nanoseconds hold) {
+  if (d.retry_after <= std::chrono::nanoseconds{0} || d.retry_after == Decision::never) return;
+  if (denied.size() >= max_keys && denied.find(key) == denied.end()) return;
+  denied[key] = LeaseDenial{now, now + std::min(d.retry_after, hold),
+                            std::max<std::int64_t>(d.remaining, 0), limit, d};
+}
 
 /// `now` within the clock's range [0, 2^62 ns] (as every storage reads it): ends and ages such
 /// as (k + 1) W - t cannot overflow for any `now` a caller passes.

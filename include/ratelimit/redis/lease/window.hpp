@@ -78,7 +78,12 @@ class LeasedWindowBinding {
     bool keep = true;
     {
       const std::lock_guard lock(table_->mutex);
-      auto it = table_->leases.find(std::string(key));
+      const std::string k_str(key);
+      if (auto d = detail::recall_denial(table_->denied, k_str, now, op, params_.limit)) {
+        shared_->denied_locally.fetch_add(1, std::memory_order_relaxed);
+        return *d;
+      }
+      auto it = table_->leases.find(k_str);
       if (it != table_->leases.end()) {
         Lease& l = it->second;
         if (l.window != k) {
@@ -109,6 +114,11 @@ class LeasedWindowBinding {
       if (d.allowed || d.retry_after == std::chrono::nanoseconds{0})
         d.retry_after = std::chrono::milliseconds{1};
       d.allowed = false;
+      {
+        const std::lock_guard lock(table_->mutex);
+        detail::remember_denial(table_->denied, std::string(key), now, d, params_.limit,
+                                shared_->options.max_keys, shared_->options.lease_duration);
+      }
       return d;
     }
     const std::int64_t left = r->granted - op.cost, room = r->room;
@@ -191,6 +201,7 @@ class LeasedWindowBinding {
   struct Table {
     std::mutex mutex;
     std::unordered_map<std::string, Lease> leases;
+    std::unordered_map<std::string, detail::LeaseDenial> denied;
   };
 
   LeasedWindowBinding(std::shared_ptr<detail::LeaseShared> shared, std::string_view name,
