@@ -43,7 +43,7 @@
 /// tokens; and units that arrive after i admitted later ones are debited on top of those
 /// (out of order): the others' units of the last S + 2d before i's admissions, at most
 /// C + r (S + 2d) for one client that moved. Each is paid back at r. Measured (tests/far):
-/// a client at 90 % of its rate moving every 8 s got 1800 of 1800; a 10 per s client of an
+/// a client at 90 % of its rate moving every 4 s got 900 of 900; a 10 per s client of an
 /// idle region got 20 of 20 after a flood elsewhere (one exact bucket: the same).
 /// One region's client: the unseen units and the request's own were admitted after the last
 /// claim that was acknowledged; claims start every S and their acknowledgement takes a round
