@@ -19,6 +19,7 @@
 #include <ratelimit/redis/lease/storage.hpp>
 #include <ratelimit/redis/regional/storage.hpp>
 
+#include "far/regions.hpp"
 #include "redis/redis_admin.hpp"
 #include "support/delay_proxy.hpp"
 #include "support/redis_backend.hpp"
@@ -226,4 +227,28 @@ TEST_CASE(
   CHECK(o.exchange_interval == 100ms);
   ratelimit::RegionalStorage fits(o);
   CHECK(fits.bind<FixedWindowModel>("api", per_second).unseen_limit() == 20);
+}
+
+TEST_CASE("A FLUSHALL of a region's Redis forgets its window: at most one more N",
+          "[far][failure][flushall][redis]") {
+  // N = 50 per 10 s window, two regions, U = 50 given (so that r0 may admit all 50 unseen).
+  // r0 admits 50, its exchange pushes them to r1 (which then admits none). A FLUSHALL of r0's
+  // Redis loses its count: r0 admits 50 again. In all 100 <= N + (R - 1) U + N = 150 (the
+  // lost Redis's term, docs/far.md); r1, which kept r0's pushed 50, still admits nothing.
+  rltest::Regions regions(2);
+  ratelimit::RegionalStorage r0(regions.options(0, 100ms, 40ms));
+  ratelimit::RegionalStorage r1(regions.options(1, 100ms, 40ms));
+  const ratelimit::detail::WindowParams p{50, 10'000'000'000};
+  auto a = r0.bind<FixedWindowModel>("api", p, 50);
+  auto b = r1.bind<FixedWindowModel>("api", p, 50);
+  std::int64_t admitted = 0;
+  for (int i = 0; i < 60; ++i) admitted += a.apply("k", 1ms, {1}).allowed ? 1 : 0;
+  CHECK(admitted == 50);
+  CHECK(r0.exchange(2ms).units_pushed == 50);
+  CHECK_FALSE(b.apply("k", 3ms, {1}).allowed);
+  rltest::RedisAdmin(regions.endpoint(0)).run({"FLUSHALL"});
+  for (int i = 0; i < 60; ++i) admitted += a.apply("k", 4ms, {1}).allowed ? 1 : 0;
+  CHECK(admitted == 100);  // 50 + 50: one more N
+  CHECK(admitted <= 50 + 50 + 50);
+  CHECK_FALSE(b.apply("k", 5ms, {1}).allowed);
 }
