@@ -26,14 +26,22 @@
 --          claimed (a phantom acknowledgement would let this region admit more than U units
 --          that region r never debits). Returns 1, or 0 when the hash had expired.
 -- push     on another region's Redis. KEYS: the same hash name. ARGV: 'push' | field n:<self>
---          | d | TTL ms | (optional, buckets) extra ms | hold ms. HINCRBY field d (counts merge by
+--          | d | TTL ms | (optional, buckets) extra ms | hold ms | claim time, us | one
+--          unit, ns rounded up. HINCRBY field d (counts merge by
 --          addition; never a written total) and keeps the longer of the hash's TTL and the
 --          given one. A bucket's hash also lives `extra` (what d units take to refill) beyond
 --          the longer of its TTL and `hold` (the exchange's lag): the debt those units add
 --          outlasts the hash's state, and a hash that had expired lives until its bucket,
---          debited, is full again (redis/regional/bucket.hpp). Returns the field's new value.
+--          debited, is full again (redis/regional/bucket.hpp). A bucket's push also debits
+--          the d units at once, dated at the claim (they were all admitted before it), as
+--          lua/regional_bucket.lua's state: at <- max(at, claim) + d x unit (rounded up to whole
+--          us, remainder untouched: more backlog, never more tokens), and x += d, so a decision
+--          does not debit them again. A region that was idle thus sees the others' units with
+--          the refill since they were spent, not all at once against its present.
+--          Returns the field's new value.
 
 local mode = ARGV[1]
+local TWO53 = 9007199254740992
 
 if mode == 'claim' then
   local self, m = ARGV[2], tonumber(ARGV[4])
@@ -101,6 +109,19 @@ elseif mode == 'push' then
     if base + extra > ttl then ttl = base + extra end
   end
   local v = redis.call('HINCRBY', KEYS[1], ARGV[2], ARGV[3])
+  if ARGV[8] then
+    local d, claim, unit = tonumber(ARGV[3]), tonumber(ARGV[7]), tonumber(ARGV[8])
+    local at = tonumber(redis.call('HGET', KEYS[1], 'a') or '0')
+    local rem = tonumber(redis.call('HGET', KEYS[1], 'r') or '0')
+    local from = at
+    if at < claim or (at == claim and rem == 0) then from = claim end
+    -- d x unit ns in whole us, rounded up (one us more where the product is not exact).
+    local p = d * unit
+    local add = math.floor(p / 1000)
+    if add * 1000 < p or p >= TWO53 then add = add + 1 end
+    redis.call('HINCRBY', KEYS[1], 'a', from + add - at)
+    redis.call('HINCRBY', KEYS[1], 'x', d)
+  end
   if redis.call('PTTL', KEYS[1]) < ttl then redis.call('PEXPIRE', KEYS[1], ttl) end
   return v
 end

@@ -61,6 +61,28 @@ TEST_CASE("A leased storage makes its first decision in one round trip, warmed u
   CHECK(warm.redis_stats().script_loads == 0);
 }
 
+TEST_CASE("A leased storage's first decision after its Redis restarted is one EVAL",
+          "[far][lease][redis]") {
+  // Pins a reconnect that sent EVALSHA on the new connection (NOSCRIPT, then EVAL): two round
+  // trips after the connect, past the default deadline for a Redis 40 ms away.
+  (void)rltest::redis_endpoint();
+  rltest::ThrowawayRedis server;
+  ratelimit::LeasedStorage s(leases_on(server.endpoint()));
+  const ratelimit::detail::WindowParams p{100, 1'000'000'000};
+  auto b = s.bind<ratelimit::FixedWindowModel>("api", p, 1);  // L = 1: every decision asks
+  REQUIRE(b.apply("k", 1ms, {1}).allowed);
+  REQUIRE(b.apply("k", 2ms, {1}).allowed);  // EVALSHA: the node holds the script
+  server.kill();
+  server.start();
+  auto trips = std::make_shared<RoundTrips>();
+  s.attach_listener(trips);
+  const auto d = b.apply("k", 3ms, {1});
+  CHECK(d.allowed);
+  CHECK_FALSE(d.degraded);
+  CHECK(trips->count.load() == 1);
+  CHECK(s.redis_stats().script_loads == 0);  // no NOSCRIPT
+}
+
 TEST_CASE("A warmed-up regional storage makes its first decision in one round trip",
           "[far][redis]") {
   rltest::Regions regions(2);

@@ -166,3 +166,35 @@ TEST_CASE("A priority's lower limit never spends a lease taken under the whole l
   CHECK(run(memory) == 4);
   CHECK(run(leased) == 4);
 }
+
+TEMPLATE_TEST_CASE("A flood's denials on a leased key are answered in process for up to H",
+                   "[far][lease][redis][flood]", FixedWindowModel, ratelimit::SlidingCounterModel) {
+  // Fault pinned: every denial was a lease round trip (15 to 16 decisions per round trip under
+  // a flood on a Redis 40 ms away). N = 100 per second, L = 10, H = 100 ms: the first 100
+  // requests at 1 ms take 10 leases (10 round trips); the 101st asks Redis, is denied, and
+  // the denial is remembered for min(its retry_after, H) = 100 ms (another instance's lease
+  // would come back within H); requests 102 to 10 000 at 1 ms are denied here, each with the
+  // same retry_after as Redis's denial. 10 000 / 11 round trips = 909 per round trip.
+  LeasedStorage s(lease_options(rltest::unique_prefix("lease")));
+  auto b = s.template bind<TestType>("api", per_second(100), 10);
+  std::int64_t admitted = 0;
+  std::chrono::nanoseconds first_retry{0};
+  for (int i = 0; i < 10'000; ++i) {
+    const auto d = b.apply("k", 1ms, one);
+    admitted += d.allowed ? 1 : 0;
+    if (i == 100) first_retry = d.retry_after;
+    if (i > 100) REQUIRE(d.retry_after == first_retry);
+  }
+  CHECK(admitted == 100);
+  const auto st = s.stats();
+  CHECK(st.round_trips == 11);
+  CHECK(st.denied_locally == 10'000 - 101);
+  WARN("decisions per round trip under a flood: " << 10'000 / st.round_trips);
+  CHECK(10'000 / st.round_trips >= 100);
+  // H after the denial Redis is asked again (101 ms: still denied, one round trip), and in
+  // the next window the instance leases again.
+  CHECK_FALSE(b.apply("k", 101ms, one).allowed);
+  CHECK(s.stats().round_trips == 12);
+  CHECK(b.apply("k", 2s + 1ms, one).allowed);
+  CHECK(s.stats().round_trips == 13);
+}

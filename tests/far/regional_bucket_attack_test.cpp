@@ -65,8 +65,9 @@ TEMPLATE_TEST_CASE(
   REQUIRE(second.hashes() == 1);
   CHECK(s[0].finish_exchange(std::move(first)).units_pushed == 5);
   CHECK(s[0].finish_exchange(std::move(second)).units_pushed == 5);
-  // r1 debits what it holds of r0, 5 + 5 = 10, at 10 s: empty until 11 s.
-  CHECK_FALSE(b.apply("k", 10s, spend()).allowed);
+  // r1 debited each push at its claim's time: 5 at 0 ms (refilled by 500 ms) and 5 at
+  // 9 301 ms, so at 9 301 ms it holds C - 5 = 5 (a peek spends nothing).
+  CHECK(b.apply("k", claim_expiry + 1ms, ratelimit::Operation{1, true}).remaining == C - 5);
   // At 100 s every bucket is full again. r0 admits one unit at a time before any exchange:
   // its 5 units were acknowledged once, so it may admit U = 5 unseen, then the unseen bound
   // denies (faulty: 10, up to its bucket, on 5 phantom acknowledgements).
@@ -130,8 +131,11 @@ TEMPLATE_TEST_CASE(
   // then jumps 9.4 s (past the 9 300 ms claim expiry) so that lost and pending claims are
   // claimed again while older rounds are still to finish. Each region reads its own clock:
   // r1 `skew` ms ahead, r2 `skew` ms behind, and r2's steps back 2 s halfway; the bound is
-  // checked on the true time line. A bucket's state is written by its own region only (a push
-  // adds counts, never times), so its refills follow one clock and the skew costs nothing here.
+  // checked on the true time line. A push dates the units it debits at its claim, on the
+  // pushing region's clock: r2, behind, sees the others' units ahead of its own time and
+  // denies more (dating late never gives more tokens), which is why fewer are admitted with
+  // the skew; a clock behind dates its own pushes early, by at most the skew (r x skew more
+  // tokens elsewhere, docs/far.md), which the random schedule does not reach here.
   rltest::Regions regions(3);
   auto s = storages(regions);
   constexpr std::int64_t C = 10, U = 4;
@@ -170,7 +174,7 @@ TEMPLATE_TEST_CASE(
       (void)s[r].exchange(now);
     }
   }
-  REQUIRE(admitted.size() > 100);
+  REQUIRE(admitted.size() > 80);
   std::int64_t worst = 0;  // the most units of an interval above its C + r D, per 100 ms
   for (std::size_t i = 0; i < admitted.size(); ++i) {
     std::int64_t units = 0;

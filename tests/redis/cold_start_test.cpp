@@ -204,6 +204,38 @@ TEST_CASE("After SCRIPT FLUSH the next decision reloads the script once and is n
   CHECK(storage.stats().script_loads == 1);
 }
 
+TEST_CASE("After a restart of Redis the first decision is one EVAL on the new connection",
+          "[redis][cold_start][noscript]") {
+  // Pins a reconnect that sent EVALSHA on the new connection: answered NOSCRIPT, then EVAL,
+  // two round trips after the connect (at 40 ms a far Redis missed the 100 ms deadline).
+  rltest::ThrowawayRedis server;
+  ratelimit::RedisStorage storage(options_on(server, false));
+  ratelimit::ManualClock clock;
+  Window limiter(ratelimit::per_second(10), storage, clock);
+  CHECK(limiter.try_acquire("k").remaining == 9);  // 10 - 1, as EVAL
+  CHECK(limiter.try_acquire("k").remaining == 8);  // 10 - 2, as EVALSHA: the node holds it
+  server.kill();   // no persistence: keys, scripts and the command counts are gone
+  server.start();  // the same port
+  auto heard = std::make_shared<Heard>();
+  storage.attach_listener(heard);
+  const Decision d = limiter.try_acquire("k");
+  CHECK_FALSE(d.degraded);
+  CHECK(d.remaining == 9);  // 10 - 1: the restarted server lost the key's count
+  rltest::RedisAdmin admin(server.endpoint());
+  const auto stats = CommandStats::of(admin);  // counted since the restart
+  CHECK(stats["eval"].calls == 1);
+  CHECK(stats["evalsha"].calls + stats["evalsha"].rejected == 0);
+  CHECK(storage.stats().script_loads == 0);  // no NOSCRIPT reload
+  {
+    const std::lock_guard lock(heard->mutex);
+    CHECK(heard->round_trips == 1);
+    CHECK(heard->connects.size() == 1);  // the new connection
+  }
+  // And then EVALSHA again: 10 - 2 = 8.
+  CHECK(limiter.try_acquire("k").remaining == 8);
+  CHECK(CommandStats::of(admin)["evalsha"].calls == 1);
+}
+
 TEST_CASE("A warm-up against a Redis that is down returns false and never throws",
           "[redis][cold_start]") {
   rltest::ThrowawayRedis server;

@@ -6,7 +6,9 @@
 
 #include <hiredis/hiredis.h>
 
+#include <atomic>
 #include <chrono>
+#include <cstdint>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -47,6 +49,18 @@ struct RedisNodeClient {
   CircuitBreaker breaker;
   /// The scripts this node holds, as far as this process knows (EVAL or EVALSHA).
   KnownScripts scripts;
+  /// Forgets every script once the node lost a connection since the last look: a restarted
+  /// server's script cache is empty, and EVALSHA there would cost a NOSCRIPT round trip. A
+  /// race with a reply on the new connection only sends one script in full once more.
+  void check_connections() noexcept {
+    const std::uint64_t lost = io->connections_lost();
+    if (lost == lost_seen_.load(std::memory_order_relaxed)) return;
+    lost_seen_.store(lost, std::memory_order_relaxed);
+    scripts.forgot_all();
+  }
+
+ private:
+  std::atomic<std::uint64_t> lost_seen_{0};
 };
 
 /// Checks the options the client itself reads (the breaker's back-offs). Throws

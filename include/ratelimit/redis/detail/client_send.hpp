@@ -43,6 +43,16 @@ inline void RedisClient::send(RedisNodeClient& node, const OpPtr& op,
   };
   const auto sent_at = std::chrono::steady_clock::now();
   if (sent_at >= op->deadline) return spent();
+  // The lent connection is taken before the calls are formatted: one the server closed (a
+  // restart) is found here, and the scripts go as EVAL on the new connection, one round trip
+  // after the connect instead of EVALSHA, NOSCRIPT and EVAL. The calling thread makes the
+  // round trip itself on it when it may, and only once: a reload after NOSCRIPT goes through
+  // the I/O thread. A call for the I/O thread looks too (and gives it back at once).
+  IoLoopCore::Lent lent = loop_->lend(node.io);
+  const bool here = op->here;
+  op->here = false;
+  if (!here) lent.release();
+  node.check_connections();
   IoRequest req;
   // Where each call's bytes end, for a reload that resends some of them (see `received`);
   // a single call is only ever resent as EVAL, so it needs none (one allocation less).
@@ -78,7 +88,10 @@ inline void RedisClient::send(RedisNodeClient& node, const OpPtr& op,
   for (std::size_t k = 0; k < indexes.size(); ++k) {
     // A large batch looks at its deadline as it is formatted: once it is spent (20,000 calls
     // took 100 ms under ASan), the rest would be formatted only to expire on the I/O thread.
-    if (k % 1024 == 1023 && std::chrono::steady_clock::now() >= op->deadline) return spent();
+    if (k % 1024 == 1023 && std::chrono::steady_clock::now() >= op->deadline) {
+      lent.release();
+      return spent();
+    }
     if (asking) append_command(req.wire, {"ASKING"});
     append_call(req.wire, op->calls[indexes[k]], as_eval(k));
     if (indexes.size() > 1) ends.push_back(req.wire.size());
@@ -94,12 +107,7 @@ inline void RedisClient::send(RedisNodeClient& node, const OpPtr& op,
     }
     received(node, op, std::move(indexes), ends, asking, pass, std::move(o), std::move(then));
   };
-  // The calling thread makes the round trip itself when it may, and only once: a reload
-  // after NOSCRIPT goes through the I/O thread.
-  if (op->here) {
-    op->here = false;
-    if (loop_->round_trip_here(node.io, req)) return;
-  }
+  if (here && loop_->round_trip_here(lent, req)) return;
   loop_->submit(node.io, std::move(req));
 }
 

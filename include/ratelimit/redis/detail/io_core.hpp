@@ -155,9 +155,47 @@ class IoLoopCore {
     waker_->wake();
   }
 
-  /// A blocking caller's own round trip on a lent connection (see RedisIoLoop::round_trip_here;
-  /// defined in io_lend.hpp).
-  bool round_trip_here(IoNode* node, IoRequest& req);
+  /// The idle connection a caller took (see RedisIoLoop::lend): empty when none was lent, or
+  /// when the one lent had been closed by the server meanwhile (found so when taken: it counts
+  /// as a lost connection of its node). Given back when destroyed. Move-only.
+  class Lent {
+   public:
+    Lent() = default;
+    Lent(Lent&& o) noexcept : core_(o.core_), node_(o.node_), conn_(o.conn_) { o.conn_ = nullptr; }
+    Lent& operator=(Lent&& o) noexcept {
+      if (this != &o) {
+        release();
+        core_ = o.core_;
+        node_ = o.node_;
+        conn_ = o.conn_;
+        o.conn_ = nullptr;
+      }
+      return *this;
+    }
+    Lent(const Lent&) = delete;
+    Lent& operator=(const Lent&) = delete;
+    ~Lent() { release(); }
+    explicit operator bool() const noexcept { return conn_ != nullptr; }
+    /// Gives the connection back now (nothing if empty).
+    void release() noexcept {
+      if (conn_ != nullptr) core_->give_back(node_, conn_, conn_->dead);
+      conn_ = nullptr;
+    }
+
+   private:
+    friend class IoLoopCore;
+    Lent(IoLoopCore* core, IoNode* node, Conn* conn) : core_(core), node_(node), conn_(conn) {}
+    IoLoopCore* core_ = nullptr;
+    IoNode* node_ = nullptr;
+    Conn* conn_ = nullptr;
+  };
+
+  /// Takes `node`'s lent connection for the calling thread (defined in io_lend.hpp).
+  Lent lend(IoNode* node);
+
+  /// A blocking caller's own round trip on the connection it took (see
+  /// RedisIoLoop::round_trip_here; defined in io_lend.hpp). Gives it back.
+  bool round_trip_here(Lent& lent, IoRequest& req);
 
   /// The I/O thread's body: turns until `stop` (defined in io_turn.hpp).
   void run();
@@ -231,6 +269,19 @@ class IoLoopCore {
   /// slack (50 us by default), not by a rounded-up millisecond. Before it sleeps, the loop
   /// arms the waker (see Waker).
   void wait(std::vector<pollfd>& fds, std::optional<SteadyTime> until);
+
+ public:
+  /// How late past the time it asked for a wait must end to count as a pause of the process
+  /// (every thread stopped: SIGSTOP, a frozen VM), not a slow server or a busy machine.
+  static constexpr std::chrono::milliseconds pause_gap{100};
+  /// Pauses of the process the loop noticed (and gave the requests past their deadline one
+  /// more command timeout). Thread safety: any thread.
+  std::uint64_t pauses() const noexcept { return pauses_.load(std::memory_order_relaxed); }
+
+ private:
+  /// After a pause: each request whose deadline passed meanwhile gets one more command
+  /// timeout from `now`, once; so do connection attempts.
+  void resumed(SteadyTime now);
 
   /// Advances `node`'s connections and puts its waiting requests on ready ones.
   void service(IoNode& node, SteadyTime now);
@@ -312,6 +363,7 @@ class IoLoopCore {
   // The I/O thread's own.
   std::vector<IoNode*> loop_nodes_;
   std::priority_queue<Deadline, std::vector<Deadline>, std::greater<>> deadlines_;
+  std::atomic<std::uint64_t> pauses_{0};
   std::priority_queue<Timer, std::vector<Timer>, std::greater<>> timers_;
   std::uint64_t timer_seq_ = 0;
   bool queued_by_loop_ = false;  ///< the I/O thread queued work since its last drain

@@ -16,20 +16,28 @@
 
 namespace ratelimit::detail {
 
-inline bool IoLoopCore::round_trip_here(IoNode* node, IoRequest& req) {
-  // A large request (a big batch) goes through the loop, which reads replies while it
-  // writes; here the whole request is written before the first read.
-  if (req.wire.size() > round_trip_here_max) return false;
+inline IoLoopCore::Lent IoLoopCore::lend(IoNode* node) {
   Conn* c = node->parked_.exchange(nullptr);
-  if (c == nullptr) return false;
+  if (c == nullptr) return {};
   // Dead (a caller before failed on it), or closed here because it was readable while idle
   // (the server closed it, or sent what nobody asked for): the loop drops it on its turn.
   if (c->dead || close_if_readable(*c)) {
     give_back(node, c, true);
+    return {};
+  }
+  return Lent(this, node, c);
+}
+
+inline bool IoLoopCore::round_trip_here(Lent& lent, IoRequest& req) {
+  // A large request (a big batch) goes through the loop, which reads replies while it
+  // writes; here the whole request is written before the first read.
+  if (!lent || req.wire.size() > round_trip_here_max) {
+    lent.release();
     return false;
   }
-  IoOutcome outcome = exchange_here(*node, *c, req);
-  give_back(node, c, c->dead);
+  Conn* c = lent.conn_;
+  IoOutcome outcome = exchange_here(*lent.node_, *c, req);
+  lent.release();
   complete(req, std::move(outcome));
   return true;
 }
@@ -40,11 +48,14 @@ inline IoOutcome IoLoopCore::exchange_here(const IoNode& node, Conn& c, IoReques
     c.close_for_good();
     return IoOutcome{{}, RedisError(kind, node.address().address() + ": " + why, got.size()), {}};
   };
-  // Until `events` on c.fd or the deadline: false once it passed.
+  // Until `events` on c.fd or the deadline: false once it passed. A wait that ends more than
+  // pause_gap past its deadline was a pause of the process (as the loop's, see `resumed`):
+  // the request gets one more command timeout, once.
+  bool resumed = false;
   const auto await = [&](short events) {
     for (;;) {
-      const auto left = std::chrono::ceil<std::chrono::nanoseconds>(
-          req.deadline - std::chrono::steady_clock::now());
+      const auto start = std::chrono::steady_clock::now();
+      const auto left = std::chrono::ceil<std::chrono::nanoseconds>(req.deadline - start);
       if (left.count() <= 0) return false;
       const timespec ts{static_cast<time_t>(left.count() / 1'000'000'000),
                         static_cast<long>(left.count() % 1'000'000'000)};
@@ -52,6 +63,11 @@ inline IoOutcome IoLoopCore::exchange_here(const IoNode& node, Conn& c, IoReques
       const int n = ::ppoll(&p, 1, &ts, nullptr);
       if (n > 0) return true;
       if (n < 0 && errno != EINTR) return true;  // the call that follows names the error
+      const auto now = std::chrono::steady_clock::now();
+      if (!resumed && now - req.deadline > pause_gap) {
+        resumed = true;
+        req.deadline = now + node.settings_.command_timeout;
+      }
     }
   };
   const auto error = [](const char* what) { return std::string(what) + std::strerror(errno); };

@@ -88,14 +88,23 @@ class RedisIoLoop {
   /// True on the I/O thread (a completion): blocking there would wait on itself.
   bool on_loop_thread() const noexcept { return core_->on_loop_thread(); }
 
-  /// For a blocking decision alone in flight: if the loop has lent out `node`'s idle
-  /// connection (it does between its turns while the node has nothing else to do), makes
-  /// `req`'s round trip on the calling thread, by `req.deadline`, and completes `req` here
-  /// (`done` runs on the calling thread). That saves the hand-over to the I/O thread and back
-  /// (two thread wake-ups, about 14 us here: bench/results/pipelining.md). False, with `req`
-  /// untouched, when no connection is lent or the request is larger than
-  /// `round_trip_here_max`: submit it. Plain sockets only (never TLS).
-  bool round_trip_here(IoNode* node, IoRequest& req) { return core_->round_trip_here(node, req); }
+  /// The connection the loop has lent out for `node` (it does between its turns while the
+  /// node has nothing else to do), taken by the calling thread until the handle is destroyed
+  /// or used by `round_trip_here`. Empty when none is lent, or when the one lent was closed
+  /// by the server meanwhile: taken before a request is formatted, that tells the caller the
+  /// node's connection was lost (IoNode::connections_lost) in time to send its scripts in
+  /// full on the new one. Plain sockets only (never TLS).
+  IoLoopCore::Lent lend(IoNode* node) { return core_->lend(node); }
+
+  /// For a blocking decision alone in flight, on the connection `lent` holds: makes `req`'s
+  /// round trip on the calling thread, by `req.deadline`, and completes `req` here (`done`
+  /// runs on the calling thread). That saves the hand-over to the I/O thread and back (two
+  /// thread wake-ups, about 14 us here: bench/results/pipelining.md). False, with `req`
+  /// untouched, when `lent` is empty or the request is larger than `round_trip_here_max`:
+  /// submit it. `lent` is given back either way.
+  bool round_trip_here(IoLoopCore::Lent& lent, IoRequest& req) {
+    return core_->round_trip_here(lent, req);
+  }
 
  private:
   std::shared_ptr<IoLoopCore> core_;

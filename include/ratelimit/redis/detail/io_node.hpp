@@ -58,6 +58,11 @@ class IoLoopCore;
 class IoNode {
  public:
   const RedisNode& address() const noexcept { return address_; }
+  /// How many of this node's connections broke or were closed after they became ready (the
+  /// server restarted, a network failure). A caller that sees it change treats the node's
+  /// script cache as empty: a new connection may reach a server that never ran the scripts.
+  /// Thread safety: any thread.
+  std::uint64_t connections_lost() const noexcept { return lost_.load(std::memory_order_acquire); }
 
  private:
   friend class IoLoopCore;
@@ -80,6 +85,8 @@ class IoNode {
     bool dead = false;
     /// Closes the socket for good (the connection is dropped from its node later).
     void close_for_good() noexcept {
+      if (fd >= 0 && state == State::ready && node != nullptr)
+        node->lost_.fetch_add(1, std::memory_order_acq_rel);
       if (fd >= 0) ::close(fd);
       fd = -1;
       dead = true;
@@ -115,6 +122,7 @@ class IoNode {
     Conn* conn = nullptr;     ///< null while waiting for a connection
     std::uint64_t start = 0;  ///< where its bytes start on conn (to know if any were sent)
     bool finished = false;
+    bool resumed = false;  ///< given a new deadline once after a pause of the process
   };
 
   IoNode(RedisNode address, RedisConnectionSettings settings)
@@ -149,6 +157,8 @@ class IoNode {
   /// The loop has requests for this node and waits for the lent connection: the caller giving
   /// it back wakes the loop (otherwise it does not: no syscall).
   std::atomic<bool> want_back_{false};
+  /// See connections_lost.
+  std::atomic<std::uint64_t> lost_{0};
 };
 
 }  // namespace ratelimit::detail

@@ -181,9 +181,36 @@ inline void IoLoopCore::wait(std::vector<pollfd>& fds, std::optional<SteadyTime>
     ts.tv_nsec = static_cast<long>(left.count() % 1'000'000'000);
     timeout = &ts;
   }
+  const SteadyTime before = std::chrono::steady_clock::now();
   if (::ppoll(fds.data(), fds.size(), timeout, nullptr) < 0)
     for (auto& f : fds) f.revents = 0;  // EINTR: go round again
   waker_->armed.store(false);
+  if (until) {
+    const SteadyTime after = std::chrono::steady_clock::now();
+    if (after - std::max(*until, before) > pause_gap) resumed(after);
+  }
+}
+
+inline void IoLoopCore::resumed(SteadyTime now) {
+  // The process was stopped (SIGSTOP, a frozen VM or container, a long GC-like stall): the
+  // deadlines that passed meanwhile were not the server's fault, and a reply may be on its
+  // way. Each such request gets one more command timeout from now; one already given it
+  // fails at its deadline as before (a server that is down still fails the decision).
+  std::vector<Deadline> all;
+  all.reserve(deadlines_.size());
+  for (; !deadlines_.empty(); deadlines_.pop()) all.push_back(deadlines_.top());
+  for (Deadline& d : all) {
+    Pending& p = *d.pending;
+    if (p.finished || p.resumed || d.at > now) continue;
+    p.resumed = true;
+    d.at = p.req.deadline = now + p.node->settings_.command_timeout;
+  }
+  for (Deadline& d : all) deadlines_.push(std::move(d));
+  for (IoNode* n : loop_nodes_)
+    for (const auto& c : n->conns_)
+      if (c->state != Conn::State::ready && c->connect_deadline <= now)
+        c->connect_deadline = now + n->settings_.connect_timeout;
+  ++pauses_;
 }
 
 inline void IoLoopCore::shut_down_all() {

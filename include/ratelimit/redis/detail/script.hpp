@@ -71,6 +71,11 @@ class KnownScripts {
     if (s.id >= capacity) return;
     bits_[s.id / 64].fetch_and(~(std::uint64_t{1} << (s.id % 64)), std::memory_order_relaxed);
   }
+  /// The node's connection was lost: the next one may reach a server that never ran any
+  /// script (a restart), so each script's next use goes as EVAL (bytes, not a round trip).
+  void forgot_all() noexcept {
+    for (auto& b : bits_) b.store(0, std::memory_order_relaxed);
+  }
 
  private:
   std::array<std::atomic<std::uint64_t>, capacity / 64> bits_{};

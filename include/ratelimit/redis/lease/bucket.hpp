@@ -96,7 +96,12 @@ class LeasedBucketBinding {
     bool keep = true;
     {
       const std::lock_guard lock(table_->mutex);
-      auto it = table_->leases.find(std::string(key));
+      const std::string k_str(key);
+      if (auto d = detail::recall_denial(table_->denied, k_str, now, op, params_.limit)) {
+        shared_->denied_locally.fetch_add(1, std::memory_order_relaxed);
+        return *d;
+      }
+      auto it = table_->leases.find(k_str);
       if (it != table_->leases.end()) {
         Lease& l = it->second;
         if (op.cost <= l.left && now - l.taken_at < shared_->options.lease_duration &&
@@ -116,17 +121,22 @@ class LeasedBucketBinding {
     const detail::i128 credit = ended ? decayed(*ended, now) : 0;
     if (op.peek) {
       const auto r = take(key, now, 0, 0, back, credit);
-      if (!r) return degrade(op);
+      if (!r) return degrade(key, now, op);
       return model_view(*r, now, op.cost);
     }
     const std::int64_t want = keep ? std::max(lease_, op.cost) : op.cost;
     const auto r = take(key, now, std::min(want, params_.limit + 1), op.cost, back, credit);
-    if (!r) return degrade(op);
+    if (!r) return degrade(key, now, op);
     if (r->granted == 0) {
       Decision d = model_view(*r, now, op.cost);
       if (d.allowed || d.retry_after == std::chrono::nanoseconds{0})
         d.retry_after = std::chrono::milliseconds{1};  // the script erred towards denial
       d.allowed = false;
+      {
+        const std::lock_guard lock(table_->mutex);
+        detail::remember_denial(table_->denied, std::string(key), now, d, params_.limit,
+                                shared_->options.max_keys, shared_->options.lease_duration);
+      }
       return d;
     }
     const std::int64_t left = r->granted - op.cost;
@@ -201,6 +211,9 @@ class LeasedBucketBinding {
     b.params_ = p;
     check(p);
     if (!explicit_lease_) b.lease_ = default_lease(p);
+    if (b.fallback_)
+      b.fallback_.emplace(fallback_->with_params(
+          TokenBucketModel::Wire::fallback(p, shared_->options.redis.fallback_divisor)));
     return b;
   }
 
@@ -225,6 +238,7 @@ class LeasedBucketBinding {
   struct Table {
     std::mutex mutex;
     std::unordered_map<std::string, Lease> leases;
+    std::unordered_map<std::string, detail::LeaseDenial> denied;
   };
   /// What a lease call saw and did.
   struct Taken {
@@ -243,6 +257,9 @@ class LeasedBucketBinding {
     if (lease && (*lease < 1 || *lease > params.limit))
       detail::invalid("lease_units", *lease, "must be in [1, params.limit]");
     lease_ = lease ? *lease : default_lease(params);
+    if (shared_->options.redis.failure_policy == FailurePolicy::local_fallback)
+      fallback_.emplace(shared_->fallback.template bind<TokenBucketModel>(
+          name, TokenBucketModel::Wire::fallback(params, shared_->options.redis.fallback_divisor)));
   }
 
   /// The token bucket's range, and what the script's doubles need: a full bucket, C x period
@@ -334,7 +351,8 @@ class LeasedBucketBinding {
     return d;
   }
 
-  Decision degrade(const Operation& op) const {
+  Decision degrade(std::string_view key, std::chrono::nanoseconds now, const Operation& op) const {
+    if (fallback_) return detail::lease_fallback(*shared_, *fallback_, key, now, op);
     return detail::lease_degraded(*shared_, params_.limit, op, std::chrono::milliseconds{1});
   }
 
@@ -349,6 +367,9 @@ class LeasedBucketBinding {
   std::string tail_;
   std::int64_t lease_ = 1;
   bool explicit_lease_;
+  using Fallback = decltype(std::declval<InMemoryStorage&>().template bind<TokenBucketModel>(
+      {}, std::declval<const detail::GcraParams&>()));
+  std::optional<Fallback> fallback_;  ///< the instance's share under local_fallback
 };
 
 }  // namespace ratelimit

@@ -12,7 +12,9 @@
 #include <memory>
 #include <optional>
 #include <span>
+#include <string>
 #include <string_view>
+#include <unordered_map>
 #include <utility>
 #include <vector>
 
@@ -20,6 +22,7 @@
 #include "../../core/decision.hpp"
 #include "../../core/detail/validate.hpp"
 #include "../../core/storage.hpp"
+#include "../../memory/in_memory_storage.hpp"
 #include "../detail/client.hpp"
 #include "../detail/decimal.hpp"
 #include "../options.hpp"
@@ -28,9 +31,16 @@ namespace ratelimit {
 
 /// A leased storage's configuration. Thread safety: a plain value.
 struct LeaseOptions {
-  /// The shared Redis (its failure_policy decides when a lease cannot be taken: fail_open or
-  /// fail_closed; local_fallback acts as fail_closed here).
-  RedisOptions redis;
+  /// The shared Redis. Its failure_policy decides when a lease cannot be taken; here it
+  /// defaults to local_fallback (each instance decides on its share, the limit divided by
+  /// `fallback_divisor`, in process), not RedisStorage's fail_open: fail_open would void every
+  /// bound while the far Redis does not answer. Assigning a whole RedisOptions brings its own
+  /// policy (fail_open unless set): set `redis.failure_policy` after.
+  RedisOptions redis = [] {
+    RedisOptions o;
+    o.failure_policy = FailurePolicy::local_fallback;
+    return o;
+  }();
   /// A lease takes N / lease_divisor units (at least 1) unless `bind` is given L; 1 to 10^6.
   std::int64_t lease_divisor = 10;
   /// H: a lease's unused units go back after this long (the instance's clock), 1 ms to 1 h.
@@ -47,6 +57,7 @@ struct LeaseStats {
   std::uint64_t units_leased = 0;
   std::uint64_t units_returned = 0;  ///< unused units handed back (a bucket credits fewer)
   std::uint64_t degraded = 0;        ///< decisions the failure policy made (Redis down)
+  std::uint64_t denied_locally = 0;  ///< denials answered from a remembered one, no round trip
 };
 
 /// One part of a `LeasedStorage::decide_all` (one key). Thread safety: a plain value.
@@ -79,9 +90,58 @@ struct LeaseShared {
         }()) {}
   LeaseOptions options;
   std::shared_ptr<RedisClient> client;
+  /// The per-instance shares of local_fallback.
+  InMemoryStorage fallback;
   std::atomic<std::uint64_t> local{0}, round_trips{0}, units_leased{0}, units_returned{0},
-      degraded{0};
+      degraded{0}, denied_locally{0};
 };
+
+/// A denial a lease call got, answered in process until `until` for every request of more
+/// than `room` units under the same limit, as RedisStorage's over-limit cache does: a flood's
+/// denials cost no round trip. `until` is the denial's retry_after, but at most H: another
+/// instance's lease ends within H and its unused units come back, which a remembered denial
+/// would not see (under-admission only, for at most H). Thread safety: guarded by its
+/// binding's table mutex.
+struct LeaseDenial {
+  std::chrono::nanoseconds at{0};  ///< when Redis denied
+  std::chrono::nanoseconds until{0};
+  std::int64_t room = 0;   ///< units Redis still had for this key (a smaller request asks it)
+  std::int64_t limit = 0;  ///< the limit it was decided under
+  Decision decision;
+};
+
+/// The remembered denial of `key` for `op` at `now`, if any (peeks always ask), its durations
+/// counted from `now`. Drops an expired one. Call with the table's mutex held.
+inline std::optional<Decision> recall_denial(std::unordered_map<std::string, LeaseDenial>& denied,
+                                             const std::string& key, std::chrono::nanoseconds now,
+                                             const Operation& op, std::int64_t limit) {
+  if (op.peek || denied.empty()) return std::nullopt;
+  const auto it = denied.find(key);
+  if (it == denied.end()) return std::nullopt;
+  const LeaseDenial& m = it->second;
+  if (now >= m.until || now < m.at) {  // over, or a clock stepped back
+    denied.erase(it);
+    return std::nullopt;
+  }
+  if (op.cost <= m.room || m.limit != limit) return std::nullopt;
+  Decision d = m.decision;
+  const auto spent = now - m.at;
+  d.retry_after = std::max(d.retry_after - spent, std::chrono::nanoseconds{1});
+  d.reset_after = std::max(d.reset_after - spent, std::chrono::nanoseconds{0});
+  return d;
+}
+
+/// Remembers denial `d` of `key` at `now` for at most `hold` (room: units Redis still had),
+/// within `max_keys` keys.
+inline void remember_denial(std::unordered_map<std::string, LeaseDenial>& denied,
+                            const std::string& key, std::chrono::nanoseconds now, const Decision& d,
+                            std::int64_t limit, std::size_t max_keys,
+                            std::chrono::nanoseconds hold) {
+  if (d.retry_after <= std::chrono::nanoseconds{0} || d.retry_after == Decision::never) return;
+  if (denied.size() >= max_keys && denied.find(key) == denied.end()) return;
+  denied[key] = LeaseDenial{now, now + std::min(d.retry_after, hold),
+                            std::max<std::int64_t>(d.remaining, 0), limit, d};
+}
 
 /// `now` within the clock's range [0, 2^62 ns] (as every storage reads it): ends and ages such
 /// as (k + 1) W - t cannot overflow for any `now` a caller passes.
@@ -108,6 +168,17 @@ inline std::optional<std::vector<i128>> lease_round_trip(LeaseShared& shared, Re
     return std::nullopt;
   }
   return std::vector<i128>(r.begin(), r.end());
+}
+
+/// local_fallback's decision for a lease that could not be taken: the instance's share, in
+/// process (`fallback`, the binding's limit divided by fallback_divisor). Degraded.
+template <class Fallback>
+Decision lease_fallback(LeaseShared& shared, const Fallback& fallback, std::string_view key,
+                        std::chrono::nanoseconds now, const Operation& op) {
+  shared.degraded.fetch_add(1, std::memory_order_relaxed);
+  Decision d = fallback.apply(key, now, op);
+  d.degraded = true;
+  return d;
 }
 
 /// The failure policy's decision for a lease that could not be taken: fail_open admits,

@@ -126,6 +126,7 @@ class LeasedStorage {
     s.units_leased = shared_->units_leased.load(std::memory_order_relaxed);
     s.units_returned = shared_->units_returned.load(std::memory_order_relaxed);
     s.degraded = shared_->degraded.load(std::memory_order_relaxed);
+    s.denied_locally = shared_->denied_locally.load(std::memory_order_relaxed);
     return s;
   }
 

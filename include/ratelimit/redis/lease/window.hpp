@@ -78,7 +78,12 @@ class LeasedWindowBinding {
     bool keep = true;
     {
       const std::lock_guard lock(table_->mutex);
-      auto it = table_->leases.find(std::string(key));
+      const std::string k_str(key);
+      if (auto d = detail::recall_denial(table_->denied, k_str, now, op, params_.limit)) {
+        shared_->denied_locally.fetch_add(1, std::memory_order_relaxed);
+        return *d;
+      }
+      auto it = table_->leases.find(k_str);
       if (it != table_->leases.end()) {
         Lease& l = it->second;
         if (l.window != k) {
@@ -101,7 +106,7 @@ class LeasedWindowBinding {
     if (op.peek) return peek_decision(key, t, give_back, to_end);
     const std::int64_t want = keep ? std::max(lease_, op.cost) : op.cost;
     const auto r = take(key, t, std::min(want, params_.limit + 1), op.cost, give_back);
-    if (!r) return degrade(op, to_end);
+    if (!r) return degrade(key, now, op, to_end);
     if (r->granted == 0) {
       Decision d = model_view(*r, t, op.cost);
       // The script errs towards denial where its arithmetic is inexact (docs:
@@ -109,6 +114,11 @@ class LeasedWindowBinding {
       if (d.allowed || d.retry_after == std::chrono::nanoseconds{0})
         d.retry_after = std::chrono::milliseconds{1};
       d.allowed = false;
+      {
+        const std::lock_guard lock(table_->mutex);
+        detail::remember_denial(table_->denied, std::string(key), now, d, params_.limit,
+                                shared_->options.max_keys, shared_->options.lease_duration);
+      }
       return d;
     }
     const std::int64_t left = r->granted - op.cost, room = r->room;
@@ -168,6 +178,9 @@ class LeasedWindowBinding {
     b.params_ = p;
     (void)M::Wire::bound_args(p);
     if (!explicit_lease_) b.lease_ = default_lease(p);
+    if (b.fallback_)
+      b.fallback_.emplace(
+          fallback_->with_params(M::Wire::fallback(p, shared_->options.redis.fallback_divisor)));
     return b;
   }
 
@@ -188,6 +201,7 @@ class LeasedWindowBinding {
   struct Table {
     std::mutex mutex;
     std::unordered_map<std::string, Lease> leases;
+    std::unordered_map<std::string, detail::LeaseDenial> denied;
   };
 
   LeasedWindowBinding(std::shared_ptr<detail::LeaseShared> shared, std::string_view name,
@@ -201,6 +215,9 @@ class LeasedWindowBinding {
     if (lease && (*lease < 1 || *lease > params.limit))
       detail::invalid("lease_units", *lease, "must be in [1, params.limit]");
     lease_ = lease ? *lease : default_lease(params);
+    if (shared_->options.redis.failure_policy == FailurePolicy::local_fallback)
+      fallback_.emplace(shared_->fallback.template bind<M>(
+          name, M::Wire::fallback(params, shared_->options.redis.fallback_divisor)));
   }
 
   std::int64_t default_lease(const typename M::Params& p) const {
@@ -272,11 +289,13 @@ class LeasedWindowBinding {
   Decision peek_decision(std::string_view key, std::int64_t t, std::int64_t give_back,
                          std::chrono::nanoseconds to_end) const {
     const auto r = take(key, t, 0, 0, give_back);
-    if (!r) return degrade(Operation{1, true}, to_end);
+    if (!r) return degrade(key, std::chrono::nanoseconds{t}, Operation{1, true}, to_end);
     return model_view(*r, t, 1);
   }
 
-  Decision degrade(const Operation& op, std::chrono::nanoseconds to_end) const {
+  Decision degrade(std::string_view key, std::chrono::nanoseconds now, const Operation& op,
+                   std::chrono::nanoseconds to_end) const {
+    if (fallback_) return detail::lease_fallback(*shared_, *fallback_, key, now, op);
     return detail::lease_degraded(
         *shared_, params_.limit, op,
         std::min<std::chrono::nanoseconds>(to_end, std::chrono::milliseconds{1}));
@@ -293,6 +312,9 @@ class LeasedWindowBinding {
   std::string tail_;
   std::int64_t lease_ = 1;
   bool explicit_lease_;
+  using Fallback = decltype(std::declval<InMemoryStorage&>().template bind<M>(
+      {}, std::declval<const typename M::Params&>()));
+  std::optional<Fallback> fallback_;  ///< the instance's share under local_fallback
 };
 
 }  // namespace ratelimit

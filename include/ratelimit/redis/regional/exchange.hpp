@@ -234,6 +234,10 @@ class RegionalState {
           const i128 ns = i128{claim.units[r]} * claim.unit_ns;
           c.argv.push_back(to_decimal(ns / 1'000'000 + 1));
           c.argv.push_back(std::to_string(claim.hold_ms));
+          // Debited there at the claim's time, with the refill since (every unit pushed was
+          // admitted before the claim: late, never early; redis/regional/bucket.hpp).
+          c.argv.push_back(std::to_string(wire_time_us(round.at_)));
+          c.argv.push_back(std::to_string(claim.unit_ns));
         }
         pushes.push_back(std::move(c));
         claim_of[r].push_back(i);

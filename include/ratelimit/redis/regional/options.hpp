@@ -29,16 +29,26 @@ struct RegionalOptions {
   /// This region's name (as RemoteRegion::name).
   std::string region;
   /// This region's Redis: every decision is one round trip to it. `failure_policy` decides
-  /// when it cannot (fail_open, fail_closed; local_fallback decides on the per-instance share
-  /// `fallback_divisor` gives). `time_source` must be TimeSource::client: the window a request
-  /// falls in is computed by the client, and every region must agree on it.
-  RedisOptions local;
+  /// when it cannot: here local_fallback by default (each instance decides on its share, the
+  /// limit divided by `fallback_divisor`, in process), not RedisStorage's fail_open, which
+  /// would void the bounds while this Redis does not answer; fail_open and fail_closed as
+  /// asked. Assigning a whole RedisOptions brings its own policy (fail_open unless set): set
+  /// `local.failure_policy` after. `time_source` must be TimeSource::client: the window a
+  /// request falls in is computed by the client, and every region must agree on it.
+  RedisOptions local = [] {
+    RedisOptions o;
+    o.failure_policy = FailurePolicy::local_fallback;
+    return o;
+  }();
   /// The other regions (0 to 15). With none, the storage decides alone, with no bound on
   /// unseen units.
   std::vector<RemoteRegion> remotes;
   /// S: the exchange interval of the background exchanger (RegionalExchanger), 1 ms to 1 h.
-  /// Also the `retry_after` of a request denied because its unseen units are used up.
-  std::chrono::milliseconds exchange_interval{1000};
+  /// Also the `retry_after` of a request denied because its unseen units are used up. With
+  /// the default U, a window binding is refused (std::invalid_argument naming what fits) when
+  /// the regions could admit more than twice its limit: (R - 1) ceil(N (S + 2d) / W) > N. The
+  /// default, 100 ms, fits per-second limits over up to 4 regions at d = 50 ms.
+  std::chrono::milliseconds exchange_interval{100};
   /// d: the expected one-way delay to the other regions, 0 to 1 h. Only used to derive a
   /// binding's default unseen bound U = ceil(N (S + 2d) / W), with which a client staying in
   /// one region reaches its full limit (docs/far.md).

@@ -77,7 +77,10 @@ class RegionalBinding : public detail::RegionalDecisions<RegionalBinding<M>> {
     RegionalBinding b = *this;
     b.params_ = p;
     (void)M::Wire::bound_args(p);  // the window: whole us, in range
-    if (!explicit_unseen_) b.unseen_limit_ = default_unseen(state_->options(), p);
+    if (!explicit_unseen_) {
+      b.unseen_limit_ = default_unseen(state_->options(), p);
+      check_default_fits(state_->options(), state_->remote_count(), p, b.unseen_limit_);
+    }
     if (b.fallback_) b.fallback_.emplace(fallback_->with_params(fallback_params(p)));
     return b;
   }
@@ -116,10 +119,34 @@ class RegionalBinding : public detail::RegionalDecisions<RegionalBinding<M>> {
         (std::int64_t{1} << 30))
       detail::invalid("params.limit + remotes x unseen_limit", params.limit,
                       "must stay below 2^30 (the script's exact arithmetic)");
+    if (!unseen)
+      check_default_fits(state_->options(), state_->remote_count(), params, unseen_limit_);
     dirty_ = state_->options().local.key_prefix + "{rg-dirty}" + tail_;
     state_->add_dirty_set(dirty_);
     if (state_->options().local.failure_policy == FailurePolicy::local_fallback)
       fallback_.emplace(fallback.template bind<M>(name, fallback_params(params)));
+  }
+
+  /// Refuses a default U with which the regions could admit more than twice the limit per
+  /// window ((R - 1) U > N): the exchange is too slow for the window (S + 2d too close to W,
+  /// or too many regions). Throws std::invalid_argument naming the combination and what fits.
+  static void check_default_fits(const RegionalOptions& o, std::size_t remotes,
+                                 const typename M::Params& p, std::int64_t u) {
+    const auto r = static_cast<std::int64_t>(remotes);
+    if (r == 0 || r * u <= p.limit) return;
+    const std::int64_t w_ms = p.window / 1'000'000;
+    // (R - 1) ceil(N (S + 2d) / W) <= N holds when S + 2d <= W / (R - 1) - W / N.
+    const std::int64_t fits = w_ms / r - w_ms / p.limit - 2 * o.one_way_delay.count();
+    throw std::invalid_argument(
+        "exchange_interval = " + std::to_string(o.exchange_interval.count()) +
+        " ms, one_way_delay = " + std::to_string(o.one_way_delay.count()) + " ms, a window of " +
+        std::to_string(w_ms) + " ms, limit " + std::to_string(p.limit) + ", " +
+        std::to_string(r + 1) + " regions: the default unseen_limit " + std::to_string(u) +
+        " lets the regions admit " + std::to_string(p.limit + r * u) +
+        " per window, more than twice the limit; " +
+        (fits >= 1 ? "set exchange_interval to at most " + std::to_string(fits) + " ms"
+                   : std::string("the window is too short for the delay between regions")) +
+        ", or give bind an unseen_limit");
   }
 
   std::int64_t window_us() const noexcept { return params_.window / 1000; }
