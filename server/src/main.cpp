@@ -108,7 +108,7 @@ int run(int argc, char** argv) {
   // No listener opens until the storage answers (src/redis/driver_impl.go): a read of a
   // counter of our own, which every storage answers only when it is reachable.
   const auto probe = [counters] {
-    const Hit read{"ratelimit_server:startup", "probe", 1, 1, 0, {}, true};
+    const Hit read{"ratelimit_server:startup", "probe", 1, 1, 0, {}, true, {}, false};
     (void)counters->count(std::span<const Hit>(&read, 1), Service::system_now());
   };
   const std::string target = settings.redis_url.empty() ? "this process" : settings.redis_url;
