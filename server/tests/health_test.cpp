@@ -230,9 +230,9 @@ TEST_CASE("The Go names of the answer and health settings are read", "[server][s
   CHECK(s.quota_mode);
   CHECK(s.near_limit_ratio == 0.5F);
   CHECK(s.redis_health_check_active_connection);
-  CHECK(s.startup.initial_interval == std::chrono::microseconds{150});
-  CHECK(s.startup.max_interval == seconds{5400});  // 1 h 30 min = 3600 + 1800 s
-  CHECK(s.startup.max_elapsed == milliseconds{1500});
+  CHECK(s.redis_startup_initial_interval == std::chrono::microseconds{150});
+  CHECK(s.redis_startup_max_interval == seconds{5400});  // 1 h 30 min = 3600 + 1800 s
+  CHECK(s.redis_startup_max_elapsed_time == milliseconds{1500});
 }
 
 #if defined(RATELIMIT_SERVER_HAVE_REDIS)
