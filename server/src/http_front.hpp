@@ -105,10 +105,12 @@ class HttpFront {
   HttpFront(const HttpFront&) = delete;
   HttpFront& operator=(const HttpFront&) = delete;
 
+  /// The port listened on (the one chosen when 0 was asked).
   int port() const noexcept;
   /// Stops accepting, waits for the answers in flight, and stops the threads.
   void stop();
 
+  /// libmicrohttpd's side (http_front.cpp).
   struct Impl;
 
  private:

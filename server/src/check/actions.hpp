@@ -59,6 +59,7 @@ struct OriginalRequest {
 /// One descriptor: its entries (key, value) in order.
 using DescriptorEntries = std::vector<std::pair<std::string, std::string>>;
 
+/// One `rate_limits` entry: its actions (defined in actions.cpp).
 struct RateLimitEntry;
 
 /// One domain's `rate_limits`. Thread safety: immutable after loading; `descriptors` from
@@ -73,6 +74,7 @@ class DomainActions {
   /// The descriptors `request` yields, one per entry that produces one, in order.
   std::vector<DescriptorEntries> descriptors(const OriginalRequest& request) const;
 
+  /// The domain's entries of stage 0, in file order (at most `ActionsConfig::max_entries`).
   std::vector<std::unique_ptr<RateLimitEntry>> entries;
 };
 
@@ -91,9 +93,9 @@ class ActionsConfig {
   /// The domain's actions, or nullptr when the file has none for it.
   const DomainActions* domain(std::string_view name) const;
 
-  static constexpr std::size_t max_entries = 256;
-  static constexpr std::size_t max_actions = 32;
-  static constexpr std::size_t max_matchers = 32;
+  static constexpr std::size_t max_entries = 256;  ///< `rate_limits` entries per domain
+  static constexpr std::size_t max_actions = 32;   ///< actions per entry
+  static constexpr std::size_t max_matchers = 32;  ///< header or parameter matchers per action
 
  private:
   std::map<std::string, DomainActions, std::less<>> domains_;

@@ -41,9 +41,9 @@ namespace ratelimit::server::check {
 
 /// An IPv4 or IPv6 network. Thread safety: a plain value.
 struct Network {
-  unsigned char bytes[16] = {};
-  bool v4 = true;
-  unsigned prefix = 32;
+  unsigned char bytes[16] = {};  ///< the address, network order (4 bytes used for IPv4)
+  bool v4 = true;                ///< IPv4 (else IPv6)
+  unsigned prefix = 32;          ///< the prefix length in bits (0 to 32, or 0 to 128)
 
   /// "10.0.0.0/8", "::1", "127.0.0.1" (a host). Throws `std::invalid_argument` naming `text`.
   static Network parse(std::string_view text);
@@ -63,7 +63,9 @@ std::string client_address(const std::vector<Network>& trusted, const std::strin
 /// The actions in force, swapped whole on reload. Thread safety: every member from any thread.
 class ActionsHolder {
  public:
+  /// The actions in force (empty: no domain) for one check to use throughout.
   std::shared_ptr<const ActionsConfig> get() const;
+  /// Serves `config` from now on; checks in flight keep the one they started with.
   void set(std::shared_ptr<const ActionsConfig> config);
 
  private:
