@@ -12,6 +12,14 @@
 #include <string>
 #include <vector>
 
+#include <csignal>
+#include <cstdio>
+#include <cstdlib>
+
+#include <spawn.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
 #include <catch2/catch.hpp>
 
 #include "settings.hpp"
@@ -464,4 +472,62 @@ TEST_CASE("Settings: all-or-nothing is ours, off by default, refused on a cluste
       Catch::StartsWith("RATELIMIT_SERVER_ALL_OR_NOTHING = true and "
                         "STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT = true: choose one"));
   CHECK(read_env({}, {"--stop-cache-key-increment-when-overlimit=1"}).stop_increment_when_over);
+}
+
+TEST_CASE("Settings: the executable starts with a Go deployment's environment and any argv",
+          "[settings]") {
+  // As a manifest runs /bin/ratelimit: arguments of its own, Kubernetes' service links, Go
+  // settings that map to nothing here. The start-up lines say what was ignored; the server
+  // serves, and SIGTERM stops it with exit 0.
+  int err[2];
+  REQUIRE(::pipe(err) == 0);
+  posix_spawn_file_actions_t actions;
+  posix_spawn_file_actions_init(&actions);
+  posix_spawn_file_actions_adddup2(&actions, err[1], 2);
+  posix_spawn_file_actions_addclose(&actions, err[0]);
+  std::vector<std::string> env{"RATELIMIT_SERVER_STORAGE=memory",
+                               "GRPC_HOST=127.0.0.1",
+                               "GRPC_PORT=0",
+                               "HOST=127.0.0.1",
+                               "PORT=0",
+                               "RUNTIME_ROOT=/nonexistent",
+                               "USE_STATSD=false",
+                               "REDIS_PIPELINE_WINDOW=150us",
+                               "REDIS_SERVICE_HOST=10.0.0.1",
+                               "REDIS_PORT_6379_TCP=tcp://10.0.0.1:6379",
+                               "LOG_LEVEL=debug"};
+  std::vector<char*> envp;
+  for (auto& e : env) envp.push_back(e.data());
+  envp.push_back(nullptr);
+  std::string binary = RATELIMIT_SERVER_BINARY;
+  std::string arg1 = "serve";
+  std::string arg2 = "--config=/etc/ratelimit";
+  char* argv[] = {binary.data(), arg1.data(), arg2.data(), nullptr};
+  pid_t pid = 0;
+  REQUIRE(::posix_spawn(&pid, binary.c_str(), &actions, nullptr, argv, envp.data()) == 0);
+  posix_spawn_file_actions_destroy(&actions);
+  ::close(err[1]);
+  FILE* out = ::fdopen(err[0], "r");
+  char* line = nullptr;
+  std::size_t cap = 0;
+  std::string lines;
+  bool serving = false;
+  while (!serving && ::getline(&line, &cap, out) > 0) {
+    lines += line;
+    serving = std::string(line).find("gRPC on 127.0.0.1:") != std::string::npos;
+  }
+  std::free(line);
+  INFO(lines);
+  CHECK(serving);
+  CHECK_THAT(lines, Catch::Contains("argument \"serve\" ignored"));
+  CHECK_THAT(lines, Catch::Contains("argument \"--config\" ignored"));
+  CHECK_THAT(lines, Catch::Contains("REDIS_PIPELINE_WINDOW: accepted"));
+  CHECK_THAT(lines, Catch::Contains("USE_STATSD: accepted"));
+  CHECK_THAT(lines, !Catch::Contains("REDIS_SERVICE_HOST"));
+  ::kill(pid, SIGTERM);
+  int status = 0;
+  ::waitpid(pid, &status, 0);
+  ::fclose(out);
+  CHECK(WIFEXITED(status));
+  CHECK(WEXITSTATUS(status) == 0);
 }
