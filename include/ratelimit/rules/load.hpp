@@ -77,17 +77,12 @@
 #include <vector>
 
 #include "../algorithms/registry.hpp"
+#include "detail/tree.hpp"
 #include "detail/yaml.hpp"
+#include "match.hpp"
 #include "rule.hpp"
 
 namespace ratelimit::detail {
-
-/// Appends `s` to `out` as "<length>:<bytes>", so that joined fields never run together.
-inline void append_field(std::string& out, std::string_view s) {
-  out += std::to_string(s.size());
-  out += ':';
-  out += s;
-}
 
 /// Makes a `Rule` of `node` if it has a limit, and of every node below it, in file order
 /// (parents first); indexes each level of children for matching. `path`: the steps above.
@@ -190,26 +185,6 @@ void check_params(const Rule& rule, const std::string& source) {
     }
   });
 }
-
-/// One domain's rules as loaded: the descriptor tree, each level indexed, and its limits.
-/// Thread safety: immutable once built.
-struct LoadedRules {
-  std::string domain;
-  std::vector<std::string> client_keys;
-  std::vector<std::string> sources;
-  std::vector<RuleNode> roots;
-  std::shared_ptr<const LevelIndex> index;  ///< of `roots`
-  std::vector<Rule> rules;                  ///< `RuleNode::rule_index` points in here
-
-  /// The limit of node `n`, or null (none, or `unlimited: true`).
-  const Rule* rule_of(const RuleNode& n) const noexcept {
-    return n.rule_index >= 0 ? &rules[static_cast<std::size_t>(n.rule_index)] : nullptr;
-  }
-  /// Whether `key` identifies a client.
-  bool is_client_key(std::string_view key) const {
-    return std::find(client_keys.begin(), client_keys.end(), key) != client_keys.end();
-  }
-};
 
 /// The text of a rules file (see `Rules::read_file`).
 inline std::string read_rules_file(const std::filesystem::path& file) {
