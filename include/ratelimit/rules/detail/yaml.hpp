@@ -41,8 +41,6 @@ struct AlgorithmNames {
   std::string list;
   /// The algorithm of a limit that names none: the registry's `default_algorithm`, if declared.
   Algorithm fallback = Algorithm::sliding_counter;
-  /// Whether `unit: year` (365 days) is read: only if the registry declares `year_unit = true`.
-  bool year_unit = false;
 };
 
 /// The limits of what a rules file may make the reader do: a file is read whole, and YAML
@@ -440,12 +438,12 @@ class RulesReader {
       node.rate.period = hours{24 * 7};
     else if (lower == "month")  // extension: its longest length, 31 days
       node.rate.period = hours{24 * 31};
-    else if (lower == "year" && algorithms_.year_unit)  // extension: 365 days
+    else if (lower == "year")  // as the reference: 365 days (a calendar year for calendar ones)
       node.rate.period = hours{24 * 365};
     else
       fail(unit_line, "rate_limit.unit = " + quoted(unit) +
-                          ": unknown unit (expected second, minute, hour, day, week" +
-                          (algorithms_.year_unit ? ", month or year)" : " or month)"));
+                          ": unknown unit (expected second, minute, hour, day, week, month or "
+                          "year)");
     node.unit = lower;
     node.time_zone = scalar(f[6], "time_zone", line, false);
     node.first_day = scalar(f[7], "first_day", line, false);
