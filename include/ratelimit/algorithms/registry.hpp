@@ -8,7 +8,8 @@
 /// transition, its Lua twin and reply codec (`Wire`, see core/wire.hpp).
 ///
 /// Adding an algorithm: its model header (algorithms/<name>.hpp), its script (lua/<name>.lua,
-/// embedded by cmake/embed_lua.cmake like every other), and one line below. A program (or a
+/// embedded by cmake/embed_lua.cmake like every other), and one line below; docs/layout.md has
+/// the whole checklist (entry header, tests, docs, benchmarks). A program (or a
 /// test) may also extend the list for itself, `Algorithms::with<MyModel>`, and pass that to
 /// whatever takes a registry (`Rules::from_string<R>`, `RuleSet<Storage, Clock, R>`).
 
