@@ -1,7 +1,7 @@
 # check_layers.cmake: the include graph of include/ratelimit/ respects the layers.
 #
 # Each folder under include/ratelimit/ is a layer; a header may include headers of its own layer
-# and of lower layers only. The order (README, "Layout"):
+# and of lower layers only. The order (docs/layout.md, the table of layers):
 #
 #   0  core          decision, rate, clocks, the model / storage / wire concepts, the limiter
 #   0  lua           the embedded Lua scripts (generated, dependency-free)

@@ -13,13 +13,11 @@ namespace ratelimit::server {
 /// The registry the server loads rules files with (`RulesConfig::from_files<ServerAlgorithms>`):
 /// a limit without `algorithm` runs `GoWindowModel` and may use every unit of the reference
 /// (second to year, with its dividers); a limit naming one of the library's algorithms runs
-/// it, with the library's units (second to day).
+/// it, with the library's units (second to day, and year: 365 days).
 /// Thread safety: compile-time only.
 struct ServerAlgorithms : Algorithms::with<GoWindowModel> {
   /// What a limit naming no algorithm runs (read by the rules loader).
   static constexpr Algorithm default_algorithm{GoWindowModel::name};
-  /// `unit: year` is read (365 days, as the reference).
-  static constexpr bool year_unit = true;
 };
 
 }  // namespace ratelimit::server

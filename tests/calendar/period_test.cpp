@@ -224,5 +224,5 @@ TEST_CASE("A bad zone or first day is refused with the field and value", "[calen
   CHECK_THROWS_WITH(Calendar(CalendarUnit::week, "UTC", std::chrono::weekday{9}),
                     "first_day = 9: not a weekday (0 = Sunday .. 6 = Saturday)");
   CHECK_THROWS_WITH(Calendar(static_cast<CalendarUnit>(7), "UTC"),
-                    "unit = 7: not a CalendarUnit (day, week or month)");
+                    "unit = 7: not a CalendarUnit (day, week, month or year)");
 }

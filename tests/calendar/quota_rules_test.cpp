@@ -99,6 +99,59 @@ TEMPLATE_LIST_TEST_CASE("A rules file's monthly quota and rate decide all or not
   CHECK(d.outcomes[0].decision.remaining == 1);
 }
 
+TEMPLATE_LIST_TEST_CASE("A rules file's yearly quota runs on the calendar year of its time zone",
+                        "[calendar][quota][rules][year]", Backends) {
+  // Both limits are per client (api_key), so they share the client's Redis Cluster slot.
+  const auto rules = ratelimit::Rules::from_string<QuotaAlgorithms>(R"(domain: api
+descriptors:
+  - key: api_key
+    rate_limit: {unit: year, requests_per_unit: 2, algorithm: calendar_quota}
+  - key: zone
+    value: madrid
+    descriptors:
+      - key: api_key
+        rate_limit:
+          unit: Year
+          requests_per_unit: 2
+          algorithm: calendar_quota
+          time_zone: Europe/Madrid
+)");
+  // 2024-12-31 23:30 UTC is 2025-01-01 00:30 CET (UTC+1 in winter): the year of UTC ends at
+  // 2025-01-01 00:00 UTC, 30 min away; that of Madrid at 2026-01-01 00:00 CET = 2025-12-31
+  // 23:00 UTC, 365 days (2025 is not a leap year) minus 30 min away.
+  ManualClock clock;
+  clock.set(rules_utc(2024, 12, 31, 23, 30));
+  ratelimit::RuleSet<typename TestType::Storage, ManualClock, QuotaAlgorithms> set(
+      rules, TestType::make(), clock);
+  const auto utc = [&](std::int64_t cost = 1) { return set.decide({{"api_key", "K"}}, cost); };
+  auto d = utc(2);
+  REQUIRE(d.allowed);
+  CHECK(d.decision().remaining == 0);
+  CHECK(d.decision().reset_after == 30min);
+  d = utc();
+  CHECK_FALSE(d.allowed);
+  CHECK(d.decision().retry_after == 30min);
+  // A request of the Madrid zone matches both limits (outcomes in file order: UTC, Madrid); on
+  // another client, whose UTC year is fresh, Madrid's year has 365 days - 30 min to go.
+  const auto madrid = [&](std::int64_t cost = 1) {
+    return set.decide({{"zone", "madrid"}, {"api_key", "M"}}, cost);
+  };
+  d = madrid(2);
+  REQUIRE(d.allowed);
+  REQUIRE(d.outcomes.size() == 2);
+  CHECK(d.outcomes[1].decision.reset_after == 365 * 24h - 30min);
+  d = madrid();
+  CHECK_FALSE(d.allowed);
+  CHECK(d.outcomes[1].decision.retry_after == 365 * 24h - 30min);
+  // At 2025-12-31 23:00 UTC, Madrid's 2026 begins (and M's UTC year 2024 is long over): one
+  // admitted, with 2026's 365 days to go (2026-12-31 23:00 UTC).
+  clock.set(rules_utc(2025, 12, 31, 23));
+  d = madrid();
+  REQUIRE(d.allowed);
+  CHECK(d.outcomes[1].decision.remaining == 1);
+  CHECK(d.outcomes[1].decision.reset_after == 365 * 24h);
+}
+
 TEST_CASE("The calendar extension of rules files refuses what it cannot mean",
           "[calendar][quota][rules][errors]") {
   CHECK_THAT(quota_rules_error("{unit: day, requests_per_unit: 1, algorithm: calendar_quota, "
@@ -106,8 +159,8 @@ TEST_CASE("The calendar extension of rules files refuses what it cannot mean",
              Catch::StartsWith("rules.yaml:3: rate_limit.time_zone = \"Europe/Madird\": not an "
                                "IANA time zone of this system's tzdata"));
   CHECK(quota_rules_error("{unit: minute, requests_per_unit: 1, algorithm: calendar_quota}") ==
-        "rules.yaml:3: rate_limit.unit = \"minute\": a calendar_quota's unit is day, week or "
-        "month");
+        "rules.yaml:3: rate_limit.unit = \"minute\": a calendar_quota's unit is day, week, "
+        "month or year");
   CHECK(quota_rules_error("{unit: week, requests_per_unit: 1, algorithm: calendar_quota, "
                           "first_day: funday}") ==
         "rules.yaml:3: rate_limit.first_day = \"funday\": not a day of the week (monday .. "

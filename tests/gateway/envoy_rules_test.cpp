@@ -175,7 +175,7 @@ TEST_CASE("Every refusal names the file, the line and the problem", "[rules][env
   CHECK(refusal("domain: d\ndescriptors:\n  - key: a\n    rate_limit:\n      unit: fortnight\n"
                 "      requests_per_unit: 1\n") ==
         "rules.yaml:5: rate_limit.unit = \"fortnight\": unknown unit (expected second, minute, "
-        "hour, day, week or month)");
+        "hour, day, week, month or year)");
   // A unit the reference does not have, which only this library's calendar algorithms take
   // (an extension, docs/quota.md): refused for a rate, at the limit's descriptor (line 3).
   CHECK(refusal("domain: d\ndescriptors:\n  - key: a\n    rate_limit:\n      unit: week\n"

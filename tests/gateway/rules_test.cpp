@@ -171,6 +171,70 @@ TEST_CASE("Per-plan limits: pro users get the token bucket, others the hourly wi
   CHECK(free.decision().limit == 4);
 }
 
+TEST_CASE("unit: year is 365 days for every algorithm, fixed windows counted from the epoch",
+          "[rules][year]") {
+  const auto rules = Rules::from_string(R"(domain: d
+descriptors:
+  - key: fw
+    rate_limit: {unit: year, requests_per_unit: 2, algorithm: fixed_window}
+  - key: tb
+    rate_limit: {unit: Year, requests_per_unit: 365, algorithm: token_bucket}
+  - key: lb
+    rate_limit: {unit: YEAR, requests_per_unit: 365, algorithm: leaky_bucket}
+  - key: sl
+    rate_limit: {unit: year, requests_per_unit: 2, algorithm: sliding_log}
+  - key: sc
+    rate_limit: {unit: year, requests_per_unit: 2}
+)");
+  constexpr auto year = std::chrono::hours{24 * 365};
+  REQUIRE(rules.rules().size() == 5);
+  for (const auto& r : rules.rules()) {
+    CHECK(r.unit == "year");
+    CHECK(r.rate.period == year);
+    CHECK(r.policy().window == year);
+  }
+  // 2024-01-01 00:00 UTC = 1 704 067 200 s. W = 365 days = 31 536 000 s: the fixed window
+  // holding it is k = floor(1 704 067 200 / 31 536 000) = 54, from 54 W = 1 702 944 000 s
+  // (13 days earlier) to 55 W = 1 734 480 000 s, 30 412 800 s = 352 days later.
+  ManualClock clock;
+  clock.set(std::chrono::seconds{1'704'067'200});
+  Set set(rules, {}, clock);
+  constexpr auto day = std::chrono::hours{24};
+
+  // fixed_window, 2 per window: the third is denied until the window's end.
+  REQUIRE(set.decide({{"fw", "x"}}, 2));
+  auto d = set.decide({{"fw", "x"}});
+  REQUIRE_FALSE(d.allowed);
+  CHECK(d.decision().retry_after == 352 * day);
+
+  // token_bucket: capacity 365, refilled at 365 per 365 days = 1 a day. Emptied at once, the
+  // next token comes in a day.
+  REQUIRE(set.decide({{"tb", "x"}}, 365));
+  d = set.decide({{"tb", "x"}});
+  REQUIRE_FALSE(d.allowed);
+  CHECK(d.decision().retry_after == day);
+
+  // leaky_bucket: a queue of 365 drained at 1 a day. Full, one unit has leaked a day later.
+  REQUIRE(set.decide({{"lb", "x"}}, 365));
+  d = set.decide({{"lb", "x"}});
+  REQUIRE_FALSE(d.allowed);
+  CHECK(d.decision().retry_after == day);
+
+  // sliding_log, 2 per 365 days: both entries at t leave the window at t + W.
+  REQUIRE(set.decide({{"sl", "x"}}, 2));
+  d = set.decide({{"sl", "x"}});
+  REQUIRE_FALSE(d.allowed);
+  CHECK(d.decision().retry_after == year);
+
+  // sliding_counter (the default), 2 per 365 days, with windows from the epoch as fixed_window:
+  // window 54 holds c = 2 from 13 days in. In window 55, at e into it, the estimate is
+  // 2 (W - e) / W + 1 <= 2 iff e >= W / 2 = 182.5 days: retry_after = 352 + 182.5 days.
+  REQUIRE(set.decide({{"sc", "x"}}, 2));
+  d = set.decide({{"sc", "x"}});
+  REQUIRE_FALSE(d.allowed);
+  CHECK(d.decision().retry_after == 352 * day + year / 2);
+}
+
 TEST_CASE("A request denied by one rule spends nothing from the others", "[rules][atomic]") {
   ManualClock clock;
   Set set(Rules::from_string(gateway_yaml), {}, clock);
@@ -294,7 +358,7 @@ TEST_CASE("Invalid rules files name the line and the problem", "[rules][errors]"
   CHECK(error_of("domain: d\ndescriptors:\n  - key: a\n    rate_limit: {unit: fortnight, "
                  "requests_per_unit: 1}\n") ==
         "rules.yaml:4: rate_limit.unit = \"fortnight\": unknown unit (expected second, minute, "
-        "hour, day, week or month)");
+        "hour, day, week, month or year)");
   CHECK(error_of("domain: d\ndescriptors:\n  - value: x\n    rate_limit: {unit: second, "
                  "requests_per_unit: 1}\n") == "rules.yaml:3: missing field `key`");
   CHECK(error_of("domain: d\ndescriptors:\n  - key: a\n    rate_limit:\n      unit: second\n"

@@ -8,7 +8,8 @@
 /// transition, its Lua twin and reply codec (`Wire`, see core/wire.hpp).
 ///
 /// Adding an algorithm: its model header (algorithms/<name>.hpp), its script (lua/<name>.lua,
-/// embedded by cmake/embed_lua.cmake like every other), and one line below. A program (or a
+/// embedded by cmake/embed_lua.cmake like every other), and one line below; docs/layout.md has
+/// the whole checklist (entry header, tests, docs, benchmarks). A program (or a
 /// test) may also extend the list for itself, `Algorithms::with<MyModel>`, and pass that to
 /// whatever takes a registry (`Rules::from_string<R>`, `RuleSet<Storage, Clock, R>`).
 
@@ -39,9 +40,10 @@ concept RegisteredModel = WireModel<M> && requires(const Rate& r) {
 /// its rate (the calendar quota's time zone). The views point into the rules' own strings.
 /// Thread safety: a plain value.
 struct LimitSpec {
-  /// `requests_per_unit` per `unit` (a week is 7 days; a month is given its longest, 31 days).
+  /// `requests_per_unit` per `unit` (a week is 7 days; a month is given its longest, 31 days;
+  /// a year is 365 days).
   Rate rate;
-  /// `rate_limit.unit`, lower case: second, minute, hour, day, week or month.
+  /// `rate_limit.unit`, lower case: second, minute, hour, day, week, month or year.
   std::string_view unit;
   /// `rate_limit.time_zone` (an extension), an IANA name; empty when absent.
   std::string_view time_zone;

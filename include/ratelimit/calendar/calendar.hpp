@@ -1,6 +1,6 @@
 #pragma once
 /// @file calendar/calendar.hpp
-/// Calendar periods (days, weeks, months) in a named IANA time zone, as instants: where a
+/// Calendar periods (days, weeks, months, years) in a named IANA time zone, as instants: where a
 /// quota's period begins and ends.
 ///
 /// Needs Howard Hinnant's date library with its time-zone database (`date/tz.h`, Debian
@@ -8,11 +8,12 @@
 /// link the CMake target `ratelimit::calendar`. g++ 12's <chrono> has no `locate_zone`.
 ///
 /// A period begins at local midnight (00:00 wall-clock time) of its first day: every day, on
-/// the configured first day of the week (ISO 8601: Monday), or on the first of the month. So
-/// a local day lasts 23 to 25 hours across a DST change (23.5 or 24.5 on Australia/Lord_Howe),
-/// a month 28 to 31 days. A local midnight that does not exist (the clocks jump over it) is
-/// replaced by the instant of the jump, the first instant of that local day; a local midnight
-/// that occurs twice (the clocks go back over it) counts from its first occurrence.
+/// the configured first day of the week (ISO 8601: Monday), on the first of the month, or on
+/// January 1. So a local day lasts 23 to 25 hours across a DST change (23.5 or 24.5 on
+/// Australia/Lord_Howe), a month 28 to 31 days, a year 365 or 366 days. A local midnight that does
+/// not exist (the clocks jump over it) is replaced by the instant of the jump, the first instant of
+/// that local day; a local midnight that occurs twice (the clocks go back over it) counts from its
+/// first occurrence.
 
 #include <chrono>
 #include <cstdint>
@@ -31,12 +32,16 @@ enum class CalendarUnit : std::uint8_t {
   day,    ///< from local midnight to the next local midnight (23 to 25 h around DST changes)
   week,   ///< seven local days from local midnight of the first day of the week
   month,  ///< from local midnight of the first of the month to that of the next (28 to 31 days)
+  year,   ///< from local midnight of January 1 to that of the next (365 or 366 days)
 };
 
-/// The rules-file and error-message name of a unit: "day", "week" or "month".
+/// The rules-file and error-message name of a unit: "day", "week", "month" or "year".
 /// Thread safety: pure.
 constexpr std::string_view calendar_unit_name(CalendarUnit u) noexcept {
-  return u == CalendarUnit::day ? "day" : u == CalendarUnit::week ? "week" : "month";
+  return u == CalendarUnit::day     ? "day"
+         : u == CalendarUnit::week  ? "week"
+         : u == CalendarUnit::month ? "month"
+                                    : "year";
 }
 
 /// One calendar period as instants: [start, end), nanoseconds since the Unix epoch (UTC).
@@ -85,13 +90,14 @@ class Calendar {
   Calendar() noexcept = default;
 
   /// Periods of `unit` in `time_zone`; weeks start on `first_day` (default Monday, ISO 8601;
-  /// ignored for days and months).
+  /// ignored for days, months and years).
   Calendar(CalendarUnit unit, std::string_view time_zone,
            std::chrono::weekday first_day = std::chrono::Monday)
       : unit_(unit), first_day_(first_day.c_encoding()) {
-    if (unit != CalendarUnit::day && unit != CalendarUnit::week && unit != CalendarUnit::month)
+    if (unit != CalendarUnit::day && unit != CalendarUnit::week && unit != CalendarUnit::month &&
+        unit != CalendarUnit::year)
       throw std::invalid_argument("unit = " + std::to_string(static_cast<int>(unit)) +
-                                  ": not a CalendarUnit (day, week or month)");
+                                  ": not a CalendarUnit (day, week, month or year)");
     if (!first_day.ok())
       throw std::invalid_argument("first_day = " + std::to_string(first_day.c_encoding()) +
                                   ": not a weekday (0 = Sunday .. 6 = Saturday)");
@@ -170,6 +176,8 @@ class Calendar {
         const date::year_month_day ymd{d};
         return date::local_days{ymd.year() / ymd.month() / 1};
       }
+      case CalendarUnit::year:
+        return date::local_days{date::year_month_day{d}.year() / date::January / 1};
       case CalendarUnit::day:
       default:
         return d;
@@ -183,6 +191,8 @@ class Calendar {
         return first + date::days{7 * n};
       case CalendarUnit::month:
         return date::local_days{date::year_month_day{first} + date::months{n}};
+      case CalendarUnit::year:  // first is a January 1: always a valid date n years on
+        return date::local_days{date::year_month_day{first} + date::years{n}};
       case CalendarUnit::day:
       default:
         return first + date::days{n};

@@ -1,6 +1,6 @@
 #pragma once
 /// @file calendar/quota.hpp
-/// The calendar quota: at most N requests per day, week or month of a named IANA time zone,
+/// The calendar quota: at most N requests per day, week, month or year of a named IANA time zone,
 /// as a model of the registry (so it runs on every storage, in rule sets, and all or nothing
 /// beside the rates in one `decide_all`).
 ///
@@ -36,8 +36,9 @@ namespace ratelimit {
 
 /// The calendar quota as a pure transition (see `ratelimit::Model`).
 ///
-/// At most N units per calendar period (`Calendar`: day, week or month of an IANA zone),
-/// resetting at local midnight (of the first day of the week, of the first of the month).
+/// At most N units per calendar period (`Calendar`: day, week, month or year of an IANA zone),
+/// resetting at local midnight (of the first day of the week, of the first of the month, of
+/// January 1).
 /// Admit n iff c + n <= N, c the count of the period holding t = max(now, the key's latest
 /// time). Decision fields: limit = N; remaining = max(0, N - c); retry_after of a denial and
 /// reset_after = the period's end - t, so a spent quota's retry_after lands exactly on the
@@ -86,7 +87,7 @@ struct CalendarQuotaModel {
                     "month): 86400000000000 or 604800000000000 ns");
   }
 
-  /// A rules-file limit (the `calendar_quota` extension): `unit` day, week or month,
+  /// A rules-file limit (the `calendar_quota` extension): `unit` day, week, month or year,
   /// `time_zone` (default "UTC"), `first_day` for weeks (default monday). Throws
   /// `std::invalid_argument` naming the field and value.
   static Params from_limit(const LimitSpec& spec) {
@@ -97,9 +98,11 @@ struct CalendarQuotaModel {
       unit = CalendarUnit::week;
     else if (spec.unit == "month")
       unit = CalendarUnit::month;
+    else if (spec.unit == "year")
+      unit = CalendarUnit::year;
     else
       throw std::invalid_argument("rate_limit.unit = \"" + std::string(spec.unit) +
-                                  "\": a calendar_quota's unit is day, week or month");
+                                  "\": a calendar_quota's unit is day, week, month or year");
     std::chrono::weekday first = std::chrono::Monday;
     if (!spec.first_day.empty()) {
       if (unit != CalendarUnit::week)
@@ -195,9 +198,9 @@ struct CalendarQuotaModel {
                                           const Operation& op) {
       const auto admitted = detail::wire_reply_admitted(r, 0);
       const auto t = detail::wire_reply_time_ns(r, 1);
-      // A period ends after the decision time, at most 32 days (a month and a DST hour) later,
-      // which can be past the clock range's end (2^62 ns).
-      constexpr detail::i128 max_end_us = detail::max_wire_time_ns / 1000 + 32LL * 86'400'000'000;
+      // A period ends after the decision time, at most 367 days (a leap year and a DST hour)
+      // later, which can be past the clock range's end (2^62 ns).
+      constexpr detail::i128 max_end_us = detail::max_wire_time_ns / 1000 + 367LL * 86'400'000'000;
       // c may exceed this N (spent under a higher one), never the largest N.
       if (!admitted || !t || r.size() < 4 || r[2] < 0 || r[2] > detail::max_count ||
           r[3] <= *t / 1000 || r[3] > max_end_us)
@@ -219,15 +222,15 @@ struct CalendarQuotaModel {
 /// Thread safety: a plain value.
 struct CalendarQuotaOptions {
   std::int64_t limit = 0;                                ///< N per period, 1..10^9
-  CalendarUnit unit = CalendarUnit::day;                 ///< day, week or month
+  CalendarUnit unit = CalendarUnit::day;                 ///< day, week, month or year
   std::string time_zone = "UTC";                         ///< an IANA name, e.g. "Europe/Madrid"
   std::chrono::weekday first_day = std::chrono::Monday;  ///< weeks only (ISO 8601: Monday)
 };
 
-/// A calendar quota per key: at most `limit` requests per day, week or month of a time zone,
-/// resetting at local midnight. Decision fields: limit = N; remaining = max(0, N - c); retry_after
-/// and reset_after = the time to the period's end (the next local midnight, first day of the
-/// week or first of the month), exact to the ns.
+/// A calendar quota per key: at most `limit` requests per day, week, month or year of a time
+/// zone, resetting at local midnight. Decision fields: limit = N; remaining = max(0, N - c);
+/// retry_after and reset_after = the time to the period's end (the next local midnight, first
+/// day of the week, first of the month or January 1), exact to the ns.
 ///
 /// The clock must read Unix time (default `SystemClock`; `ManualClock` set to Unix times in
 /// tests). On Redis the period is computed by this client: `TimeSource::redis` is refused

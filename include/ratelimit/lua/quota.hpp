@@ -11,7 +11,7 @@ namespace ratelimit::lua {
 /// The text of quota.lua.
 inline constexpr std::string_view quota = R"lua(-- quota.lua: one calendar quota decision (the twin of CalendarQuotaModel).
 --
--- At most N per calendar period (day, week or month in an IANA time zone). Redis has no
+-- At most N per calendar period (day, week, month or year in an IANA time zone). Redis has no
 -- time-zone data: the client computes the end of the period that holds its decision time and
 -- passes it; the stored state remembers the end of the period it counts, so a request stamped
 -- before the key's latest time (decided at that time) still finds its period. Admit n iff

@@ -26,7 +26,7 @@
 /// The format is the one of Envoy's rate limit service (envoyproxy/ratelimit), whole:
 /// `domain`; `descriptors`, each with `key`, optional `value` (a `*` anywhere in it is a
 /// wildcard for any run of characters; `value: ""` is no value), optional `rate_limit`
-/// (`unit`: second, minute, hour or day, any case; `requests_per_unit`: 0 to 10^9; optional
+/// (`unit`: second, minute, hour, day or year, any case; `requests_per_unit`: 0 to 10^9; optional
 /// `name`; optional `replaces: [{name: ...}]`; or `unlimited: true`), optional nested
 /// `descriptors`, the flags `shadow_mode`, `quota_mode`, `detailed_metric`, `value_to_metric`
 /// and `share_threshold` (true or false), and `metadata` (a mapping). A descriptor with
@@ -53,9 +53,11 @@
 /// (`algorithm: calendar_quota`, in the registry `QuotaAlgorithms` of ratelimit/calendar.hpp) the
 /// units `week` and `month` and the fields `time_zone` (IANA name, default UTC) and `first_day` (of
 /// a week, default monday); other algorithms refuse those. `requests_per_unit: 0` blocks every
-/// matching request (denied with `retry_after == Decision::never`). A registry may also name
-/// the algorithm of a limit that names none and accept `unit: year` (`algorithm_names`; the
-/// gRPC server's registry does both). Several files: `RulesConfig`
+/// matching request (denied with `retry_after == Decision::never`). `unit: year` is 365 days,
+/// as the reference (the windows of fixed_window start at multiples of 365 days from the Unix
+/// epoch); a calendar algorithm reads it as the calendar year of its time zone. A registry may
+/// also name the algorithm of a limit that names none (`algorithm_names`; the gRPC server's
+/// registry does). Several files: `RulesConfig`
 /// (rules/config.hpp). Stricter than the reference: a rule name used twice in a domain and a
 /// missing `requests_per_unit` (0 there) are refused; `unlimited: true` with a
 /// `requests_per_unit` is accepted (ignored) as there.
@@ -77,17 +79,12 @@
 #include <vector>
 
 #include "../algorithms/registry.hpp"
+#include "detail/tree.hpp"
 #include "detail/yaml.hpp"
+#include "match.hpp"
 #include "rule.hpp"
 
 namespace ratelimit::detail {
-
-/// Appends `s` to `out` as "<length>:<bytes>", so that joined fields never run together.
-inline void append_field(std::string& out, std::string_view s) {
-  out += std::to_string(s.size());
-  out += ':';
-  out += s;
-}
 
 /// Makes a `Rule` of `node` if it has a limit, and of every node below it, in file order
 /// (parents first); indexes each level of children for matching. `path`: the steps above.
@@ -148,8 +145,7 @@ inline void flatten(const std::string& domain, const std::vector<std::string>& c
 
 /// The registry's side of reading a rules file (see `AlgorithmNames`).
 /// A registry may also declare `static constexpr Algorithm default_algorithm` (what a limit
-/// naming none runs, else sliding_counter) and `static constexpr bool year_unit` (read `unit:
-/// year`, else refused as unknown).
+/// naming none runs, else sliding_counter).
 template <class Registry>
 AlgorithmNames algorithm_names() {
   AlgorithmNames names{[](std::string_view name) {
@@ -160,7 +156,6 @@ AlgorithmNames algorithm_names() {
                        Registry::names()};
   if constexpr (requires { Registry::default_algorithm; })
     names.fallback = Registry::default_algorithm;
-  if constexpr (requires { Registry::year_unit; }) names.year_unit = Registry::year_unit;
   return names;
 }
 
@@ -178,10 +173,6 @@ void check_params(const Rule& rule, const std::string& source) {
       } catch (const std::invalid_argument& e) {
         throw std::invalid_argument(where + e.what());
       }
-    } else if (rule.unit == "year") {
-      throw std::invalid_argument(where + "rate_limit.algorithm = \"" + std::string(M::name) +
-                                  "\": takes no year unit (only an algorithm that reads the "
-                                  "whole limit does)");
     } else if (rule.uses_calendar()) {
       throw std::invalid_argument(
           where + "rate_limit.algorithm = \"" + std::string(M::name) +
@@ -190,26 +181,6 @@ void check_params(const Rule& rule, const std::string& source) {
     }
   });
 }
-
-/// One domain's rules as loaded: the descriptor tree, each level indexed, and its limits.
-/// Thread safety: immutable once built.
-struct LoadedRules {
-  std::string domain;
-  std::vector<std::string> client_keys;
-  std::vector<std::string> sources;
-  std::vector<RuleNode> roots;
-  std::shared_ptr<const LevelIndex> index;  ///< of `roots`
-  std::vector<Rule> rules;                  ///< `RuleNode::rule_index` points in here
-
-  /// The limit of node `n`, or null (none, or `unlimited: true`).
-  const Rule* rule_of(const RuleNode& n) const noexcept {
-    return n.rule_index >= 0 ? &rules[static_cast<std::size_t>(n.rule_index)] : nullptr;
-  }
-  /// Whether `key` identifies a client.
-  bool is_client_key(std::string_view key) const {
-    return std::find(client_keys.begin(), client_keys.end(), key) != client_keys.end();
-  }
-};
 
 /// The text of a rules file (see `Rules::read_file`).
 inline std::string read_rules_file(const std::filesystem::path& file) {

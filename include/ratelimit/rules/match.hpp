@@ -1,7 +1,8 @@
 #pragma once
 /// @file rules/match.hpp
-/// Matching a request against the descriptor tree of a rules file, in its two forms. `Rules`
-/// (rules/rules.hpp) is the public face of these walks.
+/// Matching a request against the descriptor tree of a rules file, in its two forms: the
+/// wildcard match and the index of each level (`wildcard_match`, `LevelIndex`), then the walks.
+/// `Rules` (rules/rules.hpp) is the public face of these walks.
 ///
 /// ## Matching: the flat request (`RuleSet::decide(entries)`)
 /// A request is one list of descriptor entries, e.g. `{{"api_key", K}, {"path", "/login"}}` or
@@ -27,6 +28,8 @@
 
 #include <algorithm>
 #include <cstddef>
+#include <cstring>
+#include <memory>
 #include <span>
 #include <string>
 #include <string_view>
@@ -34,12 +37,88 @@
 #include <utility>
 #include <vector>
 
-#include "detail/yaml.hpp"
-#include "load.hpp"
+#include "detail/tree.hpp"
 #include "request.hpp"
 #include "rule.hpp"
 
 namespace ratelimit::detail {
+
+/// The first position of `part` in `text` (npos if none), in time linear in the sizes whatever
+/// the bytes: glibc's memmem (the Two-Way string-matching algorithm for long needles).
+/// std::string_view::find compares up to |part| bytes at each position (a^m b in a^n: |text| x
+/// |part|), so a long wildcard part in a file and a long value in a request took minutes.
+/// Thread safety: pure.
+inline std::size_t find_linear(std::string_view text, std::string_view part) noexcept {
+  if (part.empty()) return 0;
+  const void* at = ::memmem(text.data(), text.size(), part.data(), part.size());
+  return at == nullptr ? std::string_view::npos
+                       : static_cast<std::size_t>(static_cast<const char*>(at) - text.data());
+}
+
+/// Whether `value` matches the wildcard `pattern`, where each `*` stands for any run of
+/// characters (possibly none) and the rest must appear in order: a prefix, the middle parts
+/// each at their first occurrence, a suffix. Linear in the sizes (`find_linear`).
+/// Thread safety: pure.
+inline bool wildcard_match(std::string_view pattern, std::string_view value) noexcept {
+  const auto star = pattern.find('*');
+  if (star == std::string_view::npos) return pattern == value;
+  const auto last = pattern.rfind('*');
+  const std::string_view prefix = pattern.substr(0, star), suffix = pattern.substr(last + 1);
+  if (value.size() < prefix.size() + suffix.size()) return false;
+  if (value.substr(0, prefix.size()) != prefix) return false;
+  if (value.substr(value.size() - suffix.size()) != suffix) return false;
+  std::string_view rest = value.substr(prefix.size(), value.size() - prefix.size() - suffix.size());
+  std::string_view middle = pattern.substr(star + 1, last - star - (last > star ? 1 : 0));
+  while (!middle.empty()) {
+    const auto next = middle.find('*');
+    const std::string_view part = middle.substr(0, next);
+    if (!part.empty()) {
+      const auto at = find_linear(rest, part);
+      if (at == std::string_view::npos) return false;
+      rest.remove_prefix(at + part.size());
+    }
+    if (next == std::string_view::npos) break;
+    middle.remove_prefix(next + 1);
+  }
+  return true;
+}
+
+/// One level of the tree, indexed for matching: per key, the descriptors with an exact value,
+/// those with a wildcard value (file order) and the one with no value. Positions index the
+/// level's vector of nodes. Thread safety: immutable once built.
+struct LevelIndex {
+  struct Group {
+    std::unordered_map<std::string, std::size_t> exact;
+    std::vector<std::size_t> wildcards;
+    std::ptrdiff_t any = -1;
+  };
+  std::unordered_map<std::string, Group> keys;
+
+  explicit LevelIndex(const std::vector<RuleNode>& nodes) {
+    for (std::size_t i = 0; i < nodes.size(); ++i) {
+      Group& g = keys[nodes[i].key];
+      if (!nodes[i].has_value)
+        g.any = static_cast<std::ptrdiff_t>(i);
+      else if (nodes[i].wildcard)
+        g.wildcards.push_back(i);
+      else
+        g.exact.emplace(nodes[i].value, i);
+    }
+  }
+
+  /// The descriptor an entry (key, value) lands on: the one with this exact value, else the
+  /// first whose wildcard matches in file order, else the one with no value; -1 if none.
+  std::ptrdiff_t pick(const std::vector<RuleNode>& nodes, std::string_view key,
+                      std::string_view value) const {
+    const auto g = keys.find(std::string(key));
+    if (g == keys.end()) return -1;
+    if (const auto e = g->second.exact.find(std::string(value)); e != g->second.exact.end())
+      return static_cast<std::ptrdiff_t>(e->second);
+    for (const std::size_t w : g->second.wildcards)
+      if (wildcard_match(nodes[w].value, value)) return static_cast<std::ptrdiff_t>(w);
+    return g->second.any;
+  }
+};
 
 /// The value of a request's first entry with a key. The flat match asks once per descriptor of
 /// the file it visits, so a large request is hashed once (a scan per question cost descriptors

@@ -53,9 +53,8 @@ struct Rule {
   std::vector<Step> path;
   /// requests_per_unit per unit; count 0 blocks every request.
   Rate rate;
-  /// `rate_limit.unit` as read, lower case ("second" .. "day"; "week" and "month" for calendar
-  /// algorithms only, an extension; "year" only with a registry that asks for it, see
-  /// `detail::algorithm_names`).
+  /// `rate_limit.unit` as read, lower case ("second" .. "day", "year"; "week" and "month" for
+  /// calendar algorithms only, an extension).
   std::string unit;
   /// Extension for calendar algorithms: `rate_limit.time_zone` (IANA name), or empty.
   std::string time_zone;
@@ -92,11 +91,11 @@ struct Rule {
   /// What the file says about this limit, for the algorithm's parameters
   /// (`params_from_limit`, algorithms/registry.hpp). Points into this rule.
   LimitSpec limit_spec() const noexcept { return LimitSpec{rate, unit, time_zone, first_day}; }
-  /// Whether the limit uses the calendar extension (a week, month or year unit, a time zone or
-  /// a first day), which only an algorithm with `from_limit` takes.
+  /// Whether the limit uses the calendar extension (a week or month unit, a time zone or a
+  /// first day), which only an algorithm with `from_limit` takes. A year is not: every
+  /// algorithm takes it (365 days; a calendar year for calendar algorithms).
   bool uses_calendar() const noexcept {
-    return unit == "week" || unit == "month" || unit == "year" || !time_zone.empty() ||
-           !first_day.empty();
+    return unit == "week" || unit == "month" || !time_zone.empty() || !first_day.empty();
   }
 };
 

@@ -1,9 +1,9 @@
 #pragma once
 /// @file redis/detail/client_send.hpp
-/// The Redis client's per-node step (members of RedisClient, redis/detail/client.hpp): one
+/// The Redis client's per-node step (members of RedisClient, redis/detail/client_core.hpp): one
 /// pipelined request per node, the NOSCRIPT reload within the same deadline, and the results
 /// filed per call with the node's breaker told how it did. Runs on the I/O thread, or on the
-/// calling thread when nothing is sent. Include client.hpp.
+/// calling thread when nothing is sent. Include client.hpp, not this.
 
 #include <hiredis/hiredis.h>
 
@@ -16,7 +16,7 @@
 #include <utility>
 #include <vector>
 
-#include "client.hpp"
+#include "client_core.hpp"
 
 namespace ratelimit::detail {
 

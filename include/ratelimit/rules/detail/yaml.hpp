@@ -28,48 +28,11 @@
 #include "../../core/detail/validate.hpp"
 #include "../../core/rate.hpp"
 #include "../algorithm.hpp"
+#include "tree.hpp"
 
 namespace ratelimit {
 
 namespace detail {
-
-struct LevelIndex;
-
-/// One node of the descriptor tree as written in the file.
-struct RuleNode {
-  std::string key;
-  std::string value;
-  bool has_value = false;  ///< a non-empty `value` (`value: ""` is no value, as in Envoy's)
-  bool wildcard = false;   ///< `value` holds a `*`
-  bool has_limit = false;  ///< a `rate_limit` with a limit (not `unlimited: true`)
-  bool unlimited = false;  ///< `rate_limit: {unlimited: true}`
-  std::string name;        ///< `rate_limit.name`, or empty
-  std::vector<std::string> replaces;  ///< `rate_limit.replaces[].name`
-  Rate rate{0, std::chrono::nanoseconds{0}};
-  std::string unit;       ///< `rate_limit.unit`, lower case
-  std::string time_zone;  ///< `rate_limit.time_zone` (extension), or empty
-  std::string first_day;  ///< `rate_limit.first_day` (extension), or empty
-  Algorithm algorithm = Algorithm::sliding_counter;
-  bool shadow_mode = false;
-  bool quota_mode = false;
-  bool detailed_metric = false;
-  bool value_to_metric = false;
-  bool share_threshold = false;
-  std::string metadata;  ///< `metadata` as YAML flow text, or empty
-  int line = 0;
-  std::size_t file = 0;            ///< which source of the rules it came from
-  std::ptrdiff_t rule_index = -1;  ///< position of its Rule in Rules::rules(), if has_limit
-  std::vector<RuleNode> children;
-  std::shared_ptr<const LevelIndex> index;  ///< of `children`, if any (set by Rules)
-};
-
-struct RuleTree {
-  std::string domain;
-  int domain_line = 0;
-  std::vector<std::string> client_keys;
-  bool client_keys_given = false;
-  std::vector<RuleNode> roots;
-};
 
 /// Emits `node` as `out << node` does, but a scalar quoted in the source stays quoted, so that
 /// a reader resolving plain scalars (e.g. "yes" as a boolean, as YAML 1.1 does) still sees a
@@ -103,83 +66,6 @@ inline void emit_keeping_quotes(YAML::Emitter& out, const YAML::Node& node) {
   }
 }
 
-/// The first position of `part` in `text` (npos if none), in time linear in the sizes whatever
-/// the bytes: glibc's memmem (the Two-Way string-matching algorithm for long needles).
-/// std::string_view::find compares up to |part| bytes at each position (a^m b in a^n: |text| x
-/// |part|), so a long wildcard part in a file and a long value in a request took minutes.
-/// Thread safety: pure.
-inline std::size_t find_linear(std::string_view text, std::string_view part) noexcept {
-  if (part.empty()) return 0;
-  const void* at = ::memmem(text.data(), text.size(), part.data(), part.size());
-  return at == nullptr ? std::string_view::npos
-                       : static_cast<std::size_t>(static_cast<const char*>(at) - text.data());
-}
-
-/// Whether `value` matches the wildcard `pattern`, where each `*` stands for any run of
-/// characters (possibly none) and the rest must appear in order: a prefix, the middle parts
-/// each at their first occurrence, a suffix. Linear in the sizes (`find_linear`).
-/// Thread safety: pure.
-inline bool wildcard_match(std::string_view pattern, std::string_view value) noexcept {
-  const auto star = pattern.find('*');
-  if (star == std::string_view::npos) return pattern == value;
-  const auto last = pattern.rfind('*');
-  const std::string_view prefix = pattern.substr(0, star), suffix = pattern.substr(last + 1);
-  if (value.size() < prefix.size() + suffix.size()) return false;
-  if (value.substr(0, prefix.size()) != prefix) return false;
-  if (value.substr(value.size() - suffix.size()) != suffix) return false;
-  std::string_view rest = value.substr(prefix.size(), value.size() - prefix.size() - suffix.size());
-  std::string_view middle = pattern.substr(star + 1, last - star - (last > star ? 1 : 0));
-  while (!middle.empty()) {
-    const auto next = middle.find('*');
-    const std::string_view part = middle.substr(0, next);
-    if (!part.empty()) {
-      const auto at = find_linear(rest, part);
-      if (at == std::string_view::npos) return false;
-      rest.remove_prefix(at + part.size());
-    }
-    if (next == std::string_view::npos) break;
-    middle.remove_prefix(next + 1);
-  }
-  return true;
-}
-
-/// One level of the tree, indexed for matching: per key, the descriptors with an exact value,
-/// those with a wildcard value (file order) and the one with no value. Positions index the
-/// level's vector of nodes. Thread safety: immutable once built.
-struct LevelIndex {
-  struct Group {
-    std::unordered_map<std::string, std::size_t> exact;
-    std::vector<std::size_t> wildcards;
-    std::ptrdiff_t any = -1;
-  };
-  std::unordered_map<std::string, Group> keys;
-
-  explicit LevelIndex(const std::vector<RuleNode>& nodes) {
-    for (std::size_t i = 0; i < nodes.size(); ++i) {
-      Group& g = keys[nodes[i].key];
-      if (!nodes[i].has_value)
-        g.any = static_cast<std::ptrdiff_t>(i);
-      else if (nodes[i].wildcard)
-        g.wildcards.push_back(i);
-      else
-        g.exact.emplace(nodes[i].value, i);
-    }
-  }
-
-  /// The descriptor an entry (key, value) lands on: the one with this exact value, else the
-  /// first whose wildcard matches in file order, else the one with no value; -1 if none.
-  std::ptrdiff_t pick(const std::vector<RuleNode>& nodes, std::string_view key,
-                      std::string_view value) const {
-    const auto g = keys.find(std::string(key));
-    if (g == keys.end()) return -1;
-    if (const auto e = g->second.exact.find(std::string(value)); e != g->second.exact.end())
-      return static_cast<std::ptrdiff_t>(e->second);
-    for (const std::size_t w : g->second.wildcards)
-      if (wildcard_match(nodes[w].value, value)) return static_cast<std::ptrdiff_t>(w);
-    return g->second.any;
-  }
-};
-
 /// The registry's side of reading a rules file: the algorithm a name stands for (nullopt if
 /// none), and the names for error messages.
 struct AlgorithmNames {
@@ -187,8 +73,6 @@ struct AlgorithmNames {
   std::string list;
   /// The algorithm of a limit that names none: the registry's `default_algorithm`, if declared.
   Algorithm fallback = Algorithm::sliding_counter;
-  /// Whether `unit: year` (365 days) is read: only if the registry declares `year_unit = true`.
-  bool year_unit = false;
 };
 
 /// The limits of what a rules file may make the reader do: a file is read whole, and YAML
@@ -586,12 +470,12 @@ class RulesReader {
       node.rate.period = hours{24 * 7};
     else if (lower == "month")  // extension: its longest length, 31 days
       node.rate.period = hours{24 * 31};
-    else if (lower == "year" && algorithms_.year_unit)  // extension: 365 days
+    else if (lower == "year")  // as the reference: 365 days (a calendar year for calendar ones)
       node.rate.period = hours{24 * 365};
     else
       fail(unit_line, "rate_limit.unit = " + quoted(unit) +
-                          ": unknown unit (expected second, minute, hour, day, week" +
-                          (algorithms_.year_unit ? ", month or year)" : " or month)"));
+                          ": unknown unit (expected second, minute, hour, day, week, month or "
+                          "year)");
     node.unit = lower;
     node.time_zone = scalar(f[6], "time_zone", line, false);
     node.first_day = scalar(f[7], "first_day", line, false);
