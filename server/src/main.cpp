@@ -22,6 +22,7 @@
 #include "http_server.hpp"
 #include "service.hpp"
 #include "settings.hpp"
+#include "xds/xds_client.hpp"
 
 extern char** environ;
 
@@ -39,13 +40,14 @@ std::vector<std::string> environment_names() {
 }
 
 int run(int argc, char** argv) {
-  const Settings settings = read_settings(
-      [](const std::string& name) -> std::optional<std::string> {
-        const char* v = std::getenv(name.c_str());
-        if (v == nullptr) return std::nullopt;
-        return std::string(v);
-      },
-      std::vector<std::string>(argv + 1, argv + argc), environment_names());
+  const auto env = [](const std::string& name) -> std::optional<std::string> {
+    const char* v = std::getenv(name.c_str());
+    if (v == nullptr) return std::nullopt;
+    return std::string(v);
+  };
+  const std::vector<std::string> args(argv + 1, argv + argc);
+  const Settings settings = read_settings(env, args, environment_names());
+  const XdsSettings xds_settings = read_xds_settings(env, args);
   // Block the stop signals in every thread; the main thread waits for them below.
   sigset_t stop_signals;
   sigemptyset(&stop_signals);
@@ -66,12 +68,34 @@ int run(int argc, char** argv) {
   service_settings.listener = exporter;
   auto service = std::make_shared<Service>(make_counters(settings, exporter), service_settings);
 
-  ConfigWatcher watcher(service, settings.config_dir(), settings.runtime_ignore_dotfiles,
-                        settings.merge_domain_config ? ratelimit::DomainMerge::merge
-                                                     : ratelimit::DomainMerge::refuse);
-  watcher.poll();
-  watcher.start(std::chrono::seconds{1});
-  const auto healthy = [&] { return !settings.healthy_with_config_only || watcher.loaded(); };
+  const auto merge =
+      settings.merge_domain_config ? ratelimit::DomainMerge::merge : ratelimit::DomainMerge::refuse;
+  // The rules come from the rules directory (CONFIG_TYPE=FILE) or over xDS (GRPC_XDS_SOTW).
+  std::unique_ptr<ConfigWatcher> watcher;
+  std::unique_ptr<XdsClient> xds;
+  if (xds_settings.use_xds) {
+    xds = std::make_unique<XdsClient>(service, xds_settings, merge);
+    xds->start();
+    // As the reference's NewService: without FORCE_START_WITHOUT_INITIAL_CONFIG no listener
+    // opens before the first configuration; a stop signal meanwhile still stops.
+    const timespec no_wait{0, 0};
+    while (!xds_settings.force_start && !xds->wait_first_response(std::chrono::seconds{1})) {
+      const int early = sigtimedwait(&stop_signals, nullptr, &no_wait);
+      if (early == SIGTERM || early == SIGINT) {
+        std::cerr << "ratelimit_server: signal " << early << " before the first configuration\n";
+        xds->stop();
+        return 0;
+      }
+    }
+  } else {
+    watcher = std::make_unique<ConfigWatcher>(service, settings.config_dir(),
+                                              settings.runtime_ignore_dotfiles, merge);
+    watcher->poll();
+    watcher->start(std::chrono::seconds{1});
+  }
+  const auto healthy = [&] {
+    return !settings.healthy_with_config_only || (xds ? xds->loaded() : watcher->loaded());
+  };
 
   GrpcServer grpc(service, settings.grpc_host + ":" + std::to_string(settings.grpc_port));
   grpc.set_serving(healthy());
@@ -79,7 +103,7 @@ int run(int argc, char** argv) {
                   [exporter] { return exporter->render(); });
   std::cerr << "ratelimit_server: gRPC on " << settings.grpc_host << ":" << grpc.port()
             << ", HTTP on " << settings.http_host << ":" << http.port() << ", rules from "
-            << settings.config_dir().string() << "\n";
+            << (xds ? "xDS at " + xds_settings.server_url : settings.config_dir().string()) << "\n";
 
   int signal = 0;
   timespec tick{1, 0};
@@ -91,7 +115,8 @@ int run(int argc, char** argv) {
   std::cerr << "ratelimit_server: signal " << signal << ", shutting down\n";
   http.stop();
   grpc.shutdown(settings.shutdown_grace);
-  watcher.stop();
+  if (watcher) watcher->stop();
+  if (xds) xds->stop();
   return 0;
 }
 

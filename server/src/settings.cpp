@@ -1,6 +1,7 @@
 #include "settings.hpp"
 
 #include "counters.hpp"
+#include "xds/xds_settings.hpp"
 
 #ifdef RATELIMIT_SERVER_HAVE_REDIS
 #include <ratelimit/redis/cluster.hpp>
@@ -203,6 +204,7 @@ Settings read_settings(const std::function<std::optional<std::string>(const std:
   for (const std::string& name : environment_names) {
     const auto it = table.find(name);
     if (it == table.end()) {
+      if (is_xds_setting(name)) continue;  // read by read_xds_settings
       if (name.rfind(own_prefix, 0) == 0)
         throw std::invalid_argument(name + ": not a setting of this server (its own are " +
                                     std::string(own_prefix) +
@@ -223,6 +225,7 @@ Settings read_settings(const std::function<std::optional<std::string>(const std:
     std::string name = arg.substr(2, eq - 2);
     for (char& c : name) c = c == '-' ? '_' : static_cast<char>(std::toupper(c));
     const auto it = table.find(name);
+    if (it == table.end() && is_xds_setting(name)) continue;  // read by read_xds_settings
     if (it == table.end())
       throw std::invalid_argument("flag " + arg.substr(0, eq) + ": not a setting of this server");
     it->second(s, "--" + arg.substr(2, eq - 2), arg.substr(eq + 1));
