@@ -130,6 +130,11 @@ std::uint64_t XdsClient::streams() const {
   return streams_;
 }
 
+std::uint64_t XdsClient::connect_failures() const {
+  const std::lock_guard lock(mutex_);
+  return connect_failures_;
+}
+
 double XdsClient::draw() { return std::uniform_real_distribution<double>(0.0, 1.0)(random_); }
 
 bool XdsClient::wait(nanoseconds d) {
@@ -175,6 +180,10 @@ std::shared_ptr<grpc::Channel> XdsClient::connect() {
       state = channel->GetState(true);
     }
     if (state == GRPC_CHANNEL_READY) return channel;
+    {
+      const std::lock_guard lock(mutex_);
+      ++connect_failures_;
+    }
     const nanoseconds d = linear_with_jitter(settings_.connect_retry_interval, draw());
     std::cerr << "ratelimit_server: xds: cannot connect to " << settings_.server_url
               << " (retrying in "

@@ -85,6 +85,8 @@ class XdsClient {
   std::string last_error() const;
   /// How many streams have been opened (1 after the first subscription).
   std::uint64_t streams() const;
+  /// How many connection attempts failed (the management server unreachable, or TLS refused).
+  std::uint64_t connect_failures() const;
 
  private:
   void run();
@@ -114,6 +116,7 @@ class XdsClient {
   bool loaded_ = false;
   std::string error_;
   std::uint64_t streams_ = 0;
+  std::uint64_t connect_failures_ = 0;
   grpc::ClientContext* context_ = nullptr;
   std::thread thread_;
 };
