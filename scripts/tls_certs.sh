@@ -9,6 +9,10 @@
 #   server.crt server.key          from the test CA; SAN IP:127.0.0.1, DNS:localhost
 #   wrong-name.crt wrong-name.key  from the test CA, for another name only (SAN DNS:wrong.example)
 #   client.crt client.key          from the test CA, a client certificate for mutual TLS
+#   peer.crt peer.key              from the test CA, for both ends (serverAuth and clientAuth;
+#                                  SAN IP:127.0.0.1, DNS:localhost, DNS:envoy-ratelimit), as
+#                                  Envoy Gateway gives its rate limit service one certificate for
+#                                  its gRPC port and for its xDS client
 #   other-ca.crt other-ca.key      an unrelated CA that nobody trusts
 #   other-server.crt .key          from the unrelated CA; same SAN as server.crt, so only its
 #                                  issuer makes it wrong
@@ -57,6 +61,8 @@ leaf other-server other-ca "/CN=localhost" "$(server_ext 'IP:127.0.0.1,DNS:local
 leaf wrong-name ca "/CN=wrong.example" "$(server_ext 'DNS:wrong.example')"
 leaf client ca "/CN=ratelimit test client" \
   "$(printf 'basicConstraints=CA:FALSE\nkeyUsage=critical,digitalSignature\nextendedKeyUsage=clientAuth\n')"
+leaf peer ca "/CN=envoy-ratelimit" \
+  "$(printf 'basicConstraints=CA:FALSE\nkeyUsage=critical,digitalSignature\nextendedKeyUsage=serverAuth,clientAuth\nsubjectAltName=IP:127.0.0.1,DNS:localhost,DNS:envoy-ratelimit\n')"
 
 rm -rf ca-dir
 mkdir ca-dir
@@ -64,6 +70,6 @@ cp ca.crt ca-dir/ca.crt
 if openssl rehash ca-dir 2>/dev/null; then :; else c_rehash ca-dir >/dev/null; fi
 
 # Each leaf must verify against its own CA (a broken set would make the refusals pass vacuously).
-for pair in server:ca wrong-name:ca client:ca other-server:other-ca; do
+for pair in server:ca wrong-name:ca client:ca peer:ca other-server:other-ca; do
   openssl verify -CAfile "${pair#*:}.crt" "${pair%%:*}.crt" >/dev/null
 done

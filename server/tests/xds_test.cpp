@@ -20,6 +20,7 @@
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <random>
 #include <stdexcept>
 #include <string>
 #include <thread>
@@ -30,6 +31,9 @@
 
 #include <catch2/catch.hpp>
 
+#ifdef RATELIMIT_SERVER_HAVE_REDIS
+#include "support/redis_backend.hpp"
+#endif
 #include "counters.hpp"
 #include "rls.grpc.pb.h"
 #include "service.hpp"
@@ -239,8 +243,18 @@ class ManagementServer {
 };
 
 // The fields of a request line.
-enum Field { kind, stream_id, version, nonce, has_error, error_message, node_id, type_url, names,
-             metadata };
+enum Field {
+  kind,
+  stream_id,
+  version,
+  nonce,
+  has_error,
+  error_message,
+  node_id,
+  type_url,
+  names,
+  metadata
+};
 
 rs::XdsSettings client_settings(const ManagementServer& ms) {
   rs::XdsSettings s;
@@ -261,9 +275,9 @@ rs::XdsSettings client_settings(const ManagementServer& ms) {
 /// A fixed instant (the counters' windows never roll over during a test).
 std::chrono::nanoseconds fixed_now() { return std::chrono::seconds{1'800'000'000}; }
 
-rls::RateLimitRequest request_for(const std::string& key) {
+rls::RateLimitRequest request_for(const std::string& key, const std::string& domain = "d") {
   rls::RateLimitRequest r;
-  r.set_domain("d");
+  r.set_domain(domain);
   auto* e = r.add_descriptors()->add_entries();
   e->set_key(key);
   e->set_value("v");
@@ -302,9 +316,10 @@ const char* const per_minute_10 =
 
 }  // namespace
 
-TEST_CASE("xDS: a config, an update, a bad config (NACK) and a removal, each followed once "
-          "ACKed; a restarted management server gets the subscription again",
-          "[xds]") {
+TEST_CASE(
+    "xDS: a config, an update, a bad config (NACK) and a removal, each followed once "
+    "ACKed; a restarted management server gets the subscription again",
+    "[xds]") {
   ManagementServer ms;
   auto service =
       std::make_shared<rs::Service>(rs::make_memory_counters(), rs::ServiceSettings{}, fixed_now);
@@ -407,9 +422,10 @@ TEST_CASE("xDS: a config, an update, a bad config (NACK) and a removal, each fol
   client.stop();
 }
 
-TEST_CASE("xDS: the server's name is checked (or the SAN given), and mutual TLS needs the "
-          "client certificate",
-          "[xds]") {
+TEST_CASE(
+    "xDS: the server's name is checked (or the SAN given), and mutual TLS needs the "
+    "client certificate",
+    "[xds]") {
   ManagementServer ms;
   auto service =
       std::make_shared<rs::Service>(rs::make_memory_counters(), rs::ServiceSettings{}, fixed_now);
@@ -478,10 +494,8 @@ TEST_CASE("xDS settings: the reference's names and defaults, Go durations, refus
   CHECK(s.use_xds);
   CHECK(s.force_start);
   // SplitN(entry, "=", 2): "b=x=y" is b -> "x=y"; an entry without '=' is skipped.
-  CHECK(s.node_metadata ==
-        std::map<std::string, std::string>{{"a", "1"}, {"b", "x=y"}, {"c", ""}});
-  CHECK(s.additional_headers ==
-        std::map<std::string, std::string>{{"x-one", "1"}, {"x-two", "2"}});
+  CHECK(s.node_metadata == std::map<std::string, std::string>{{"a", "1"}, {"b", "x=y"}, {"c", ""}});
+  CHECK(s.additional_headers == std::map<std::string, std::string>{{"x-one", "1"}, {"x-two", "2"}});
   // 1 min + 30.5 s = 90.5 s = 90 500 000 000 ns.
   CHECK(s.backoff_initial == std::chrono::nanoseconds{90'500'000'000});
   CHECK(s.max_message_bytes == 1'048'576);
@@ -570,13 +584,14 @@ TEST_CASE("A RateLimitConfig becomes the rules file it stands for", "[xds]") {
   // Refusals: a resource of another type, and (as the reference) a unit with `unlimited`.
   google::protobuf::RepeatedPtrField<google::protobuf::Any> other;
   other.Add()->set_type_url("type.googleapis.com/google.protobuf.Empty");
-  CHECK_THROWS_WITH(rs::decode_resources(other),
-                    Catch::Contains("resource 0: type \"type.googleapis.com/google.protobuf.Empty\""));
+  CHECK_THROWS_WITH(
+      rs::decode_resources(other),
+      Catch::Contains("resource 0: type \"type.googleapis.com/google.protobuf.Empty\""));
   nested->mutable_rate_limit()->set_unit(conf::SECOND);
   resources.Mutable(0)->PackFrom(c);
-  CHECK_THROWS_WITH(rs::rules_config(rs::decode_resources(resources),
-                                     ratelimit::DomainMerge::refuse),
-                    Catch::Contains("unlimited: true takes no unit"));
+  CHECK_THROWS_WITH(
+      rs::rules_config(rs::decode_resources(resources), ratelimit::DomainMerge::refuse),
+      Catch::Contains("unlimited: true takes no unit"));
 }
 
 namespace {
@@ -625,12 +640,13 @@ Child server_binary(const ManagementServer& ms, int grpc_port, std::vector<std::
   return Child({RATELIMIT_SERVER_BINARY}, base, true);
 }
 
-grpc::Status call(int port, const std::string& key, rls::RateLimitResponse& res) {
-  auto stub = rls::RateLimitService::NewStub(grpc::CreateChannel(
-      "127.0.0.1:" + std::to_string(port), grpc::InsecureChannelCredentials()));
+grpc::Status call(int port, const std::string& key, rls::RateLimitResponse& res,
+                  const std::string& domain = "d") {
+  auto stub = rls::RateLimitService::NewStub(
+      grpc::CreateChannel("127.0.0.1:" + std::to_string(port), grpc::InsecureChannelCredentials()));
   grpc::ClientContext ctx;
   ctx.set_deadline(std::chrono::system_clock::now() + patience);
-  return stub->ShouldRateLimit(&ctx, request_for(key), &res);
+  return stub->ShouldRateLimit(&ctx, request_for(key, domain), &res);
 }
 
 bool listening_line(const Fields& f) {
@@ -659,9 +675,10 @@ TEST_CASE("The binary: no listener before the first configuration, as the refere
   CHECK(WEXITSTATUS(server.exit_status()) == 0);
 }
 
-TEST_CASE("The binary with FORCE_START_WITHOUT_INITIAL_CONFIG: UNKNOWN until a configuration "
-          "is in force",
-          "[xds]") {
+TEST_CASE(
+    "The binary with FORCE_START_WITHOUT_INITIAL_CONFIG: UNKNOWN until a configuration "
+    "is in force",
+    "[xds]") {
   ManagementServer ms;
   Child server = server_binary(ms, 0, {"FORCE_START_WITHOUT_INITIAL_CONFIG=true"});
   const Fields line = server.wait_line(listening_line);
@@ -678,6 +695,75 @@ TEST_CASE("The binary with FORCE_START_WITHOUT_INITIAL_CONFIG: UNKNOWN until a c
   rls::RateLimitResponse res;
   REQUIRE(call(port, "k", res).ok());
   CHECK(res.statuses(0).current_limit().requests_per_unit() == 3);
+  server.kill(SIGTERM);
+  CHECK(WEXITSTATUS(server.exit_status()) == 0);
+}
+
+TEST_CASE("Envoy Gateway's rate limit deployment: its environment against the management server",
+          "[xds]") {
+  // The container environment of envoyproxy/gateway internal/infrastructure/kubernetes/
+  // ratelimit/resource.go (commit 0f0e417dfc346b5ec562be552456981d02d20940,
+  // expectedRateLimitContainerEnv) with Redis and Prometheus enabled; its /certs files (one
+  // certificate for the gRPC port and the xDS client, ca.crt for both) are the test's, and the
+  // management server's address is a loopback port instead of envoy-gateway:18001 (the name
+  // resolves only where /etc/hosts maps it).
+  const std::string dir = certs();
+  ManagementServer ms;
+  std::vector<std::string> env{
+      "RUNTIME_ROOT=/data",
+      "RUNTIME_SUBDIRECTORY=ratelimit",
+      "RUNTIME_IGNOREDOTFILES=true",
+      "RUNTIME_WATCH_ROOT=false",
+      "LOG_LEVEL=info",
+      "USE_STATSD=false",
+      "CONFIG_TYPE=GRPC_XDS_SOTW",
+      "CONFIG_GRPC_XDS_SERVER_URL=" + ms.address(),
+      "CONFIG_GRPC_XDS_NODE_ID=envoy-ratelimit",
+      "CONFIG_GRPC_XDS_SERVER_USE_TLS=true",
+      "CONFIG_GRPC_XDS_CLIENT_TLS_CERT=" + dir + "/peer.crt",
+      "CONFIG_GRPC_XDS_CLIENT_TLS_KEY=" + dir + "/peer.key",
+      "CONFIG_GRPC_XDS_SERVER_TLS_CACERT=" + dir + "/ca.crt",
+      "FORCE_START_WITHOUT_INITIAL_CONFIG=true",
+      "USE_PROMETHEUS=true",
+      "PROMETHEUS_ADDR=:19001",
+      "PROMETHEUS_MAPPER_YAML=/etc/statsd-exporter/conf.yaml",
+      // Ours: loopback ports (the deployment's are 8081 and 8080).
+      "GRPC_HOST=127.0.0.1",
+      "GRPC_PORT=0",
+      "HOST=127.0.0.1",
+      "PORT=0",
+  };
+#ifdef RATELIMIT_SERVER_HAVE_REDIS
+  const auto& redis = rltest::redis_endpoint();
+  env.push_back("REDIS_SOCKET_TYPE=tcp");
+  env.push_back("REDIS_URL=" + redis.host + ":" + std::to_string(redis.port));
+#endif
+  Child server({RATELIMIT_SERVER_BINARY}, env, true);
+  const Fields line = server.wait_line(listening_line);
+  const int port = std::atoi(line[0].c_str() + line[0].find("127.0.0.1:") + 10);
+  // Its subscription: node envoy-ratelimit, every RateLimitConfig.
+  const Fields first = ms.request(1, "");
+  CHECK(first[node_id] == "envoy-ratelimit");
+  CHECK(first[type_url] == rs::rate_limit_config_type);
+  // A domain of its own per run: the counters on Redis outlive the run within their window.
+  std::random_device rd;
+  const std::string domain = "eg-" + std::to_string(rd()) + std::to_string(rd());
+  const std::string n1 = ms.push(
+      "eg-1", R"([{"name": "default/eg/http", "domain": ")" + domain + R"(", "descriptors": [
+                   {"key": "k", "rate_limit": {"unit": "HOUR", "requests_per_unit": 2}}]}])",
+      1);
+  CHECK(ms.request(1, n1)[has_error] == "0");
+  // 2 an hour: hits 1 and 2 within (remaining 1, 0), hit 3 over.
+  for (unsigned remaining : {1u, 0u}) {
+    rls::RateLimitResponse res;
+    REQUIRE(call(port, "k", res, domain).ok());
+    CHECK(res.overall_code() == rls::RateLimitResponse::OK);
+    CHECK(res.statuses(0).current_limit().requests_per_unit() == 2);
+    CHECK(res.statuses(0).limit_remaining() == remaining);
+  }
+  rls::RateLimitResponse over;
+  REQUIRE(call(port, "k", over, domain).ok());
+  CHECK(over.overall_code() == rls::RateLimitResponse::OVER_LIMIT);
   server.kill(SIGTERM);
   CHECK(WEXITSTATUS(server.exit_status()) == 0);
 }
