@@ -40,14 +40,15 @@ std::vector<std::string> environment_names() {
 }
 
 int run(int argc, char** argv) {
-  const auto env = [](const std::string& name) -> std::optional<std::string> {
-    const char* v = std::getenv(name.c_str());
-    if (v == nullptr) return std::nullopt;
-    return std::string(v);
-  };
-  const std::vector<std::string> args(argv + 1, argv + argc);
-  const Settings settings = read_settings(env, args, environment_names());
-  const XdsSettings xds_settings = read_xds_settings(env, args);
+  const Settings settings = read_settings(
+      [](const std::string& name) -> std::optional<std::string> {
+        const char* v = std::getenv(name.c_str());
+        if (v == nullptr) return std::nullopt;
+        return std::string(v);
+      },
+      std::vector<std::string>(argv + 1, argv + argc), environment_names());
+  for (const std::string& note : settings.notes) std::cerr << "ratelimit_server: " << note << "\n";
+  const XdsSettings xds_settings = ratelimit::server::xds_settings(settings);
   // Block the stop signals in every thread; the main thread waits for them below.
   sigset_t stop_signals;
   sigemptyset(&stop_signals);
@@ -61,7 +62,7 @@ int run(int argc, char** argv) {
   service_settings.limit_header = settings.limit_header;
   service_settings.remaining_header = settings.remaining_header;
   service_settings.reset_header = settings.reset_header;
-  service_settings.over_limit_cache_bytes = settings.local_cache_bytes;
+  service_settings.over_limit_cache_bytes = static_cast<std::size_t>(settings.local_cache_bytes);
   service_settings.all_or_nothing = settings.all_or_nothing;
   service_settings.stop_increment_when_over = settings.stop_increment_when_over;
   auto exporter = std::make_shared<ratelimit::PrometheusExporter>();
@@ -99,7 +100,7 @@ int run(int argc, char** argv) {
 
   GrpcServer grpc(service, settings.grpc_host + ":" + std::to_string(settings.grpc_port));
   grpc.set_serving(healthy());
-  HttpServer http(service, healthy, settings.http_host, settings.http_port,
+  HttpServer http(service, healthy, settings.http_host, static_cast<int>(settings.http_port),
                   [exporter] { return exporter->render(); });
   std::cerr << "ratelimit_server: gRPC on " << settings.grpc_host << ":" << grpc.port()
             << ", HTTP on " << settings.http_host << ":" << http.port() << ", rules from "
@@ -114,7 +115,7 @@ int run(int argc, char** argv) {
   }
   std::cerr << "ratelimit_server: signal " << signal << ", shutting down\n";
   http.stop();
-  grpc.shutdown(settings.shutdown_grace);
+  grpc.shutdown(std::chrono::seconds{settings.shutdown_grace_seconds});
   if (watcher) watcher->stop();
   if (xds) xds->stop();
   return 0;

@@ -115,11 +115,11 @@ if(MODE STREQUAL "deb")
     if(NOT _depends MATCHES "libgrpc")
       message(FATAL_ERROR "ratelimit-server's Depends names no gRPC library: '${_depends}'")
     endif()
-    # The unpacked binary loads and reads its flags: an unknown one is refused by name.
-    execute_process(COMMAND "${_server_root}/usr/bin/ratelimit_server" --no_such_flag=1
+    # The unpacked binary loads and reads its flags: a bad value is refused naming it.
+    execute_process(COMMAND "${_server_root}/usr/bin/ratelimit_server" --grpc-port=no_such_port
                     RESULT_VARIABLE _rc OUTPUT_VARIABLE _out ERROR_VARIABLE _out)
-    if(_rc EQUAL 0 OR NOT _out MATCHES "no_such_flag")
-      message(FATAL_ERROR "usr/bin/ratelimit_server --no_such_flag=1: exit ${_rc}, '${_out}'")
+    if(_rc EQUAL 0 OR NOT _out MATCHES "no_such_port")
+      message(FATAL_ERROR "usr/bin/ratelimit_server --grpc-port=no_such_port: exit ${_rc}, '${_out}'")
     endif()
   endif()
   # find_package from the unpacked copy, as for an installed prefix.

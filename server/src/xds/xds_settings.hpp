@@ -1,19 +1,17 @@
 #pragma once
 /// @file xds/xds_settings.hpp
-/// The settings of the xDS config source, named and defaulted as the reference service
-/// (envoyproxy/ratelimit, src/settings/settings.go) names and defaults them: CONFIG_TYPE,
-/// FORCE_START_WITHOUT_INITIAL_CONFIG, CONFIG_GRPC_XDS_* and XDS_CLIENT_*.
+/// What the xDS config source reads of the settings (CONFIG_TYPE,
+/// FORCE_START_WITHOUT_INITIAL_CONFIG, CONFIG_GRPC_XDS_* and XDS_CLIENT_*; their names and Go's
+/// defaults are rows of the settings table, settings.cpp). The defaults below are Go's too.
 
 #include <chrono>
 #include <cstddef>
-#include <functional>
 #include <map>
-#include <optional>
 #include <string>
-#include <string_view>
-#include <vector>
 
 namespace ratelimit::server {
+
+struct Settings;
 
 /// Where the rules come from and how the xDS client reaches its management server.
 /// Thread safety: a plain value.
@@ -61,20 +59,9 @@ struct XdsSettings {
   std::size_t max_message_bytes = 0;
 };
 
-/// Whether `name` (a variable, e.g. "CONFIG_TYPE") is one of `XdsSettings`'.
-bool is_xds_setting(std::string_view name);
-
-/// Reads `XdsSettings` from `env(name)` (nullopt when unset) and from the flags among `args`
-/// (`--config-type=GRPC_XDS_SOTW`; flags of other settings are left alone). Throws
-/// `std::invalid_argument` naming the variable and value: a duration that is not a Go duration
-/// ("10s", "1m30s", "250ms"), a number or boolean that does not parse, a header entry without
-/// ':', CONFIG_TYPE other than FILE or GRPC_XDS_SOTW, a negative message size.
-XdsSettings read_xds_settings(
-    const std::function<std::optional<std::string>(const std::string&)>& env,
-    const std::vector<std::string>& args);
-
-/// Go's time.ParseDuration: "300ms", "-1.5h", "2h45m", "0"; units ns, us (or µs), ms, s, m,
-/// h. Throws `std::invalid_argument` "NAME = "TEXT": ..." otherwise, or past +-292 years.
-std::chrono::nanoseconds parse_go_duration(const std::string& name, const std::string& text);
+/// The xDS settings of `settings` (read by `read_settings`, whose table has the variables and
+/// Go's defaults). Throws `std::invalid_argument` naming the variable for
+/// XDS_CLIENT_MAX_MSG_SIZE_IN_BYTES below 0 or above 2^31 - 1.
+XdsSettings xds_settings(const Settings& settings);
 
 }  // namespace ratelimit::server
