@@ -191,8 +191,9 @@ class Child {
 /// The test management server (tests/xds/management_server.js).
 class ManagementServer {
  public:
-  explicit ManagementServer(int port = 0)
-      : child_({"node", RATELIMIT_XDS_MANAGEMENT_SERVER, std::to_string(port), certs()},
+  explicit ManagementServer(int port = 0, const std::string& server_cert = "server")
+      : child_({"node", RATELIMIT_XDS_MANAGEMENT_SERVER, std::to_string(port), certs(),
+                "--server-cert", server_cert},
                {"NODE_PATH=" + required_env("RATELIMIT_TEST_XDS_NODE_MODULES",
                                             "scripts/test.sh installs the npm packages of "
                                             "server/tests/xds/package.json and sets it")},
@@ -700,7 +701,7 @@ TEST_CASE("Envoy Gateway's rate limit deployment: its environment against the ma
   // management server's address is a loopback port instead of envoy-gateway:18001 (the name
   // resolves only where /etc/hosts maps it).
   const std::string dir = certs();
-  ManagementServer ms;
+  ManagementServer ms(0, "xds-server");
   std::vector<std::string> env{
       "RUNTIME_ROOT=/data",
       "RUNTIME_SUBDIRECTORY=ratelimit",

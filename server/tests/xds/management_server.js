@@ -4,10 +4,14 @@
 // the server's own schema (as envoyproxy/ratelimit's api/ratelimit/config/ratelimit/v3/
 // rls_conf.proto declares it).
 //
-//   node management_server.js PORT CERT_DIR [--no-client-cert]
+//   node management_server.js PORT CERT_DIR [--no-client-cert] [--server-cert NAME]
+//                             [--snapshot FILE]
 //
 // PORT 0 picks a free port. CERT_DIR holds scripts/tls_certs.sh's files: the server presents
-// server.crt and asks for a client certificate from ca.crt (unless --no-client-cert).
+// NAME.crt and NAME.key (default: server; xds-server carries Envoy Gateway's name for it,
+// envoy-gateway) and asks for a client certificate from ca.crt (unless --no-client-cert).
+// --snapshot FILE: a push command (below) in force from the start; the server then keeps
+// running when its stdin ends (to run as a service beside a container).
 // Driven line by line: commands on stdin, events on stdout, one JSON object a line.
 //   in:  {"push": {"version": V, "resources": [RateLimitConfig as JSON]}}: the new snapshot,
 //        sent to every open stream and to each new one; a resource may also be given as
@@ -31,7 +35,13 @@ const grpc = require('@grpc/grpc-js');
 const protoLoader = require('@grpc/proto-loader');
 const protobuf = require('protobufjs');
 
-const [port, certDir, flag] = process.argv.slice(2);
+const [port, certDir, ...options] = process.argv.slice(2);
+const option = (name) => {
+  const at = options.indexOf(name);
+  return at < 0 ? undefined : options[at + 1];
+};
+const serverCert = option('--server-cert') || 'server';
+const snapshotFile = option('--snapshot');
 const deps = path.join(path.dirname(require.resolve('@grpc/grpc-js-xds/package.json')), 'deps');
 const definition = protoLoader.loadSync('envoy/service/discovery/v3/ads.proto', {
   keepCase: true,
@@ -137,8 +147,8 @@ server.addService(ads.AggregatedDiscoveryService.service, {
 const read = (name) => fs.readFileSync(path.join(certDir, name));
 const credentials = grpc.ServerCredentials.createSsl(
   read('ca.crt'),
-  [{ private_key: read('server.key'), cert_chain: read('server.crt') }],
-  flag !== '--no-client-cert'
+  [{ private_key: read(serverCert + '.key'), cert_chain: read(serverCert + '.crt') }],
+  !options.includes('--no-client-cert')
 );
 server.bindAsync('127.0.0.1:' + port, credentials, (error, bound) => {
   if (error) {
@@ -148,9 +158,7 @@ server.bindAsync('127.0.0.1:' + port, credentials, (error, bound) => {
   emit('listening', bound);
 });
 
-readline.createInterface({ input: process.stdin }).on('line', (line) => {
-  if (line.trim() === '') return;
-  const command = JSON.parse(line);
+function run(command) {
   if (command.exit) {
     server.forceShutdown();
     process.exit(0);
@@ -159,6 +167,14 @@ readline.createInterface({ input: process.stdin }).on('line', (line) => {
     snapshot = { version: command.push.version, resources: command.push.resources.map(encode) };
     for (const [id, call] of streams) send(id, call);
   }
+}
+
+if (snapshotFile !== undefined) run(JSON.parse(fs.readFileSync(snapshotFile, 'utf8')));
+readline.createInterface({ input: process.stdin }).on('line', (line) => {
+  if (line.trim() !== '') run(JSON.parse(line));
 });
-// The test going away (its end of stdin closed) ends this server too.
-process.stdin.on('end', () => process.exit(0));
+// The test going away (its end of stdin closed) ends this server too, unless it runs as a
+// service with its snapshot.
+process.stdin.on('end', () => {
+  if (snapshotFile === undefined) process.exit(0);
+});
