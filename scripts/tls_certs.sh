@@ -8,7 +8,10 @@
 #   ca.crt ca.key                  the test CA, which the tests trust
 #   server.crt server.key          from the test CA; SAN IP:127.0.0.1, DNS:localhost
 #   wrong-name.crt wrong-name.key  from the test CA, for another name only (SAN DNS:wrong.example)
-#   client.crt client.key          from the test CA, a client certificate for mutual TLS
+#   client.crt client.key          from the test CA, a client certificate for mutual TLS;
+#                                  SAN DNS:client.ratelimit.test
+#   other-client.crt .key          from the test CA, a client certificate for another name
+#                                  (SAN DNS:other.ratelimit.test)
 #   peer.crt peer.key              from the test CA, for both ends (serverAuth and clientAuth;
 #                                  SAN IP:127.0.0.1, DNS:localhost, DNS:envoy-ratelimit), as
 #                                  Envoy Gateway gives its rate limit service one certificate for
@@ -62,8 +65,11 @@ ca other-ca "/CN=ratelimit unrelated CA"
 leaf server ca "/CN=localhost" "$(server_ext 'IP:127.0.0.1,DNS:localhost')"
 leaf other-server other-ca "/CN=localhost" "$(server_ext 'IP:127.0.0.1,DNS:localhost')"
 leaf wrong-name ca "/CN=wrong.example" "$(server_ext 'DNS:wrong.example')"
-leaf client ca "/CN=ratelimit test client" \
-  "$(printf 'basicConstraints=CA:FALSE\nkeyUsage=critical,digitalSignature\nextendedKeyUsage=clientAuth\n')"
+client_ext() {  # client_ext SAN
+  printf 'basicConstraints=CA:FALSE\nkeyUsage=critical,digitalSignature\nextendedKeyUsage=clientAuth\nsubjectAltName=%s\n' "$1"
+}
+leaf client ca "/CN=ratelimit test client" "$(client_ext 'DNS:client.ratelimit.test')"
+leaf other-client ca "/CN=ratelimit other client" "$(client_ext 'DNS:other.ratelimit.test')"
 leaf peer ca "/CN=envoy-ratelimit" \
   "$(printf 'basicConstraints=CA:FALSE\nkeyUsage=critical,digitalSignature\nextendedKeyUsage=serverAuth,clientAuth\nsubjectAltName=IP:127.0.0.1,DNS:localhost,DNS:envoy-ratelimit\n')"
 leaf xds-server ca "/CN=envoy-gateway" "$(server_ext 'DNS:envoy-gateway,IP:127.0.0.1,DNS:localhost')"
@@ -74,6 +80,6 @@ cp ca.crt ca-dir/ca.crt
 if openssl rehash ca-dir 2>/dev/null; then :; else c_rehash ca-dir >/dev/null; fi
 
 # Each leaf must verify against its own CA (a broken set would make the refusals pass vacuously).
-for pair in server:ca wrong-name:ca client:ca peer:ca xds-server:ca other-server:other-ca; do
+for pair in server:ca wrong-name:ca client:ca other-client:ca peer:ca xds-server:ca other-server:other-ca; do
   openssl verify -CAfile "${pair#*:}.crt" "${pair%%:*}.crt" >/dev/null
 done

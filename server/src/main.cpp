@@ -98,12 +98,29 @@ int run(int argc, char** argv) {
     return !settings.healthy_with_config_only || (xds ? xds->loaded() : watcher->loaded());
   };
 
-  GrpcServer grpc(service, settings.grpc_host + ":" + std::to_string(settings.grpc_port));
+  GrpcTransport transport = GrpcTransport::from(settings);
+  GrpcServer grpc(service, transport);
   grpc.set_serving(healthy());
-  HttpServer http(service, healthy, settings.http_host, static_cast<int>(settings.http_port),
-                  [exporter] { return exporter->render(); });
-  std::cerr << "ratelimit_server: gRPC on " << settings.grpc_host << ":" << grpc.port()
-            << ", HTTP on " << settings.http_host << ":" << http.port() << ", rules from "
+  // Go listens on IPv6 and IPv4 for 0.0.0.0 (a wildcard); "::" does so here, where the host
+  // has IPv6.
+  const auto metrics = [exporter] { return exporter->render(); };
+  const int http_port = static_cast<int>(settings.http_port);
+  std::unique_ptr<HttpServer> http;
+  if (settings.http_host == "0.0.0.0") {
+    try {
+      http = std::make_unique<HttpServer>(service, healthy, "::", http_port, metrics);
+    } catch (const std::exception&) {
+    }
+  }
+  if (!http)
+    http = std::make_unique<HttpServer>(service, healthy, settings.http_host, http_port, metrics);
+  transport.port = grpc.port();
+  const std::string http_host = settings.http_host.find(':') != std::string::npos
+                                    ? "[" + settings.http_host + "]"
+                                    : settings.http_host;
+  std::cerr << "ratelimit_server: gRPC on " << transport.address()
+            << (transport.tls ? " (TLS)" : "") << ", HTTP on " << http_host << ":" << http->port()
+            << ", rules from "
             << (xds ? "xDS at " + xds_settings.server_url : settings.config_dir().string()) << "\n";
 
   int signal = 0;
@@ -114,7 +131,7 @@ int run(int argc, char** argv) {
     grpc.set_serving(healthy());
   }
   std::cerr << "ratelimit_server: signal " << signal << ", shutting down\n";
-  http.stop();
+  http->stop();
   grpc.shutdown(std::chrono::seconds{settings.shutdown_grace_seconds});
   if (watcher) watcher->stop();
   if (xds) xds->stop();

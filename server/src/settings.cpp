@@ -841,18 +841,30 @@ Settings read_settings(const std::function<std::optional<std::string>(const std:
                                     "); refused rather than ignored, as it would change answers");
     }
   }
-  // Our own misspelt names are noted (never refused: a Kubernetes Service named
-  // ratelimit-server injects RATELIMIT_SERVER_PORT and the like).
+  // Our own misspelt names are noted, never refused: a Kubernetes Service named
+  // ratelimit-server injects RATELIMIT_SERVER_SERVICE_HOST, RATELIMIT_SERVER_PORT_8081_TCP and
+  // the like, which are not even noted.
+  const auto service_link = [](const std::string& name) {
+    if (name.find("_SERVICE_HOST") != std::string::npos ||
+        name.find("_SERVICE_PORT") != std::string::npos)
+      return true;
+    const auto at = name.rfind("_PORT");
+    return at != std::string::npos &&
+           (at + 5 == name.size() ||
+            (at + 6 < name.size() && name[at + 5] == '_' && is_digit(name[at + 6])));
+  };
   for (const std::string& name : environment_names)
-    if (name.rfind("RATELIMIT_SERVER_", 0) == 0 && !set.count(name))
+    if (name.rfind("RATELIMIT_SERVER_", 0) == 0 && !set.count(name) && !service_link(name))
       s.notes.push_back(name + ": not a setting of this server, ignored");
 
   // Values the Go service refuses at start.
   for (const auto& [name, port] : {std::pair<const char*, std::int64_t>{"PORT", s.http_port},
                                    {"GRPC_PORT", s.grpc_port},
-                                   {"DEBUG_PORT", s.debug_port},
-                                   {"STATSD_PORT", s.statsd_port}})
+                                   {"DEBUG_PORT", s.debug_port}})
     if (!is_port(port)) bad(name, std::to_string(port), "not a port (0 to 65535)");
+  // The statsd port only matters to Go when a statsd sink is on.
+  if ((s.use_statsd || s.use_dog_statsd) && !s.disable_stats && !is_port(s.statsd_port))
+    bad("STATSD_PORT", std::to_string(s.statsd_port), "not a port (0 to 65535)");
   {
     const std::string l = lower_case(s.log_level);
     if (l != "panic" && l != "fatal" && l != "error" && l != "warn" && l != "warning" &&

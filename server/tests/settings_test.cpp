@@ -359,6 +359,8 @@ TEST_CASE("Settings: no variable is refused for its prefix; arguments are ignore
                            {"REDIS_PORT_6379_TCP", "tcp://10.0.0.1:6379"},
                            {"REDIS_PORT_6379_TCP_ADDR", "10.0.0.1"},
                            {"RATELIMIT_SERVER_SERVICE_HOST", "10.0.0.2"},
+                           {"RATELIMIT_SERVER_PORT", "tcp://10.0.0.2:8081"},
+                           {"RATELIMIT_SERVER_PORT_8081_TCP_PORT", "8081"},
                            {"STATSD_EXPORTER_SERVICE_HOST", "10.0.0.3"},
                            {"GRPC_VERBOSITY", "debug"},
                            {"CONFIG_MAP_NAME", "x"}},
@@ -367,6 +369,7 @@ TEST_CASE("Settings: no variable is refused for its prefix; arguments are ignore
   // Each ignored argument gets a line, without what follows '=' (a value may be a secret).
   CHECK(std::count_if(s.notes.begin(), s.notes.end(),
                       [](const std::string& n) { return n.rfind("argument ", 0) == 0; }) == 3);
+  CHECK(s.notes.size() == 3);  // the service links get none
   CHECK(std::none_of(s.notes.begin(), s.notes.end(),
                      [](const std::string& n) { return n.find("=1") != std::string::npos; }));
 }

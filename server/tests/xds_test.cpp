@@ -16,7 +16,9 @@
 #include <chrono>
 #include <condition_variable>
 #include <cstdlib>
+#include <fstream>
 #include <functional>
+#include <iterator>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -633,10 +635,19 @@ Child server_binary(const ManagementServer& ms, int grpc_port, std::vector<std::
   return Child({RATELIMIT_SERVER_BINARY}, base, true);
 }
 
+/// ShouldRateLimit on 127.0.0.1:`port`; over TLS when `tls` (trusting the test CA, presenting
+/// no client certificate, as Envoy calls Envoy Gateway's rate limit service).
 grpc::Status call(int port, const std::string& key, rls::RateLimitResponse& res,
-                  const std::string& domain = "d") {
+                  const std::string& domain = "d", bool tls = false) {
+  std::shared_ptr<grpc::ChannelCredentials> credentials = grpc::InsecureChannelCredentials();
+  if (tls) {
+    grpc::SslCredentialsOptions o;
+    std::ifstream in(certs() + "/ca.crt");
+    o.pem_root_certs.assign(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+    credentials = grpc::SslCredentials(o);
+  }
   auto stub = rls::RateLimitService::NewStub(
-      grpc::CreateChannel("127.0.0.1:" + std::to_string(port), grpc::InsecureChannelCredentials()));
+      grpc::CreateChannel("127.0.0.1:" + std::to_string(port), credentials));
   grpc::ClientContext ctx;
   ctx.set_deadline(std::chrono::system_clock::now() + patience);
   return stub->ShouldRateLimit(&ctx, request_for(key, domain), &res);
@@ -699,7 +710,10 @@ TEST_CASE("Envoy Gateway's rate limit deployment: its environment against the ma
   // expectedRateLimitContainerEnv) with Redis and Prometheus enabled; its /certs files (one
   // certificate for the gRPC port and the xDS client, ca.crt for both) are the test's, and the
   // management server's address is a loopback port instead of envoy-gateway:18001 (the name
-  // resolves only where /etc/hosts maps it).
+  // resolves only where /etc/hosts maps it). TLS on both sides: to the management server with
+  // the client certificate, and on the gRPC port, where the outside client presents none
+  // (GRPC_SERVER_TLS_CA_CERT is a name the Go service does not read: no client certificate is
+  // asked for).
   const std::string dir = certs();
   ManagementServer ms(0, "xds-server");
   std::vector<std::string> env{
@@ -712,6 +726,10 @@ TEST_CASE("Envoy Gateway's rate limit deployment: its environment against the ma
       "CONFIG_TYPE=GRPC_XDS_SOTW",
       "CONFIG_GRPC_XDS_SERVER_URL=" + ms.address(),
       "CONFIG_GRPC_XDS_NODE_ID=envoy-ratelimit",
+      "GRPC_SERVER_USE_TLS=true",
+      "GRPC_SERVER_TLS_CERT=" + dir + "/peer.crt",
+      "GRPC_SERVER_TLS_KEY=" + dir + "/peer.key",
+      "GRPC_SERVER_TLS_CA_CERT=" + dir + "/ca.crt",
       "CONFIG_GRPC_XDS_SERVER_USE_TLS=true",
       "CONFIG_GRPC_XDS_CLIENT_TLS_CERT=" + dir + "/peer.crt",
       "CONFIG_GRPC_XDS_CLIENT_TLS_KEY=" + dir + "/peer.key",
@@ -751,13 +769,16 @@ TEST_CASE("Envoy Gateway's rate limit deployment: its environment against the ma
   // 2 an hour: hits 1 and 2 within (remaining 1, 0), hit 3 over.
   for (unsigned remaining : {1u, 0u}) {
     rls::RateLimitResponse res;
-    REQUIRE(call(port, "k", res, domain).ok());
+    REQUIRE(call(port, "k", res, domain, true).ok());
     CHECK(res.overall_code() == rls::RateLimitResponse::OK);
     CHECK(res.statuses(0).current_limit().requests_per_unit() == 2);
     CHECK(res.statuses(0).limit_remaining() == remaining);
   }
   rls::RateLimitResponse over;
-  REQUIRE(call(port, "k", over, domain).ok());
+  REQUIRE(call(port, "k", over, domain, true).ok());
+  // The gRPC port speaks only TLS.
+  rls::RateLimitResponse plain;
+  CHECK(call(port, "k", plain, domain, false).error_code() == grpc::StatusCode::UNAVAILABLE);
   CHECK(over.overall_code() == rls::RateLimitResponse::OVER_LIMIT);
   server.kill(SIGTERM);
   CHECK(WEXITSTATUS(server.exit_status()) == 0);
