@@ -465,6 +465,30 @@ TEST_CASE(
   client.stop();
 }
 
+TEST_CASE(
+    "xDS: a response above XDS_CLIENT_MAX_MSG_SIZE_IN_BYTES breaks the stream and is not "
+    "loaded",
+    "[xds]") {
+  ManagementServer ms;
+  auto service =
+      std::make_shared<rs::Service>(rs::make_memory_counters(), rs::ServiceSettings{}, fixed_now);
+  rs::XdsSettings s = client_settings(ms);
+  // The response of per_minute_3 is over 100 bytes (its type URL alone is 67).
+  s.max_message_bytes = 100;
+  rs::XdsClient client(service, s, ratelimit::DomainMerge::refuse);
+  client.start();
+  ms.request(1, "");
+  ms.push("1", per_minute_3, 1);
+  // gRPC refuses the message (RESOURCE_EXHAUSTED): the stream ends, and a new one starts after
+  // the backoff, which the management server serves the same response again.
+  CHECK_FALSE(ms.request(2, "")[node_id].empty());
+  CHECK_FALSE(client.wait_first_response(0ms));
+  rls::RateLimitResponse res;
+  CHECK(service->should_rate_limit(request_for("k"), res).error_code() ==
+        grpc::StatusCode::UNKNOWN);
+  client.stop();
+}
+
 TEST_CASE("xDS settings: the reference's names and defaults, as the client reads them", "[xds]") {
   const auto from = [](std::map<std::string, std::string> env) {
     std::vector<std::string> names;
