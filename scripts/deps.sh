@@ -11,7 +11,8 @@
 # the CLI that makes the TLS tests' certificates, scripts/tls_certs.sh; ninja-build: the test
 # command's generator, which builds several named targets in parallel; podman, libcap2-bin
 # (capsh), iproute2, util-linux, nodejs, npm and memcached: the server's image and the
-# deployments run through it, server/tests/deployments).
+# deployments run through it, server/tests/deployments; nodejs also runs the xDS tests'
+# management server, whose npm packages scripts/test.sh installs with npm).
 # Runs apt-get as root, or through sudo when not root.
 set -euo pipefail
 

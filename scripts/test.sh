@@ -17,7 +17,8 @@
 # per-second Redis) and two memcached (RATELIMIT_TEST_MEMCACHED=127.0.0.1:P1,127.0.0.1:P2,
 # scripts/memcached.sh) run the same way; CI=true fails without them. The TLS tests' certificates (scripts/tls_certs.sh) are made
 # once into a temp dir, named by RATELIMIT_TEST_TLS_CERTS and removed on exit; without them the
-# TLS tests fail. Benchmarks are never run here.
+# TLS tests fail. The xDS tests' npm packages are installed into build/xds-npm
+# (RATELIMIT_TEST_XDS_NODE_MODULES). Benchmarks are never run here.
 # Build trees: build/gcc, build/asan, build/tsan. Exit status: 0 iff every step passed.
 set -uo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
@@ -150,6 +151,22 @@ else
   remove_tls_certs
   unset RATELIMIT_TEST_TLS_CERTS
   echo "test.sh: WARNING: could not make the TLS certificates; the TLS tests will fail" >&2
+fi
+
+note "npm packages of the xDS tests"
+# The test xDS management server (server/tests/xds) runs on Node.js with the npm packages of its
+# package.json, installed into build/xds-npm (never committed) and named by
+# RATELIMIT_TEST_XDS_NODE_MODULES; without them the xDS tests fail. npm comes with NodeSource's
+# nodejs; Debian's nodejs needs the npm package.
+xds_npm="$root/build/xds-npm"
+if { command -v npm >/dev/null || bash scripts/deps.sh npm; } && mkdir -p "$xds_npm" &&
+    cp server/tests/xds/package.json "$xds_npm/package.json" &&
+    (cd "$xds_npm" && npm install --no-audit --no-fund --no-package-lock --silent); then
+  export RATELIMIT_TEST_XDS_NODE_MODULES="$xds_npm/node_modules"
+  echo "RATELIMIT_TEST_XDS_NODE_MODULES=$RATELIMIT_TEST_XDS_NODE_MODULES"
+else
+  unset RATELIMIT_TEST_XDS_NODE_MODULES
+  echo "test.sh: WARNING: could not install the xDS tests' npm packages; the xDS tests will fail" >&2
 fi
 
 # --- helpers --------------------------------------------------------------------------------------

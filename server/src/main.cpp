@@ -28,6 +28,7 @@
 #include "service.hpp"
 #include "settings.hpp"
 #include "startup.hpp"
+#include "xds/xds_client.hpp"
 
 extern char** environ;
 
@@ -76,6 +77,7 @@ int run(int argc, char** argv) {
       },
       std::vector<std::string>(argv + 1, argv + argc), environment_names());
   for (const std::string& note : settings.notes) std::cerr << "ratelimit_server: " << note << "\n";
+  const XdsSettings xds_settings = ratelimit::server::xds_settings(settings);
   // Block the stop signals in every thread; the main thread waits for them below.
   sigset_t stop_signals;
   sigemptyset(&stop_signals);
@@ -136,15 +138,35 @@ int run(int argc, char** argv) {
   health->ok(HealthComponent::redis);
 
   auto service = std::make_shared<Service>(counters, service_settings);
-  ConfigWatcher watcher(service, settings.config_dir(), settings.runtime_ignore_dotfiles,
-                        settings.merge_domain_config ? ratelimit::DomainMerge::merge
-                                                     : ratelimit::DomainMerge::refuse);
-  watcher.poll();
-  watcher.start(std::chrono::seconds{1});
+  const auto merge =
+      settings.merge_domain_config ? ratelimit::DomainMerge::merge : ratelimit::DomainMerge::refuse;
+  // The rules come from the rules directory (CONFIG_TYPE=FILE) or over xDS (GRPC_XDS_SOTW).
+  std::unique_ptr<ConfigWatcher> watcher;
+  std::unique_ptr<XdsClient> xds;
+  if (xds_settings.use_xds) {
+    xds = std::make_unique<XdsClient>(service, xds_settings, merge);
+    xds->start();
+    // As the reference's NewService: without FORCE_START_WITHOUT_INITIAL_CONFIG no listener
+    // opens before the first configuration; a stop signal meanwhile still stops.
+    const timespec no_wait{0, 0};
+    while (!xds_settings.force_start && !xds->wait_first_response(std::chrono::seconds{1})) {
+      const int early = sigtimedwait(&stop_signals, nullptr, &no_wait);
+      if (early == SIGTERM || early == SIGINT) {
+        std::cerr << "ratelimit_server: signal " << early << " before the first configuration\n";
+        xds->stop();
+        return 0;
+      }
+    }
+  } else {
+    watcher = std::make_unique<ConfigWatcher>(service, settings.config_dir(),
+                                              settings.runtime_ignore_dotfiles, merge);
+    watcher->poll();
+    watcher->start(std::chrono::seconds{1});
+  }
   // The config component follows the loaded rules (SetConfig: OK once a configuration with
   // a domain loads, failed while none has).
   const auto follow_config = [&] {
-    if (watcher.loaded())
+    if (xds ? xds->loaded() : watcher->loaded())
       health->ok(HealthComponent::config);
     else
       health->fail(HealthComponent::config);
@@ -192,7 +214,8 @@ int run(int argc, char** argv) {
                                     : settings.http_host;
   std::cerr << "ratelimit_server: gRPC on " << transport.address()
             << (transport.tls ? " (TLS)" : "") << ", HTTP on " << http_host << ":" << http->port()
-            << ", rules from " << settings.config_dir().string() << "\n";
+            << ", rules from "
+            << (xds ? "xDS at " + xds_settings.server_url : settings.config_dir().string()) << "\n";
 
   int signal = 0;
   timespec tick{1, 0};
@@ -218,7 +241,8 @@ int run(int argc, char** argv) {
   health->on_change(nullptr);
   grpc.shutdown(std::chrono::seconds{settings.shutdown_grace_seconds});
   http->stop();
-  watcher.stop();
+  if (watcher) watcher->stop();
+  if (xds) xds->stop();
   return 0;
 }
 

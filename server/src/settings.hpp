@@ -47,9 +47,9 @@ struct Settings {
   std::string log_format;               ///< LOG_FORMAT
 
   // --- where the rules come from -----------------------------------------------------------
-  std::string config_type;                    ///< CONFIG_TYPE: FILE (GRPC_XDS_SOTW: not yet)
-  bool force_start_without_initial_config{};  ///< FORCE_START_WITHOUT_INITIAL_CONFIG
-  std::string xds_node_id;                    ///< CONFIG_GRPC_XDS_NODE_ID
+  std::string config_type;                               ///< CONFIG_TYPE: FILE or GRPC_XDS_SOTW
+  bool force_start_without_initial_config{};             ///< FORCE_START_WITHOUT_INITIAL_CONFIG
+  std::string xds_node_id;                               ///< CONFIG_GRPC_XDS_NODE_ID
   std::map<std::string, std::string> xds_node_metadata;  ///< CONFIG_GRPC_XDS_NODE_METADATA
   std::string xds_server_url;                            ///< CONFIG_GRPC_XDS_SERVER_URL
   /// CONFIG_GRPC_XDS_SERVER_CONNECT_RETRY_INTERVAL
