@@ -1,6 +1,7 @@
 #include "http_server.hpp"
 
 #include <stdexcept>
+#include <string_view>
 
 #include <google/protobuf/util/json_util.h>
 #include <httplib.h>
@@ -42,10 +43,39 @@ HttpServer::HttpServer(std::shared_ptr<Service> service, std::function<bool()> h
     res.status = response.overall_code() == pb::RateLimitResponse::OVER_LIMIT ? 429 : 200;
     res.set_content(body, "application/json");
   });
+  listen(host, port, "PORT");
+}
+
+HttpServer::HttpServer(const std::string& host, int port, std::vector<HttpRoute> routes,
+                       const std::string& setting)
+    : server_(std::make_unique<httplib::Server>()) {
+  add_routes(std::move(routes));
+  listen(host, port, setting);
+}
+
+void HttpServer::add_routes(std::vector<HttpRoute> routes) {
+  for (HttpRoute& r : routes) {
+    // cpp-httplib matches a pattern as a whole regex: the path is escaped.
+    std::string pattern;
+    for (char c : r.path) {
+      if (std::string_view("\\^$.|?*+()[]{}").find(c) != std::string_view::npos) pattern += '\\';
+      pattern += c;
+    }
+    if (r.prefix) pattern += ".*";
+    server_->Get(pattern,
+                 [h = std::move(r.handler)](const httplib::Request& req, httplib::Response& res) {
+                   HttpReply reply = h(req.path);
+                   res.status = reply.status;
+                   res.set_content(std::move(reply.body), reply.content_type);
+                 });
+  }
+}
+
+void HttpServer::listen(const std::string& host, int port, const std::string& setting) {
   port_ =
       port == 0 ? server_->bind_to_any_port(host) : (server_->bind_to_port(host, port) ? port : -1);
   if (port_ <= 0)
-    throw std::runtime_error("PORT: cannot listen on " + host + ":" + std::to_string(port));
+    throw std::runtime_error(setting + ": cannot listen on " + host + ":" + std::to_string(port));
   thread_ = std::thread([this] { server_->listen_after_bind(); });
 }
 

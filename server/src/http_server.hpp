@@ -10,6 +10,7 @@
 #include <memory>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "service.hpp"
 
@@ -19,6 +20,24 @@ class Server;
 
 namespace ratelimit::server {
 
+/// What a plain GET handler answers.
+struct HttpReply {
+  int status = 200;
+  std::string content_type = "text/plain; charset=utf-8";
+  std::string body;
+};
+
+/// A GET handler as a plain function of the request's path, so that it moves with whatever
+/// HTTP stack serves it. Called on the server's threads: thread-safe, and quick.
+using HttpHandler = std::function<HttpReply(const std::string& path)>;
+
+/// A path and its handler: exactly `path`, or every path starting with it when `prefix`.
+struct HttpRoute {
+  std::string path;
+  bool prefix = false;
+  HttpHandler handler;
+};
+
 /// An HTTP server on its own thread. Thread safety: `port` from any thread; `stop` once.
 class HttpServer {
  public:
@@ -26,6 +45,11 @@ class HttpServer {
   /// `std::runtime_error` naming PORT when it cannot listen.
   HttpServer(std::shared_ptr<Service> service, std::function<bool()> healthy,
              const std::string& host, int port, std::function<std::string()> metrics = nullptr);
+  /// A listener of plain GET routes only (the debug and Prometheus listeners); a path no
+  /// route takes is answered 404. Throws `std::runtime_error` naming `setting` when it cannot
+  /// listen.
+  HttpServer(const std::string& host, int port, std::vector<HttpRoute> routes,
+             const std::string& setting);
   ~HttpServer();
   HttpServer(const HttpServer&) = delete;
   HttpServer& operator=(const HttpServer&) = delete;
@@ -35,6 +59,9 @@ class HttpServer {
   void stop();
 
  private:
+  void add_routes(std::vector<HttpRoute> routes);
+  void listen(const std::string& host, int port, const std::string& setting);
+
   std::shared_ptr<Service> service_;
   std::unique_ptr<httplib::Server> server_;
   std::thread thread_;

@@ -22,6 +22,7 @@
 #include "http_server.hpp"
 #include "service.hpp"
 #include "settings.hpp"
+#include "stats/runtime.hpp"
 
 extern char** environ;
 
@@ -64,12 +65,15 @@ int run(int argc, char** argv) {
   service_settings.stop_increment_when_over = settings.stop_increment_when_over;
   auto exporter = std::make_shared<ratelimit::PrometheusExporter>();
   service_settings.listener = exporter;
+  stats::Runtime stats(settings);
+  service_settings.stats = stats.observer();
   auto service = std::make_shared<Service>(make_counters(settings, exporter), service_settings);
 
   ConfigWatcher watcher(service, settings.config_dir(), settings.runtime_ignore_dotfiles,
                         settings.merge_domain_config ? ratelimit::DomainMerge::merge
                                                      : ratelimit::DomainMerge::refuse);
   watcher.poll();
+  stats.start_listeners([service] { return service->config(); });
   watcher.start(std::chrono::seconds{1});
   const auto healthy = [&] { return !settings.healthy_with_config_only || watcher.loaded(); };
 
@@ -92,6 +96,7 @@ int run(int argc, char** argv) {
   http.stop();
   grpc.shutdown(settings.shutdown_grace);
   watcher.stop();
+  stats.stop();  // the last flush of the counters
   return 0;
 }
 

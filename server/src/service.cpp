@@ -68,7 +68,9 @@ struct Planned {
   WireUnit unit{};
   std::int64_t limit = 0;
   std::string name;
-  std::string metric;  ///< the listener's name for it (only with a listener)
+  std::string metric;      ///< the listener's name for it (only with a listener)
+  std::string stat_key;    ///< the stats' key of its limit (only with stats)
+  std::int64_t asked = 0;  ///< the hits the request asked for (the stats count these)
 };
 
 std::string what(std::exception_ptr err) {
@@ -203,6 +205,7 @@ struct Service::Call {
   std::vector<Hit> hits;
   std::chrono::nanoseconds now{0};
   pb::RateLimitResponse* response = nullptr;
+  std::string domain;  ///< the request's domain
   /// Per hit: known over its limit from the over-limit cache (not sent to the storage).
   std::vector<bool> cached;
   bool any_cached = false;
@@ -317,6 +320,7 @@ grpc::Status Service::plan(const pb::RateLimitRequest& request, Call& call) cons
   if (request.descriptors_size() == 0)
     return {grpc::StatusCode::UNKNOWN, "rate limit descriptor list must not be empty"};
   call.config = this->config();
+  call.domain = request.domain();
   const auto& config = call.config;
   if (!config) return {grpc::StatusCode::UNKNOWN, "no rate limit configuration loaded"};
   const Rules* rules = config->find(request.domain());
@@ -332,7 +336,10 @@ grpc::Status Service::plan(const pb::RateLimitRequest& request, Call& call) cons
   std::vector<DescriptorEntry> entries;
   for (std::size_t i = 0; i < n; ++i) {
     const auto& d = request.descriptors(static_cast<int>(i));
-    if (rules == nullptr) continue;  // unknown domain: no limit (config_impl.go GetLimit)
+    if (rules == nullptr) {  // unknown domain: no limit (config_impl.go GetLimit)
+      if (settings_.stats) settings_.stats->on_domain_not_found(request.domain());
+      continue;
+    }
     Planned& p = plan[i];
     const std::int64_t h = d.has_hits_addend()
                                ? static_cast<std::int64_t>(std::min<std::uint64_t>(
@@ -349,6 +356,16 @@ grpc::Status Service::plan(const pb::RateLimitRequest& request, Call& call) cons
       p.unit = *unit;
       p.limit = d.limit().requests_per_unit();
       if (settings_.listener) p.metric = request.domain() + ".override";
+      if (settings_.stats) {
+        // The reference's descriptorKey (config_impl.go): the request's entries.
+        p.stat_key = request.domain() + ".";
+        for (int e = 0; e < d.entries_size(); ++e) {
+          if (e > 0) p.stat_key += '.';
+          p.stat_key += d.entries(e).key();
+          if (!d.entries(e).value().empty()) p.stat_key += "_" + d.entries(e).value();
+        }
+      }
+      p.asked = h;
       Hit hit{"override:", "", p.limit, unit->window_s, h, {}, true};
       append_field(hit.limit_id, request.domain());
       hit.limit_id += std::to_string(unit->window_s);
@@ -378,13 +395,15 @@ grpc::Status Service::plan(const pb::RateLimitRequest& request, Call& call) cons
     p.limit = m.rule->rate.count;
     p.library = m.rule->algorithm.name != GoWindowModel::name;
     p.name = m.rule->given_name;
-    if (settings_.listener)
+    if (settings_.listener || settings_.stats)
       p.metric =
           RuleSet<>::metric_name(*rules, *m.rule, [&](std::string_view k) -> const std::string* {
             for (const DescriptorEntry& e : entries)
               if (e.key == k) return &e.value;
             return nullptr;
           });
+    if (settings_.stats) p.stat_key = p.metric;
+    p.asked = h;
     if (p.library && m.rule->blocks()) {
       p.blocked = true;  // from_rate refuses a limit of 0: nothing to count
       continue;
@@ -523,8 +542,42 @@ bool Service::reads_first(const Call& call) const {
   return settings_.stop_increment_when_over && !call.any_cached && call.hits.size() > 1;
 }
 
+namespace {
+
+/// The reference counts a failed call by its cause (ratelimit.go ShouldRateLimit): a storage
+/// failure as redis_error, any other error as service_error.
+void count_error(stats::StatsObserver& observer, const grpc::Status& st) {
+  if (st.ok()) return;
+  observer.on_error(st.error_code() == grpc::StatusCode::UNAVAILABLE ? stats::CallError::redis
+                                                                     : stats::CallError::service);
+}
+
+}  // namespace
+
 grpc::Status Service::should_rate_limit(const pb::RateLimitRequest& request,
                                         pb::RateLimitResponse& response) {
+  if (!settings_.stats) return decide(request, response);
+  const auto start = std::chrono::steady_clock::now();
+  grpc::Status st = decide(request, response);
+  count_error(*settings_.stats, st);
+  settings_.stats->on_call("ShouldRateLimit", std::chrono::steady_clock::now() - start);
+  return st;
+}
+
+void Service::should_rate_limit_async(const pb::RateLimitRequest& request,
+                                      pb::RateLimitResponse& response,
+                                      std::function<void(grpc::Status)> done) {
+  if (!settings_.stats) return decide_async(request, response, std::move(done));
+  const auto start = std::chrono::steady_clock::now();
+  decide_async(request, response,
+               [stats = settings_.stats, start, done = std::move(done)](grpc::Status st) {
+                 count_error(*stats, st);
+                 stats->on_call("ShouldRateLimit", std::chrono::steady_clock::now() - start);
+                 done(std::move(st));
+               });
+}
+
+grpc::Status Service::decide(const pb::RateLimitRequest& request, pb::RateLimitResponse& response) {
   Call call;
   call.response = &response;
   if (grpc::Status st = plan(request, call); !st.ok()) return st;
@@ -556,9 +609,8 @@ grpc::Status Service::should_rate_limit(const pb::RateLimitRequest& request,
   return grpc::Status::OK;
 }
 
-void Service::should_rate_limit_async(const pb::RateLimitRequest& request,
-                                      pb::RateLimitResponse& response,
-                                      std::function<void(grpc::Status)> done) {
+void Service::decide_async(const pb::RateLimitRequest& request, pb::RateLimitResponse& response,
+                           std::function<void(grpc::Status)> done) {
   auto call = std::make_shared<Call>();
   call->response = &response;
   if (grpc::Status st = plan(request, *call); !st.ok()) return done(st);
@@ -631,6 +683,30 @@ void report(Listener& listener, const Planned& p, const Decision& d, std::int64_
   }
 }
 
+/// Tells the stats what a limited descriptor came to (stats/observer.hpp).
+void report_stats(stats::StatsObserver& observer, std::string_view domain, const Planned& p,
+                  const Decision& d, bool cached) {
+  stats::DescriptorReport r;
+  r.domain = domain;
+  r.key = p.stat_key;
+  r.limit = p.limit;
+  r.hits = p.asked;
+  r.shadow = p.shadow;
+  r.over_limit_with_local_cache = cached;
+  // The Go window's remaining is limit - count, negative over the limit (go_window.hpp); a
+  // library algorithm has no count: admitted, what remains below the limit; denied, past it.
+  if (!p.library) {
+    r.after = p.limit - d.remaining;
+  } else if (d.allowed) {
+    r.after = std::max<std::int64_t>(0, p.limit - d.remaining);
+  } else {
+    r.after = p.limit + std::max<std::int64_t>(1, p.asked);
+    r.before = p.limit;
+  }
+  if (!p.library || d.allowed) r.before = std::max<std::int64_t>(0, r.after - p.asked);
+  observer.on_descriptor(r);
+}
+
 }  // namespace
 
 void Service::finish(Call& call, const std::vector<Decision>& ds) const {
@@ -663,6 +739,9 @@ void Service::finish(Call& call, const std::vector<Decision>& ds) const {
     // admissions were dry runs.
     if (settings_.listener && p.hit && call.hits[*p.hit].hits > 0 && (call.counted || !d.allowed))
       report(*settings_.listener, p, d, call.hits[*p.hit].hits);
+    if (settings_.stats && p.hit && (call.counted || !d.allowed))
+      report_stats(*settings_.stats, call.domain, p, d,
+                   !call.cached.empty() && call.cached[*p.hit]);
     const bool denied = st->code() == pb::RateLimitResponse::OVER_LIMIT;
     if (p.quota) {
       ++quota_total;
@@ -676,6 +755,8 @@ void Service::finish(Call& call, const std::vector<Decision>& ds) const {
   }
   // Quota-mode limits deny only all together (the library's rules semantics).
   if (quota_total > 0 && quota_over == quota_total) over = true;
+  if (over && settings_.global_shadow_mode && settings_.stats)
+    settings_.stats->on_global_shadow_mode();
   response.set_overall_code(over && !settings_.global_shadow_mode
                                 ? pb::RateLimitResponse::OVER_LIMIT
                                 : pb::RateLimitResponse::OK);

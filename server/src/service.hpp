@@ -20,6 +20,7 @@
 
 #include "counters.hpp"
 #include "rls.pb.h"
+#include "stats/observer.hpp"
 
 namespace ratelimit::server {
 
@@ -59,6 +60,10 @@ struct ServiceSettings {
   /// reference names its stats ("<domain>.<key>_<value>...", see `RuleSet::metric_name`; a
   /// limit override is "<domain>.override"), e.g. a `PrometheusExporter`.
   std::shared_ptr<Listener> listener;
+  /// When set, hears of every call as the reference's stats count it (stats/observer.hpp):
+  /// each limited descriptor's hits and counts, unknown domains, errors, global shadow mode,
+  /// and each call's duration.
+  std::shared_ptr<stats::StatsObserver> stats;
 };
 
 namespace detail {
@@ -105,8 +110,17 @@ class Service {
 
   static std::chrono::nanoseconds system_now();
 
+  /// The stats observer of the settings (null when none), e.g. for the rules loader to report
+  /// loads to.
+  const std::shared_ptr<stats::StatsObserver>& stats() const noexcept { return settings_.stats; }
+
  private:
   struct Call;
+  grpc::Status decide(const envoy::service::ratelimit::v3::RateLimitRequest& request,
+                      envoy::service::ratelimit::v3::RateLimitResponse& response);
+  void decide_async(const envoy::service::ratelimit::v3::RateLimitRequest& request,
+                    envoy::service::ratelimit::v3::RateLimitResponse& response,
+                    std::function<void(grpc::Status)> done);
   grpc::Status plan(const envoy::service::ratelimit::v3::RateLimitRequest& request,
                     Call& call) const;
   void finish(Call& call, const std::vector<Decision>& decisions) const;

@@ -38,6 +38,58 @@ int parse_port(const std::string& name, const std::string& v) {
   return port;
 }
 
+/// A Go duration (time.ParseDuration): a sequence of decimal numbers with units ns, us, ms, s,
+/// m, h, e.g. "10s", "1m30s", "250ms"; here at least 1 ms.
+std::chrono::milliseconds parse_duration(const std::string& name, const std::string& v) {
+  const auto bad = [&] {
+    return std::invalid_argument(name + " = \"" + v +
+                                 "\": not a duration of at least 1ms (e.g. 10s, 500ms, 1m)");
+  };
+  double total_ns = 0;
+  std::size_t i = 0;
+  if (v.empty()) throw bad();
+  while (i < v.size()) {
+    std::size_t j = i;
+    while (j < v.size() && (std::isdigit(static_cast<unsigned char>(v[j])) || v[j] == '.')) ++j;
+    if (j == i) throw bad();
+    double n = 0;
+    try {
+      n = std::stod(v.substr(i, j - i));
+    } catch (const std::exception&) {
+      throw bad();
+    }
+    std::size_t k = j;
+    while (k < v.size() && std::isalpha(static_cast<unsigned char>(v[k]))) ++k;
+    const std::string unit = v.substr(j, k - j);
+    static const std::map<std::string, double, std::less<>> units{
+        {"ns", 1}, {"us", 1e3}, {"ms", 1e6}, {"s", 1e9}, {"m", 60e9}, {"h", 3600e9}};
+    const auto u = units.find(unit);
+    if (u == units.end()) throw bad();
+    total_ns += n * u->second;
+    i = k;
+  }
+  if (total_ns < 1e6 || total_ns > 1e15) throw bad();
+  return std::chrono::milliseconds{static_cast<std::int64_t>(total_ns / 1e6)};
+}
+
+/// envconfig's map form: "k1:v1,k2:v2" (empty: no entry).
+std::map<std::string, std::string> parse_map(const std::string& name, const std::string& v) {
+  std::map<std::string, std::string> out;
+  std::size_t start = 0;
+  while (start < v.size()) {
+    auto comma = v.find(',', start);
+    if (comma == std::string::npos) comma = v.size();
+    const std::string pair = v.substr(start, comma - start);
+    const auto colon = pair.find(':');
+    if (colon == std::string::npos)
+      throw std::invalid_argument(name + " = \"" + v + "\": \"" + pair +
+                                  "\" is not key:value (expected k1:v1,k2:v2)");
+    out[pair.substr(0, colon)] = pair.substr(colon + 1);
+    start = comma + 1;
+  }
+  return out;
+}
+
 /// A setting of ours: how to store its value.
 using Apply = void (*)(Settings&, const std::string& name, const std::string& value);
 
@@ -128,10 +180,72 @@ const std::map<std::string, Apply, std::less<>>& ours() {
                                        "\": this server implements only redis (with REDIS_URL "
                                        "unset, the counters stay in this process)");
        }},
-      {"USE_STATSD",
-       [](Settings&, const std::string& n, const std::string& v) {
-         if (parse_bool(n, v))
-           throw std::invalid_argument(n + " = true: statsd is not implemented");
+      // Stats (stats/): the reference's variables.
+      {"USE_STATSD", [](Settings& s, const std::string& n,
+                        const std::string& v) { s.use_statsd = parse_bool(n, v); }},
+      {"STATSD_HOST", [](Settings& s, const std::string&, const std::string& v) { s.statsd_host = v; }},
+      {"STATSD_PORT", [](Settings& s, const std::string& n,
+                         const std::string& v) { s.statsd_port = parse_port(n, v); }},
+      {"STATSD_PROTOCOL",
+       [](Settings& s, const std::string& n, const std::string& v) {
+         if (v != "tcp" && v != "udp")
+           throw std::invalid_argument(n + " = \"" + v + "\": expected tcp or udp");
+         s.statsd_udp = v == "udp";
+       }},
+      {"STATS_FLUSH_INTERVAL", [](Settings& s, const std::string& n, const std::string& v) {
+         s.stats_flush_interval = parse_duration(n, v);
+       }},
+      // gostats' own setting: like the reference, which flushes its counters every
+      // STATS_FLUSH_INTERVAL, this server checks it and goes by STATS_FLUSH_INTERVAL.
+      {"GOSTATS_FLUSH_INTERVAL_SECONDS",
+       [](Settings&, const std::string& n, const std::string& v) { (void)parse_port(n, v); }},
+      {"EXTRA_TAGS", [](Settings& s, const std::string& n,
+                        const std::string& v) { s.extra_tags = parse_map(n, v); }},
+      {"DISABLE_STATS", [](Settings& s, const std::string& n,
+                           const std::string& v) { s.disable_stats = parse_bool(n, v); }},
+      {"USE_DOG_STATSD", [](Settings& s, const std::string& n,
+                            const std::string& v) { s.use_dog_statsd = parse_bool(n, v); }},
+      {"USE_DOG_STATSD_MOGRIFIERS",
+       [](Settings& s, const std::string&, const std::string& v) {
+         s.dog_statsd_mogrifiers.clear();
+         std::size_t start = 0;
+         while (start < v.size()) {
+           auto comma = v.find(',', start);
+           if (comma == std::string::npos) comma = v.size();
+           if (comma > start) s.dog_statsd_mogrifiers.push_back({v.substr(start, comma - start), {}, {}, {}});
+           start = comma + 1;
+         }
+       }},
+      {"USE_PROMETHEUS", [](Settings& s, const std::string& n,
+                            const std::string& v) { s.use_prometheus = parse_bool(n, v); }},
+      {"PROMETHEUS_ADDR",
+       [](Settings& s, const std::string&, const std::string& v) { s.prometheus_addr = v; }},
+      {"PROMETHEUS_PATH",
+       [](Settings& s, const std::string& n, const std::string& v) {
+         if (v.empty() || v[0] != '/')
+           throw std::invalid_argument(n + " = \"" + v + "\": expected a path starting with /");
+         s.prometheus_path = v;
+       }},
+      {"PROMETHEUS_MAPPER_YAML",
+       [](Settings& s, const std::string&, const std::string& v) { s.prometheus_mapper_yaml = v; }},
+      {"PROMETHEUS_RESPONSE_TIME_AS_MILLISECONDS",
+       [](Settings& s, const std::string& n, const std::string& v) {
+         s.prometheus_response_time_as_ms = parse_bool(n, v);
+       }},
+      {"DEBUG_HOST", [](Settings& s, const std::string&, const std::string& v) { s.debug_host = v; }},
+      {"DEBUG_PORT", [](Settings& s, const std::string& n,
+                        const std::string& v) { s.debug_port = parse_port(n, v); }},
+      {"NEAR_LIMIT_RATIO",
+       [](Settings& s, const std::string& n, const std::string& v) {
+         std::size_t used = 0;
+         float r = -1;
+         try {
+           r = std::stof(v, &used);
+         } catch (const std::exception&) {
+         }
+         if (used != v.size() || !(r >= 0 && r <= 1))
+           throw std::invalid_argument(n + " = \"" + v + "\": not a ratio from 0 to 1");
+         s.near_limit_ratio = r;
        }},
       {"LOCAL_CACHE_SIZE_IN_BYTES",
        [](Settings& s, const std::string& n, const std::string& v) {
@@ -234,6 +348,24 @@ Settings read_settings(const std::function<std::optional<std::string>(const std:
         "RATELIMIT_SERVER_ALL_OR_NOTHING = true: not with REDIS_TYPE = cluster (a call's "
         "counters live on several slots, which one all-or-nothing script cannot reach)");
   check_counting_modes(s.all_or_nothing, s.stop_increment_when_over);
+  // The reference's stats sinks (src/service_cmd/runner/runner.go): one at most, unless
+  // DISABLE_STATS; USE_STATSD is on by default, so another sink needs USE_STATSD=false.
+  if (!s.disable_stats && int{s.use_statsd} + int{s.use_dog_statsd} + int{s.use_prometheus} > 1)
+    throw std::invalid_argument(
+        "USE_STATSD, USE_DOG_STATSD, USE_PROMETHEUS: only one stats sink at a time (USE_STATSD "
+        "is true by default: set USE_STATSD=false to use another)");
+  for (Settings::Mogrifier& m : s.dog_statsd_mogrifiers) {
+    // envconfig's names: the prefix in upper case (src/godogstats/mogrifier_map.go).
+    std::string prefix = "DOG_STATSD_MOGRIFIER_" + m.label + "_";
+    for (char& c : prefix) c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
+    m.pattern = env(prefix + "PATTERN").value_or("");
+    m.name = env(prefix + "NAME").value_or("");
+    if (m.pattern.empty())
+      throw std::invalid_argument(prefix + "PATTERN: missing for the mogrifier " + m.label);
+    if (m.name.empty())
+      throw std::invalid_argument(prefix + "NAME: missing for the mogrifier " + m.label);
+    if (const auto tags = env(prefix + "TAGS")) m.tags = parse_map(prefix + "TAGS", *tags);
+  }
   return s;
 }
 

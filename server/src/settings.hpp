@@ -7,6 +7,7 @@
 #include <chrono>
 #include <filesystem>
 #include <functional>
+#include <map>
 #include <memory>
 #include <optional>
 #include <string>
@@ -52,6 +53,32 @@ struct Settings {
   std::chrono::milliseconds shutdown_grace{10'000};  ///< GRACEFUL_SHUTDOWN_SECONDS (ours)
   /// RATELIMIT_SERVER_ALL_OR_NOTHING (ours): see `ServiceSettings::all_or_nothing`.
   bool all_or_nothing = false;
+
+  // --- stats, as the reference's (server/README.md, "Stats"; stats/) ---------------------------
+  bool use_statsd = true;                 ///< USE_STATSD (the reference's default: on)
+  std::string statsd_host = "localhost";  ///< STATSD_HOST
+  int statsd_port = 8125;                 ///< STATSD_PORT
+  bool statsd_udp = false;                ///< STATSD_PROTOCOL: tcp (default) or udp
+  /// STATS_FLUSH_INTERVAL (a Go duration, e.g. "10s"): how often counters are flushed.
+  std::chrono::milliseconds stats_flush_interval{10'000};
+  std::map<std::string, std::string> extra_tags;  ///< EXTRA_TAGS: "k1:v1,k2:v2"
+  bool disable_stats = false;                     ///< DISABLE_STATS: no sink at all
+  bool use_dog_statsd = false;                    ///< USE_DOG_STATSD
+  /// One DogStatsD mogrifier as the environment gives it: USE_DOG_STATSD_MOGRIFIERS lists the
+  /// names, DOG_STATSD_MOGRIFIER_<NAME>_PATTERN, _NAME and _TAGS ("k:v,...") each one's parts.
+  struct Mogrifier {
+    std::string label, pattern, name;
+    std::map<std::string, std::string> tags;
+  };
+  std::vector<Mogrifier> dog_statsd_mogrifiers;
+  bool use_prometheus = false;                  ///< USE_PROMETHEUS
+  std::string prometheus_addr = ":9090";        ///< PROMETHEUS_ADDR ("host:port", host optional)
+  std::string prometheus_path = "/metrics";     ///< PROMETHEUS_PATH
+  std::string prometheus_mapper_yaml;           ///< PROMETHEUS_MAPPER_YAML: a mapping file
+  bool prometheus_response_time_as_ms = false;  ///< PROMETHEUS_RESPONSE_TIME_AS_MILLISECONDS
+  std::string debug_host = "0.0.0.0";           ///< DEBUG_HOST
+  int debug_port = 6070;                        ///< DEBUG_PORT (0: a free port)
+  float near_limit_ratio = 0.8f;                ///< NEAR_LIMIT_RATIO (0 to 1)
 
   /// The directory of rules files: RUNTIME_ROOT/RUNTIME_SUBDIRECTORY/RUNTIME_APPDIRECTORY.
   std::filesystem::path config_dir() const;
