@@ -33,7 +33,8 @@ std::vector<HttpRoute> debug_routes(std::function<std::shared_ptr<const RulesCon
   std::vector<HttpRoute> routes;
   routes.push_back({"/", false, [endpoints](const std::string&) {
                       HttpReply r;
-                      for (const auto& [path, help] : endpoints) r.body += path + ": " + help + "\n";
+                      for (const auto& [path, help] : endpoints)
+                        r.body += path + ": " + help + "\n";
                       return r;
                     }});
   routes.push_back({"/rlconfig", false, [config](const std::string&) {
@@ -54,8 +55,9 @@ std::vector<HttpRoute> debug_routes(std::function<std::shared_ptr<const RulesCon
                     }});
   routes.push_back({"/debug/pprof", true, [](const std::string& path) {
                       return HttpReply{404, "text/plain; charset=utf-8",
-                                       path + ": Go's pprof profiles are not served by this "
-                                              "server (it is C++: profile it with perf)\n"};
+                                       path +
+                                           ": Go's pprof profiles are not served by this "
+                                           "server (it is C++: profile it with perf)\n"};
                     }});
   return routes;
 }

@@ -12,7 +12,8 @@ namespace {
 
 /// The reference service's default mapping, as in envoyproxy/ratelimit's
 /// src/stats/prom/default_mapper.yaml (the names and labels its dashboards rely on).
-constexpr std::string_view default_yaml = R"(# Requires statsd exporter >= v0.6.0 since it uses the "drop" action.
+constexpr std::string_view default_yaml =
+    R"(# Requires statsd exporter >= v0.6.0 since it uses the "drop" action.
 mappings:
   - match: "ratelimit.service.rate_limit.*.*.near_limit"
     name: "ratelimit_service_rate_limit_near_limit"
@@ -161,8 +162,9 @@ bool valid_label_name(const std::string& s) {
   // statsd_exporter's labelNameRE: ^[a-zA-Z_][a-zA-Z0-9_]+$
   if (s.size() < 2 || !(std::isalpha(static_cast<unsigned char>(s[0])) || s[0] == '_'))
     return false;
-  return std::all_of(s.begin(), s.end(),
-                     [](char c) { return std::isalnum(static_cast<unsigned char>(c)) || c == '_'; });
+  return std::all_of(s.begin(), s.end(), [](char c) {
+    return std::isalnum(static_cast<unsigned char>(c)) || c == '_';
+  });
 }
 
 bool valid_name_template(const std::string& s) {
@@ -243,11 +245,21 @@ Mapper Mapper::parse(const std::string& yaml, const std::string& source) {
     try {
       if (!m.IsMap()) throw std::invalid_argument(where + ": expected a mapping");
       for (const auto& kv : m) {
-        static const std::vector<std::string> known{
-            "match",         "match_type", "name",    "labels",
-            "match_metric_type", "timer_type", "observer_type", "scale",
-            "action",        "buckets",    "histogram_options", "help",
-            "ttl",           "summary_options", "quantiles"};
+        static const std::vector<std::string> known{"match",
+                                                    "match_type",
+                                                    "name",
+                                                    "labels",
+                                                    "match_metric_type",
+                                                    "timer_type",
+                                                    "observer_type",
+                                                    "scale",
+                                                    "action",
+                                                    "buckets",
+                                                    "histogram_options",
+                                                    "help",
+                                                    "ttl",
+                                                    "summary_options",
+                                                    "quantiles"};
         const auto key = kv.first.as<std::string>();
         if (std::find(known.begin(), known.end(), key) == known.end())
           throw std::invalid_argument(where + "." + key + ": not a field this server reads");
@@ -315,8 +327,7 @@ Mapper Mapper::parse(const std::string& yaml, const std::string& source) {
     }
   }
   // Globs first, in file order; then regexes, in file order.
-  std::stable_partition(out.rules_.begin(), out.rules_.end(),
-                        [](const Rule& r) { return r.glob; });
+  std::stable_partition(out.rules_.begin(), out.rules_.end(), [](const Rule& r) { return r.glob; });
   return out;
 }
 

@@ -18,11 +18,11 @@ enum class MetricKind { counter, gauge, observer };
 
 /// What a mapping makes of a metric.
 struct Mapped {
-  bool drop = false;  ///< `action: drop`
-  std::string name;   ///< the Prometheus name
+  bool drop = false;                                        ///< `action: drop`
+  std::string name;                                         ///< the Prometheus name
   std::vector<std::pair<std::string, std::string>> labels;  ///< sorted by name
-  bool histogram = false;  ///< `timer_type` / `observer_type: histogram` (else a summary)
-  double scale = 1;        ///< `scale`: an observed value is multiplied by it
+  bool histogram = false;       ///< `timer_type` / `observer_type: histogram` (else a summary)
+  double scale = 1;             ///< `scale`: an observed value is multiplied by it
   std::vector<double> buckets;  ///< a histogram's upper bounds
 };
 

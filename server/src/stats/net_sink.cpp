@@ -107,9 +107,8 @@ void NetSink::append(std::string_view name, std::string_view value, std::string_
   bool wake = false;
   {
     const std::lock_guard lock(mutex_);
-    if (stop_ ||
-        buffer_.size() + out_size_.load(std::memory_order_relaxed) + line.size() >
-            options_.max_buffered) {
+    if (stop_ || buffer_.size() + out_size_.load(std::memory_order_relaxed) + line.size() >
+                     options_.max_buffered) {
       dropped_.fetch_add(line.size(), std::memory_order_relaxed);
       return;
     }
@@ -174,8 +173,8 @@ bool NetSink::connect_now() {
     error = gai_strerror(rc);
   } else {
     for (addrinfo* a = res; a != nullptr && fd_ < 0; a = a->ai_next) {
-      const int fd = ::socket(a->ai_family, a->ai_socktype | SOCK_NONBLOCK | SOCK_CLOEXEC,
-                              a->ai_protocol);
+      const int fd =
+          ::socket(a->ai_family, a->ai_socktype | SOCK_NONBLOCK | SOCK_CLOEXEC, a->ai_protocol);
       if (fd < 0) continue;
       int rc = ::connect(fd, a->ai_addr, a->ai_addrlen);
       if (rc != 0 && errno == EINPROGRESS) {

@@ -77,8 +77,7 @@ std::pair<std::string, int> listen_address(const std::string& name, const std::s
 Runtime::Runtime(const Settings& settings) : settings_(settings) {
   if (settings_.use_prometheus) (void)listen_address("PROMETHEUS_ADDR", settings_.prometheus_addr);
   store_ = std::make_shared<Store>(make_sink(settings_, prometheus_));
-  observer_ =
-      std::make_shared<GoStats>(store_, settings_.extra_tags, settings_.near_limit_ratio);
+  observer_ = std::make_shared<GoStats>(store_, settings_.extra_tags, settings_.near_limit_ratio);
   store_->start(settings_.stats_flush_interval);
 }
 
@@ -89,17 +88,17 @@ void Runtime::start_listeners(std::function<std::shared_ptr<const RulesConfig>()
     const auto [host, port] = listen_address("PROMETHEUS_ADDR", settings_.prometheus_addr);
     prometheus_http_ = std::make_unique<HttpServer>(
         host, port,
-        std::vector<HttpRoute>{{settings_.prometheus_path, false,
-                                [p = prometheus_](const std::string&) {
-                                  return HttpReply{200, "text/plain; version=0.0.4; charset=utf-8",
-                                                   p->render()};
-                                }}},
+        std::vector<HttpRoute>{
+            {settings_.prometheus_path, false,
+             [p = prometheus_](const std::string&) {
+               return HttpReply{200, "text/plain; version=0.0.4; charset=utf-8", p->render()};
+             }}},
         "PROMETHEUS_ADDR");
   }
   try {
-    debug_http_ = std::make_unique<HttpServer>(settings_.debug_host, settings_.debug_port,
-                                               debug_routes(std::move(config), store_),
-                                               "DEBUG_PORT");
+    debug_http_ =
+        std::make_unique<HttpServer>(settings_.debug_host, settings_.debug_port,
+                                     debug_routes(std::move(config), store_), "DEBUG_PORT");
     std::cerr << "ratelimit_server: debug listener on " << settings_.debug_host << ":"
               << debug_http_->port()
               << " (/rlconfig, /stats; /debug/pprof/ is answered 404: Go's profiler has no "
