@@ -8,13 +8,14 @@
 # is taken as a Debian package name. Recommends are not installed, so every needed package is
 # listed (libclang-rt-14-dev: clang's sanitizer runtimes, only recommended by clang; openssl:
 # the CLI that makes the TLS tests' certificates, scripts/tls_certs.sh; ninja-build: the test
-# command's generator, which builds several named targets in parallel).
+# command's generator, which builds several named targets in parallel; nodejs and npm: the
+# statsd daemon the server's stats tests talk to, installed by scripts/test.sh with npm).
 # Runs apt-get as root, or through sudo when not root.
 set -euo pipefail
 
 declare -A groups=(
   [demo]="cmake g++ make"
-  [test]="cmake ninja-build g++ clang libclang-rt-14-dev clang-format make git pkg-config catch2 libhiredis-dev libssl-dev redis-server redis-tools libbenchmark-dev libyaml-cpp-dev libcpp-httplib-dev libhowardhinnant-date-dev tzdata openssl libgrpc++-dev libprotobuf-dev protobuf-compiler protobuf-compiler-grpc dpkg-dev"
+  [test]="cmake ninja-build g++ clang libclang-rt-14-dev clang-format make git pkg-config catch2 libhiredis-dev libssl-dev redis-server redis-tools libbenchmark-dev libyaml-cpp-dev libcpp-httplib-dev libhowardhinnant-date-dev tzdata openssl libgrpc++-dev libprotobuf-dev protobuf-compiler protobuf-compiler-grpc dpkg-dev nodejs npm"
   [bench]="cmake g++ make pkg-config libhiredis-dev libssl-dev redis-server redis-tools libbenchmark-dev gnuplot-nox python3"
   [gateway]="cmake g++ make pkg-config libhiredis-dev libssl-dev libyaml-cpp-dev libcpp-httplib-dev redis-server redis-tools wrk curl"
 )
