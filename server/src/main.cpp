@@ -73,7 +73,6 @@ int run(int argc, char** argv) {
                         settings.merge_domain_config ? ratelimit::DomainMerge::merge
                                                      : ratelimit::DomainMerge::refuse);
   watcher.poll();
-  stats.start_listeners([service] { return service->config(); });
   watcher.start(std::chrono::seconds{1});
   const auto healthy = [&] { return !settings.healthy_with_config_only || watcher.loaded(); };
 
@@ -84,6 +83,7 @@ int run(int argc, char** argv) {
   std::cerr << "ratelimit_server: gRPC on " << settings.grpc_host << ":" << grpc.port()
             << ", HTTP on " << settings.http_host << ":" << http.port() << ", rules from "
             << settings.config_dir().string() << "\n";
+  stats.start_listeners([service] { return service->config(); });
 
   int signal = 0;
   timespec tick{1, 0};
