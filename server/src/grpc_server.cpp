@@ -6,6 +6,7 @@
 #include <grpcpp/security/server_credentials.h>
 #include <grpcpp/server_builder.h>
 
+#include "health.hpp"
 #include "rls.grpc.pb.h"
 
 namespace ratelimit::server {
@@ -35,10 +36,12 @@ GrpcServer::GrpcServer(std::shared_ptr<Service> service, const std::string& addr
   builder.RegisterService(handler_.get());
   server_ = builder.BuildAndStart();
   if (!server_ || port_ == 0) throw std::runtime_error("GRPC_PORT: cannot listen on " + address);
+  set_serving(false);  // as the reference's HealthChecker starts while Redis is unconfirmed
 }
 
 void GrpcServer::set_serving(bool serving) {
-  if (auto* health = server_->GetHealthCheckService()) health->SetServingStatus(serving);
+  if (auto* health = server_->GetHealthCheckService())
+    health->SetServingStatus(Health::service_name, serving);
 }
 
 GrpcServer::~GrpcServer() { shutdown(std::chrono::milliseconds{0}); }
@@ -46,7 +49,7 @@ GrpcServer::~GrpcServer() { shutdown(std::chrono::milliseconds{0}); }
 void GrpcServer::shutdown(std::chrono::milliseconds grace) {
   if (down_) return;
   down_ = true;
-  if (auto* health = server_->GetHealthCheckService()) health->SetServingStatus(false);
+  set_serving(false);
   server_->Shutdown(std::chrono::system_clock::now() + grace);
   server_->Wait();
 }

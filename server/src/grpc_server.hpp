@@ -26,10 +26,12 @@ class GrpcServer {
 
   /// The port listened on.
   int port() const noexcept { return port_; }
-  /// What the health service (grpc.health.v1.Health) reports for every service name.
+  /// What the health service (grpc.health.v1.Health) reports for the service name "ratelimit"
+  /// (`Health::service_name`, the reference's); the empty name stays SERVING, as grpc-go's
+  /// health server keeps it, and any other name is NOT_FOUND. "ratelimit" starts NOT_SERVING.
   void set_serving(bool serving);
-  /// Stops accepting calls, answers the calls in flight (cancelled after `grace`), and
-  /// reports NOT_SERVING on the health service meanwhile.
+  /// Stops accepting calls, answers the calls in flight (cancelled after `grace`); the health
+  /// service reports NOT_SERVING meanwhile (grpc++'s shutdown turns every name NOT_SERVING).
   void shutdown(std::chrono::milliseconds grace = std::chrono::seconds{5});
 
  private:

@@ -18,9 +18,13 @@ HttpServer::HttpServer(std::shared_ptr<Service> service, std::function<bool()> h
       res.set_content(metrics(), "text/plain; version=0.0.4");
     });
   server_->Get("/healthcheck", [healthy](const httplib::Request&, httplib::Response& res) {
-    const bool ok = healthy();
-    res.status = ok ? 200 : 500;
-    res.set_content(ok ? "OK" : "NOT OK", "text/plain");
+    // src/server/health.go, ServeHTTP: "OK", or status 500 with an empty body.
+    if (healthy()) {
+      res.status = 200;
+      res.set_content("OK", "text/plain");
+    } else {
+      res.status = 500;
+    }
   });
   server_->Post("/json", [svc = service_](const httplib::Request& req, httplib::Response& res) {
     pb::RateLimitRequest request;

@@ -8,6 +8,8 @@
 #include <iostream>
 #include <memory>
 #include <optional>
+#include <random>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -19,10 +21,13 @@
 #include "config_watcher.hpp"
 #include "counters.hpp"
 #include "grpc_server.hpp"
+#include "health.hpp"
 #include "http_server.hpp"
 #include "service.hpp"
 #include "settings.hpp"
+#include "startup.hpp"
 #include "stats/runtime.hpp"
+#include "stats/service_hook.hpp"
 
 extern char** environ;
 
@@ -56,10 +61,13 @@ int run(int argc, char** argv) {
 
   ServiceSettings service_settings;
   service_settings.global_shadow_mode = settings.shadow_mode;
+  service_settings.global_quota_mode = settings.quota_mode;
   service_settings.response_headers = settings.response_headers;
   service_settings.limit_header = settings.limit_header;
   service_settings.remaining_header = settings.remaining_header;
   service_settings.reset_header = settings.reset_header;
+  service_settings.response_dynamic_metadata = settings.response_dynamic_metadata;
+  service_settings.near_limit_ratio = settings.near_limit_ratio;
   service_settings.over_limit_cache_bytes = settings.local_cache_bytes;
   service_settings.all_or_nothing = settings.all_or_nothing;
   service_settings.stop_increment_when_over = settings.stop_increment_when_over;
@@ -67,19 +75,62 @@ int run(int argc, char** argv) {
   service_settings.listener = exporter;
   stats::Runtime stats(settings);
   service_settings.stats = stats.observer();
-  auto service = std::make_shared<Service>(make_counters(settings, exporter), service_settings);
+  service_settings.observer = stats::descriptor_observer(stats.observer());
 
+  // The reference's health components (src/server/health.go): redis unhealthy until the
+  // storage answers, config (when asked) until rules load, sigterm until SIGTERM.
+  auto health = std::make_shared<Health>(settings.healthy_with_config_only);
+  std::shared_ptr<ratelimit::Listener> storage_listener = exporter;
+  if (settings.redis_health_check_active_connection)
+    storage_listener = std::make_shared<StorageHealthListener>(health, exporter);
+  auto counters = make_counters(settings, storage_listener);
+  // No listener opens until the storage answers (src/redis/driver_impl.go): a read of a
+  // counter of our own, which every storage answers only when it is reachable.
+  const auto probe = [counters] {
+    const Hit read{"ratelimit_server:startup", "probe", 1, 1, 0, {}, true};
+    (void)counters->count(std::span<const Hit>(&read, 1), Service::system_now());
+  };
+  const std::string target = settings.redis_url.empty() ? "this process" : settings.redis_url;
+  std::mt19937_64 random(std::random_device{}());
+  wait_for_storage(
+      target, settings.startup,
+      StartupHooks{
+          probe,
+          [] {
+            return std::chrono::duration_cast<std::chrono::nanoseconds>(
+                std::chrono::steady_clock::now().time_since_epoch());
+          },
+          [&stop_signals](std::chrono::nanoseconds d) {
+            timespec t{static_cast<time_t>(d.count() / 1'000'000'000),
+                       static_cast<long>(d.count() % 1'000'000'000)};
+            const int sig = sigtimedwait(&stop_signals, nullptr, &t);
+            return sig != SIGTERM && sig != SIGINT;
+          },
+          [&random] { return std::uniform_real_distribution<double>(0, 1)(random); },
+          [](const std::string& line) { std::cerr << "ratelimit_server: " << line << "\n"; }});
+  health->ok(HealthComponent::redis);
+
+  auto service = std::make_shared<Service>(counters, service_settings);
   ConfigWatcher watcher(service, settings.config_dir(), settings.runtime_ignore_dotfiles,
                         settings.merge_domain_config ? ratelimit::DomainMerge::merge
                                                      : ratelimit::DomainMerge::refuse);
   watcher.poll();
   watcher.start(std::chrono::seconds{1});
-  const auto healthy = [&] { return !settings.healthy_with_config_only || watcher.loaded(); };
+  // The config component follows the loaded rules (SetConfig: OK once a configuration with
+  // a domain loads, failed while none has).
+  const auto follow_config = [&] {
+    if (watcher.loaded())
+      health->ok(HealthComponent::config);
+    else
+      health->fail(HealthComponent::config);
+  };
+  follow_config();
 
   GrpcServer grpc(service, settings.grpc_host + ":" + std::to_string(settings.grpc_port));
-  grpc.set_serving(healthy());
-  HttpServer http(service, healthy, settings.http_host, settings.http_port,
-                  [exporter] { return exporter->render(); });
+  health->on_change([&grpc](bool serving) { grpc.set_serving(serving); });
+  HttpServer http(
+      service, [health] { return health->serving(); }, settings.http_host, settings.http_port,
+      [exporter] { return exporter->render(); });
   std::cerr << "ratelimit_server: gRPC on " << settings.grpc_host << ":" << grpc.port()
             << ", HTTP on " << settings.http_host << ":" << http.port() << ", rules from "
             << settings.config_dir().string() << "\n";
@@ -90,11 +141,24 @@ int run(int argc, char** argv) {
   while (true) {
     signal = sigtimedwait(&stop_signals, nullptr, &tick);
     if (signal == SIGTERM || signal == SIGINT) break;
-    grpc.set_serving(healthy());
+    follow_config();
+    // With REDIS_HEALTH_CHECK_ACTIVE_CONNECTION, a storage found unreachable is asked again
+    // (as the reference's pool reconnects by itself), so that health comes back without calls.
+    if (settings.redis_health_check_active_connection && !health->healthy(HealthComponent::redis)) {
+      try {
+        probe();
+        health->ok(HealthComponent::redis);
+      } catch (const std::exception&) {  // still unreachable: the listener said so
+      }
+    }
   }
+  // The reference: SIGTERM fails the sigterm component (health NOT_SERVING, /healthcheck
+  // 500) while the gRPC server drains; HTTP closes after.
+  health->fail(HealthComponent::sigterm);
   std::cerr << "ratelimit_server: signal " << signal << ", shutting down\n";
-  http.stop();
+  health->on_change(nullptr);
   grpc.shutdown(settings.shutdown_grace);
+  http.stop();
   watcher.stop();
   stats.stop();  // the last flush of the counters
   return 0;

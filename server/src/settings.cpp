@@ -38,38 +38,54 @@ int parse_port(const std::string& name, const std::string& v) {
   return port;
 }
 
-/// A Go duration (time.ParseDuration): a sequence of decimal numbers with units ns, us, ms, s,
-/// m, h, e.g. "10s", "1m30s", "250ms"; here at least 1 ms.
-std::chrono::milliseconds parse_duration(const std::string& name, const std::string& v) {
+/// Go's time.ParseDuration: a sequence of decimal numbers with a unit each ("300ms", "1h30m",
+/// "1.5s"; units ns, us, µs, ms, s, m, h), optionally signed, or "0".
+std::chrono::nanoseconds parse_go_duration(const std::string& name, const std::string& v) {
   const auto bad = [&] {
     return std::invalid_argument(name + " = \"" + v +
-                                 "\": not a duration of at least 1ms (e.g. 10s, 500ms, 1m)");
+                                 "\": not a Go duration (e.g. 500ms, 1s, 1h30m)");
   };
-  double total_ns = 0;
   std::size_t i = 0;
-  if (v.empty()) throw bad();
+  bool negative = false;
+  if (i < v.size() && (v[i] == '-' || v[i] == '+')) negative = v[i++] == '-';
+  if (v.substr(i) == "0") return std::chrono::nanoseconds{0};
+  if (i == v.size()) throw bad();
+  long double total = 0;
   while (i < v.size()) {
-    std::size_t j = i;
-    while (j < v.size() && (std::isdigit(static_cast<unsigned char>(v[j])) || v[j] == '.')) ++j;
-    if (j == i) throw bad();
-    double n = 0;
+    const std::size_t start = i;
+    while (i < v.size() && (std::isdigit(static_cast<unsigned char>(v[i])) || v[i] == '.')) ++i;
+    if (i == start) throw bad();
+    long double number = 0;
     try {
-      n = std::stod(v.substr(i, j - i));
-    } catch (const std::exception&) {
+      std::size_t used = 0;
+      number = std::stold(v.substr(start, i - start), &used);
+      if (used != i - start) throw bad();
+    } catch (const std::invalid_argument&) {
       throw bad();
     }
-    std::size_t k = j;
-    while (k < v.size() && std::isalpha(static_cast<unsigned char>(v[k]))) ++k;
-    const std::string unit = v.substr(j, k - j);
-    static const std::map<std::string, double, std::less<>> units{
-        {"ns", 1}, {"us", 1e3}, {"ms", 1e6}, {"s", 1e9}, {"m", 60e9}, {"h", 3600e9}};
-    const auto u = units.find(unit);
-    if (u == units.end()) throw bad();
-    total_ns += n * u->second;
-    i = k;
+    const std::size_t unit_start = i;
+    while (i < v.size() && !std::isdigit(static_cast<unsigned char>(v[i])) && v[i] != '.') ++i;
+    const std::string unit = v.substr(unit_start, i - unit_start);
+    long double scale = 0;
+    if (unit == "ns")
+      scale = 1;
+    else if (unit == "us" || unit == "\u00b5s" || unit == "\u03bcs")
+      scale = 1e3L;
+    else if (unit == "ms")
+      scale = 1e6L;
+    else if (unit == "s")
+      scale = 1e9L;
+    else if (unit == "m")
+      scale = 60e9L;
+    else if (unit == "h")
+      scale = 3600e9L;
+    else
+      throw bad();
+    total += number * scale;
   }
-  if (total_ns < 1e6 || total_ns > 1e15) throw bad();
-  return std::chrono::milliseconds{static_cast<std::int64_t>(total_ns / 1e6)};
+  if (total > 9.2e18L) throw bad();
+  const auto ns = static_cast<std::int64_t>(total);
+  return std::chrono::nanoseconds{negative ? -ns : ns};
 }
 
 /// envconfig's map form: "k1:v1,k2:v2" (empty: no entry).
@@ -192,8 +208,12 @@ const std::map<std::string, Apply, std::less<>>& ours() {
            throw std::invalid_argument(n + " = \"" + v + "\": expected tcp or udp");
          s.statsd_udp = v == "udp";
        }},
-      {"STATS_FLUSH_INTERVAL", [](Settings& s, const std::string& n, const std::string& v) {
-         s.stats_flush_interval = parse_duration(n, v);
+      {"STATS_FLUSH_INTERVAL",
+       [](Settings& s, const std::string& n, const std::string& v) {
+         const auto d = parse_go_duration(n, v);
+         if (d < std::chrono::milliseconds{1})
+           throw std::invalid_argument(n + " = \"" + v + "\": must be at least 1ms");
+         s.stats_flush_interval = std::chrono::duration_cast<std::chrono::milliseconds>(d);
        }},
       // gostats' own setting: like the reference, which flushes its counters every
       // STATS_FLUSH_INTERVAL, this server checks it and goes by STATS_FLUSH_INTERVAL.
@@ -235,18 +255,6 @@ const std::map<std::string, Apply, std::less<>>& ours() {
       {"DEBUG_HOST", [](Settings& s, const std::string&, const std::string& v) { s.debug_host = v; }},
       {"DEBUG_PORT", [](Settings& s, const std::string& n,
                         const std::string& v) { s.debug_port = parse_port(n, v); }},
-      {"NEAR_LIMIT_RATIO",
-       [](Settings& s, const std::string& n, const std::string& v) {
-         std::size_t used = 0;
-         float r = -1;
-         try {
-           r = std::stof(v, &used);
-         } catch (const std::exception&) {
-         }
-         if (used != v.size() || !(r >= 0 && r <= 1))
-           throw std::invalid_argument(n + " = \"" + v + "\": not a ratio from 0 to 1");
-         s.near_limit_ratio = r;
-       }},
       {"LOCAL_CACHE_SIZE_IN_BYTES",
        [](Settings& s, const std::string& n, const std::string& v) {
          std::size_t used = 0;
@@ -267,6 +275,52 @@ const std::map<std::string, Apply, std::less<>>& ours() {
        [](Settings& s, const std::string& n, const std::string& v) {
          s.all_or_nothing = parse_bool(n, v);
        }},
+      // --- Answers and health as the reference's (service, health, start-up wait) ---
+      {"LIMIT_RESPONSE_HEADERS_ENABLED",
+       [](Settings& s, const std::string& n, const std::string& v) {
+         s.response_headers = parse_bool(n, v);
+       }},
+      {"LIMIT_LIMIT_HEADER",
+       [](Settings& s, const std::string&, const std::string& v) { s.limit_header = v; }},
+      {"LIMIT_REMAINING_HEADER",
+       [](Settings& s, const std::string&, const std::string& v) { s.remaining_header = v; }},
+      {"LIMIT_RESET_HEADER",
+       [](Settings& s, const std::string&, const std::string& v) { s.reset_header = v; }},
+      {"RESPONSE_DYNAMIC_METADATA",
+       [](Settings& s, const std::string& n, const std::string& v) {
+         s.response_dynamic_metadata = parse_bool(n, v);
+       }},
+      {"QUOTA_MODE", [](Settings& s, const std::string& n,
+                        const std::string& v) { s.quota_mode = parse_bool(n, v); }},
+      {"NEAR_LIMIT_RATIO",
+       [](Settings& s, const std::string& n, const std::string& v) {
+         std::size_t used = 0;
+         float ratio = -1;
+         try {
+           ratio = std::stof(v, &used);
+         } catch (const std::exception&) {
+         }
+         if (used != v.size() || !(ratio >= 0 && ratio <= 1))
+           throw std::invalid_argument(n + " = \"" + v + "\": not a ratio (0 to 1)");
+         s.near_limit_ratio = ratio;
+       }},
+      {"REDIS_HEALTH_CHECK_ACTIVE_CONNECTION",
+       [](Settings& s, const std::string& n, const std::string& v) {
+         s.redis_health_check_active_connection = parse_bool(n, v);
+       }},
+      {"REDIS_STARTUP_INITIAL_INTERVAL",
+       [](Settings& s, const std::string& n, const std::string& v) {
+         s.startup.initial_interval = parse_go_duration(n, v);
+       }},
+      {"REDIS_STARTUP_MAX_INTERVAL",
+       [](Settings& s, const std::string& n, const std::string& v) {
+         s.startup.max_interval = parse_go_duration(n, v);
+       }},
+      {"REDIS_STARTUP_MAX_ELAPSED_TIME",
+       [](Settings& s, const std::string& n, const std::string& v) {
+         s.startup.max_elapsed = parse_go_duration(n, v);
+       }},
+      // --- end of answers and health ---
       {"GRACEFUL_SHUTDOWN_SECONDS",
        [](Settings& s, const std::string& n, const std::string& v) {
          s.shutdown_grace = std::chrono::seconds{parse_port(n, v)};

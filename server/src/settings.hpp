@@ -13,6 +13,8 @@
 #include <string>
 #include <vector>
 
+#include "startup.hpp"
+
 namespace ratelimit::server {
 
 /// Everything the server reads at start. Thread safety: a plain value.
@@ -28,10 +30,11 @@ struct Settings {
   bool runtime_ignore_dotfiles = false;                    ///< RUNTIME_IGNOREDOTFILES
   bool merge_domain_config = false;                        ///< MERGE_DOMAIN_CONFIG
   bool shadow_mode = false;                                ///< SHADOW_MODE
-  bool response_headers = false;                           ///< RESPONSE_HEADERS_ENABLED
-  std::string limit_header = "RateLimit-Limit";            ///< HEADER_RATELIMIT_LIMIT
-  std::string remaining_header = "RateLimit-Remaining";    ///< HEADER_RATELIMIT_REMAINING
-  std::string reset_header = "RateLimit-Reset";            ///< HEADER_RATELIMIT_RESET
+  /// LIMIT_RESPONSE_HEADERS_ENABLED (also the older name RESPONSE_HEADERS_ENABLED)
+  bool response_headers = false;
+  std::string limit_header = "RateLimit-Limit";          ///< LIMIT_LIMIT_HEADER
+  std::string remaining_header = "RateLimit-Remaining";  ///< LIMIT_REMAINING_HEADER
+  std::string reset_header = "RateLimit-Reset";          ///< LIMIT_RESET_HEADER
   /// HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED: unhealthy until a rules file loaded.
   bool healthy_with_config_only = false;
   std::size_t local_cache_bytes = 0;  ///< LOCAL_CACHE_SIZE_IN_BYTES (the over-limit cache)
@@ -78,7 +81,16 @@ struct Settings {
   bool prometheus_response_time_as_ms = false;  ///< PROMETHEUS_RESPONSE_TIME_AS_MILLISECONDS
   std::string debug_host = "0.0.0.0";           ///< DEBUG_HOST
   int debug_port = 6070;                        ///< DEBUG_PORT (0: a free port)
-  float near_limit_ratio = 0.8f;                ///< NEAR_LIMIT_RATIO (0 to 1)
+  // --- Answers and health as the reference's (service, health, start-up wait) ---
+  bool response_dynamic_metadata = false;  ///< RESPONSE_DYNAMIC_METADATA
+  bool quota_mode = false;                 ///< QUOTA_MODE (global quota mode)
+  float near_limit_ratio = 0.8F;           ///< NEAR_LIMIT_RATIO (stats only, as the reference)
+  /// REDIS_HEALTH_CHECK_ACTIVE_CONNECTION: the storage's connections move the health after
+  /// start-up (see `StorageHealthListener`).
+  bool redis_health_check_active_connection = false;
+  /// REDIS_STARTUP_INITIAL_INTERVAL, REDIS_STARTUP_MAX_INTERVAL, REDIS_STARTUP_MAX_ELAPSED_TIME.
+  StartupSettings startup;
+  // --- end of answers and health ---
 
   /// The directory of rules files: RUNTIME_ROOT/RUNTIME_SUBDIRECTORY/RUNTIME_APPDIRECTORY.
   std::filesystem::path config_dir() const;

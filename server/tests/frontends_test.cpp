@@ -228,24 +228,39 @@ TEST_CASE("HTTP: /json answers the request as JSON, 429 when over; /healthcheck;
   CHECK(down->status == 500);
 }
 
-TEST_CASE("gRPC health reports SERVING, NOT_SERVING on request; shutdown stops the calls",
-          "[server]") {
+TEST_CASE(
+    "gRPC health: \"ratelimit\" follows the server's health, \"\" is always SERVING, "
+    "another name is NOT_FOUND; shutdown stops the calls",
+    "[server]") {
+  // Source: src/server/health.go (NewHealthChecker registers the name "ratelimit", NOT_SERVING
+  // until every component is healthy) on grpc-go's health server, which keeps "" SERVING and
+  // answers NOT_FOUND for a name it does not know.
   auto service = std::make_shared<rs::Service>(rs::make_memory_counters(), rs::ServiceSettings{});
   service->reload(ratelimit::RulesConfig{});
   rs::GrpcServer server(service, "127.0.0.1:0");
   const auto channel = grpc::CreateChannel("127.0.0.1:" + std::to_string(server.port()),
                                            grpc::InsecureChannelCredentials());
   const auto health = grpc::health::v1::Health::NewStub(channel);
-  const auto check = [&] {
+  const auto check = [&](const std::string& name) {
     grpc::ClientContext ctx;
     ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds{10});
+    grpc::health::v1::HealthCheckRequest req;
+    req.set_service(name);
     grpc::health::v1::HealthCheckResponse res;
-    REQUIRE(health->Check(&ctx, {}, &res).ok());
-    return res.status();
+    const grpc::Status st = health->Check(&ctx, req, &res);
+    if (!st.ok()) return st.error_code() == grpc::StatusCode::NOT_FOUND ? -1 : -2;
+    return static_cast<int>(res.status());
   };
-  CHECK(check() == grpc::health::v1::HealthCheckResponse::SERVING);
+  constexpr int serving = grpc::health::v1::HealthCheckResponse::SERVING;
+  constexpr int not_serving = grpc::health::v1::HealthCheckResponse::NOT_SERVING;
+  CHECK(check("ratelimit") == not_serving);
+  CHECK(check("") == serving);
+  CHECK(check("other") == -1);  // NOT_FOUND
+  server.set_serving(true);
+  CHECK(check("ratelimit") == serving);
   server.set_serving(false);
-  CHECK(check() == grpc::health::v1::HealthCheckResponse::NOT_SERVING);
+  CHECK(check("ratelimit") == not_serving);
+  CHECK(check("") == serving);
   server.shutdown(std::chrono::milliseconds{100});
   const auto rls = envoy::service::ratelimit::v3::RateLimitService::NewStub(channel);
   grpc::ClientContext ctx;

@@ -49,6 +49,7 @@
 #include "stats/net_sink.hpp"
 #include "stats/prometheus_sink.hpp"
 #include "stats/runtime.hpp"
+#include "stats/service_hook.hpp"
 #include "stats/store.hpp"
 
 extern char** environ;
@@ -105,16 +106,17 @@ struct StatsdDaemon {
     const char* js = std::getenv("RATELIMIT_TEST_STATSD");
     if (js == nullptr || !std::filesystem::exists(js)) {
       if (in_ci()) FAIL("CI=true and RATELIMIT_TEST_STATSD does not name statsd's stats.js");
-      WARN("RATELIMIT_TEST_STATSD unset: the statsd daemon cases are not run (scripts/test.sh "
-           "installs the npm package)");
+      WARN(
+          "RATELIMIT_TEST_STATSD unset: the statsd daemon cases are not run (scripts/test.sh "
+          "installs the npm package)");
       return;
     }
     port = free_port();
     admin = free_port();
     // Counters are read back before the daemon's own flush (which would reset them): its
     // flush interval is as long as node's timers take; names are kept as sent.
-    dir.write("config.js", "{ port: " + std::to_string(port) + ", mgmt_port: " +
-                               std::to_string(admin) +
+    dir.write("config.js", "{ port: " + std::to_string(port) +
+                               ", mgmt_port: " + std::to_string(admin) +
                                ", mgmt_address: \"127.0.0.1\", servers: [ { server: "
                                "\"./servers/tcp\", address: \"127.0.0.1\", port: " +
                                std::to_string(port) +
@@ -221,8 +223,8 @@ struct Server {
         ratelimit::server::make_memory_counters(), std::move(settings),
         [c = clock] { return c.now(); });
     watcher_dir.write("rules.yaml", yaml);
-    watcher = std::make_unique<ratelimit::server::ConfigWatcher>(
-        service, watcher_dir.path, false, ratelimit::DomainMerge::refuse);
+    watcher = std::make_unique<ratelimit::server::ConfigWatcher>(service, watcher_dir.path, false,
+                                                                 ratelimit::DomainMerge::refuse);
     REQUIRE(watcher->poll());
     grpc = std::make_unique<ratelimit::server::GrpcServer>(service, "127.0.0.1:0");
     stub = pb::RateLimitService::NewStub(grpc::CreateChannel(
@@ -339,6 +341,7 @@ Counts expected_counts(std::size_t calls, const std::string& tags) {
 
 ratelimit::server::ServiceSettings with_stats(std::shared_ptr<st::StatsObserver> observer) {
   ratelimit::server::ServiceSettings s;
+  s.observer = st::descriptor_observer(observer);
   s.stats = std::move(observer);
   s.over_limit_cache_bytes = 1 << 16;  // the over-limit cache, for over_limit_with_local_cache
   return s;
@@ -391,7 +394,8 @@ TEST_CASE("The reference's arithmetic splits a call's hits between within, near 
 TEST_CASE("Stat names are sanitized and tagged as the reference and gostats write them",
           "[stats]") {
   // utils.go SanitizeStatName: ':' and '|' to '_', an IPv4 address's dots to '_'.
-  CHECK(st::sanitize_stat_name("d.remote_address_10.0.0.1:80|x") == "d.remote_address_10_0_0_1_80_x");
+  CHECK(st::sanitize_stat_name("d.remote_address_10.0.0.1:80|x") ==
+        "d.remote_address_10_0_0_1_80_x");
   CHECK(st::sanitize_stat_name("d.path_/a.b") == "d.path_/a.b");
   // tags.go Serialize: ".__k=v" in key order, '.', ':' and '|' in values to '_'.
   CHECK(st::serialize_tags({{"zone", "us.east:1"}, {"app", "rl"}, {"empty", ""}}) ==
@@ -401,10 +405,14 @@ TEST_CASE("Stat names are sanitized and tagged as the reference and gostats writ
 TEST_CASE("DogStatsD names: EXTRA_TAGS become tags, mogrifiers rename and tag", "[stats]") {
   // The reference README's mogrifiers DOMAIN and HITS (section DogStatsD).
   std::vector<st::Mogrifier> ms(2);
-  ms[0] = {"DOMAIN", std::regex(R"(^some\.original\.metric\.(.*)$)"), "some.original.metric",
+  ms[0] = {"DOMAIN",
+           std::regex(R"(^some\.original\.metric\.(.*)$)"),
+           "some.original.metric",
            {{"domain", "$1"}}};
-  ms[1] = {"HITS", std::regex(R"(^ratelimit\.service\.rate_limit\.([^.]+)\.(.*)\.([^.]+)$)"),
-           "ratelimit.service.rate_limit.$3", {{"domain", "$1"}, {"descriptor", "$2"}}};
+  ms[1] = {"HITS",
+           std::regex(R"(^ratelimit\.service\.rate_limit\.([^.]+)\.(.*)\.([^.]+)$)"),
+           "ratelimit.service.rate_limit.$3",
+           {{"domain", "$1"}, {"descriptor", "$2"}}};
   auto [name, tags] =
       st::NetSink::mogrify("ratelimit.service.rate_limit.stats.user.total_hits.__env=prod", ms);
   CHECK(name == "ratelimit.service.rate_limit.total_hits");
@@ -446,7 +454,8 @@ TEST_CASE("Stats settings are the reference's variables", "[stats]") {
   CHECK(s.near_limit_ratio == 0.5f);
   REQUIRE(s.dog_statsd_mogrifiers.size() == 1);
   CHECK(s.dog_statsd_mogrifiers[0].pattern == "^a\\.(.*)$");
-  CHECK(s.dog_statsd_mogrifiers[0].tags == std::map<std::string, std::string>{{"k", "$1"}, {"j", "x"}});
+  CHECK(s.dog_statsd_mogrifiers[0].tags ==
+        std::map<std::string, std::string>{{"k", "$1"}, {"j", "x"}});
   // USE_STATSD is on by default (gostats and the reference): another sink needs it off.
   env.erase("USE_STATSD");
   CHECK_THROWS_WITH(read(), Catch::Contains("only one stats sink"));
@@ -468,8 +477,8 @@ TEST_CASE("Through the statsd daemon: the reference's names with the calls' hit 
   auto sink = std::make_shared<st::NetSink>(o);
   auto store = std::make_shared<st::Store>(sink);
   // EXTRA_TAGS env:test.1 -> gostats' ".__env=test_1" on every name.
-  auto stats = std::make_shared<st::GoStats>(
-      store, std::map<std::string, std::string>{{"env", "test.1"}});
+  auto stats =
+      std::make_shared<st::GoStats>(store, std::map<std::string, std::string>{{"env", "test.1"}});
   Server server(stats_rules, with_stats(stats));
   const std::size_t calls = make_stats_calls(server);
   store->flush();
@@ -478,7 +487,8 @@ TEST_CASE("Through the statsd daemon: the reference's names with the calls' hit 
   // One timing per call (ratelimit_server.<Method>.response_time, in ms).
   const auto timers = daemon.admin_command("timers");
   REQUIRE(timers);
-  CHECK_THAT(*timers, Catch::Contains("'ratelimit_server.ShouldRateLimit.response_time.__env=test_1'"));
+  CHECK_THAT(*timers,
+             Catch::Contains("'ratelimit_server.ShouldRateLimit.response_time.__env=test_1'"));
   // A second flush sends only what changed since: one more call of alice (cached, over 1).
   CHECK(server.code("stats", {{{{"user", "alice"}}}}) == pb::RateLimitResponse::OVER_LIMIT);
   store->flush();
@@ -662,7 +672,8 @@ ratelimit::server::Settings prometheus_settings(const std::string& mapper_yaml) 
 /// (limit 2, near floor(2 * 0.8) = 1: 0 -> 3 over 1, near 2 - 1 = 1), flag=on 2 hits (limit 1,
 /// near 0: over 1, near 1, shadow 1), an unknown domain, an empty domain (service_error).
 void make_web_calls(Server& s) {
-  for (int i = 0; i < 3; ++i) CHECK(s.code("web", {{{{"user", "u"}}}}) == pb::RateLimitResponse::OK);
+  for (int i = 0; i < 3; ++i)
+    CHECK(s.code("web", {{{{"user", "u"}}}}) == pb::RateLimitResponse::OK);
   CHECK(s.code("web", {{{{"client", "app"}, {"path", "/x"}}}}, 3) ==
         pb::RateLimitResponse::OVER_LIMIT);
   CHECK(s.code("web", {{{{"flag", "on"}}}}, 2) == pb::RateLimitResponse::OK);
@@ -683,19 +694,34 @@ TEST_CASE("PROMETHEUS_ADDR with the reference's default mapping: its names and l
   INFO(text);
   // default_mapper.yaml: two-part keys by glob (domain, key1) ...
   CHECK_THAT(text, Catch::Contains("# TYPE ratelimit_service_rate_limit_total_hits counter"));
-  CHECK_THAT(text, Catch::Contains("ratelimit_service_rate_limit_total_hits{domain=\"web\",key1=\"user\"} 3\n"));
-  CHECK_THAT(text, Catch::Contains("ratelimit_service_rate_limit_within_limit{domain=\"web\",key1=\"user\"} 3\n"));
-  CHECK_THAT(text, Catch::Contains("ratelimit_service_rate_limit_shadow_mode{domain=\"web\",key1=\"flag_on\"} 1\n"));
+  CHECK_THAT(
+      text,
+      Catch::Contains("ratelimit_service_rate_limit_total_hits{domain=\"web\",key1=\"user\"} 3\n"));
+  CHECK_THAT(text,
+             Catch::Contains(
+                 "ratelimit_service_rate_limit_within_limit{domain=\"web\",key1=\"user\"} 3\n"));
+  CHECK_THAT(text,
+             Catch::Contains(
+                 "ratelimit_service_rate_limit_shadow_mode{domain=\"web\",key1=\"flag_on\"} 1\n"));
   // ... three-part keys by regex (domain, key1, key2): "web.client_app.path".
-  CHECK_THAT(text, Catch::Contains("ratelimit_service_rate_limit_over_limit{domain=\"web\",key1=\"client_app\",key2=\"path\"} 1\n"));
-  CHECK_THAT(text, Catch::Contains("ratelimit_service_rate_limit_near_limit{domain=\"web\",key1=\"client_app\",key2=\"path\"} 1\n"));
-  CHECK_THAT(text, Catch::Contains("ratelimit_service_should_rate_limit_error{err_type=\"service_error\"} 1\n"));
-  CHECK_THAT(text, Catch::Contains("ratelimit_service_total_requests{grpc_method=\"ShouldRateLimit\"} 7\n"));
+  CHECK_THAT(text, Catch::Contains("ratelimit_service_rate_limit_over_limit{domain=\"web\",key1="
+                                   "\"client_app\",key2=\"path\"} 1\n"));
+  CHECK_THAT(text, Catch::Contains("ratelimit_service_rate_limit_near_limit{domain=\"web\",key1="
+                                   "\"client_app\",key2=\"path\"} 1\n"));
+  CHECK_THAT(
+      text,
+      Catch::Contains("ratelimit_service_should_rate_limit_error{err_type=\"service_error\"} 1\n"));
+  CHECK_THAT(text, Catch::Contains(
+                       "ratelimit_service_total_requests{grpc_method=\"ShouldRateLimit\"} 7\n"));
   CHECK_THAT(text, Catch::Contains("ratelimit_service_config_load_success 1\n"));
   // The response time: a histogram in seconds (scale 0.001) with one observation per call.
   CHECK_THAT(text, Catch::Contains("# TYPE ratelimit_service_response_time_seconds histogram"));
-  CHECK_THAT(text, Catch::Contains("ratelimit_service_response_time_seconds_bucket{grpc_method=\"ShouldRateLimit\",le=\"0.005\"}"));
-  CHECK_THAT(text, Catch::Contains("ratelimit_service_response_time_seconds_count{grpc_method=\"ShouldRateLimit\"} 7\n"));
+  CHECK_THAT(text, Catch::Contains("ratelimit_service_response_time_seconds_bucket{grpc_method="
+                                   "\"ShouldRateLimit\",le=\"0.005\"}"));
+  CHECK_THAT(
+      text,
+      Catch::Contains(
+          "ratelimit_service_response_time_seconds_count{grpc_method=\"ShouldRateLimit\"} 7\n"));
   // Unmapped: named after the statsd name (statsd_exporter's escaping).
   CHECK_THAT(text, Catch::Contains("ratelimit_service_rate_limit_nowhere_domain_not_found 1\n"));
 }
@@ -711,19 +737,28 @@ TEST_CASE("PROMETHEUS_MAPPER_YAML with Envoy Gateway's mapping: its names, label
   rt.store()->flush();
   const std::string text = http_get(rt.prometheus_port(), "/metrics");
   INFO(text);
-  CHECK_THAT(text, Catch::Contains("ratelimit_service_rate_limit_total_hits{domain=\"web\",key1=\"user\"} 3\n"));
+  CHECK_THAT(
+      text,
+      Catch::Contains("ratelimit_service_rate_limit_total_hits{domain=\"web\",key1=\"user\"} 3\n"));
   // Three-part keys by the glob "*.*.*".
-  CHECK_THAT(text, Catch::Contains("ratelimit_service_rate_limit_total_hits{domain=\"web\",key1=\"client_app\",key2=\"path\"} 3\n"));
-  CHECK_THAT(text, Catch::Contains("ratelimit_service_rate_limit_over_limit{domain=\"web\",key1=\"client_app\",key2=\"path\"} 1\n"));
-  CHECK_THAT(text, Catch::Contains("ratelimit_service_total_requests{grpc_method=\"ShouldRateLimit\"} 7\n"));
-  CHECK_THAT(text, Catch::Contains("ratelimit_service_response_time_seconds_count{grpc_method=\"ShouldRateLimit\"} 7\n"));
+  CHECK_THAT(text, Catch::Contains("ratelimit_service_rate_limit_total_hits{domain=\"web\",key1="
+                                   "\"client_app\",key2=\"path\"} 3\n"));
+  CHECK_THAT(text, Catch::Contains("ratelimit_service_rate_limit_over_limit{domain=\"web\",key1="
+                                   "\"client_app\",key2=\"path\"} 1\n"));
+  CHECK_THAT(text, Catch::Contains(
+                       "ratelimit_service_total_requests{grpc_method=\"ShouldRateLimit\"} 7\n"));
+  CHECK_THAT(
+      text,
+      Catch::Contains(
+          "ratelimit_service_response_time_seconds_count{grpc_method=\"ShouldRateLimit\"} 7\n"));
   // Its last mapping drops the rest: two-part shadow_mode (only a three-part one is mapped)
   // and the unknown domain.
   CHECK_THAT(text, !Catch::Contains("shadow_mode"));
   CHECK_THAT(text, !Catch::Contains("domain_not_found"));
 }
 
-TEST_CASE("A mapping file's errors name the file, the mapping and the field", "[stats][prometheus]") {
+TEST_CASE("A mapping file's errors name the file, the mapping and the field",
+          "[stats][prometheus]") {
   CHECK_THROWS_WITH(st::Mapper::parse("mappings:\n  - match: a.*\n    name: \"x-y\"\n", "f.yaml"),
                     Catch::Contains("f.yaml: mappings[0].name = \"x-y\""));
   CHECK_THROWS_WITH(st::Mapper::parse("mappings:\n  - match: \"(\"\n    match_type: regex\n    "

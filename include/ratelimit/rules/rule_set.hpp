@@ -45,6 +45,7 @@
 #include "../core/storage.hpp"
 #include "../http/headers.hpp"
 #include "../memory/in_memory_storage.hpp"
+#include "detail/rounds.hpp"
 #include "report.hpp"
 #include "request.hpp"
 #include "result.hpp"
@@ -251,10 +252,7 @@ class RuleSet {
     res.rules = rules_;
     const std::size_t n = request.descriptors.size();
     res.statuses.resize(n);
-    if (request.domain != rules_->domain()) {
-      state.finished = true;
-      return state;
-    }
+    if (request.domain != rules_->domain()) return state;  // no groups: no round
     const std::int64_t default_hits = std::max<std::int64_t>(1, request.hits_addend);
 
     // 1. Where each descriptor lands, and what the applying limits replace.
@@ -330,16 +328,10 @@ class RuleSet {
       }
     }
 
-    // 3. Rounds (see `next_round`). A group that blocks never reaches storage: its decision
-    // is `blocked_decision()`.
-    for (Group& g : groups) {
-      if (g.kind == Kind::quota) ++state.quota_total;
-      if (!g.blocks) continue;
-      g.active = false;
-      if (g.kind == Kind::enforced && g.hits > 0) state.denied = true;
-      if (g.kind == Kind::quota) ++state.quota_out;
-    }
-    if (state.quota_total > 0 && state.quota_out == state.quota_total) state.denied = true;
+    // 3. Rounds (see detail::AllOrNothingRounds), one group each in the groups' order. A group
+    // that blocks never reaches storage: its decision is `blocked_decision()`.
+    for (const Group& g : groups) state.rounds.add(g.kind, g.hits == 0, g.blocks);
+    state.rounds.start();
     state.now = clock_.now();
     return state;
   }
@@ -348,56 +340,31 @@ class RuleSet {
   /// still in (dry runs once the request is denied). false when the request is decided.
   static bool next_round(ListState& s) {
     s.parts.clear();
-    s.in.clear();
-    if (s.finished) return false;
-    for (std::size_t k = 0; k < s.groups.size(); ++k) {
+    const std::vector<std::size_t>& in = s.rounds.next();
+    for (const std::size_t k : in) {
       const Group& g = s.groups[k];
-      if (!g.active) continue;
       const bool check = g.hits == 0;
-      s.parts.push_back(
-          g.binding->part(g.key, Operation{check ? 1 : g.hits, s.denied || check}, g.tag));
-      s.in.push_back(k);
+      s.parts.push_back(g.binding->part(
+          g.key, Operation{check ? 1 : g.hits, s.rounds.dry_run() || check}, g.tag));
     }
-    if (s.parts.empty()) s.finished = true;
-    return !s.finished;
+    return !in.empty();
   }
 
-  /// Takes a round's decisions: a round that an enforced limit denies ends the request
-  /// (nothing spent); one that only shadow- or quota-mode limits (or checks without hits) deny
-  /// drops those and goes again, so a request takes at most one round per group.
+  /// Takes a round's decisions (see detail::AllOrNothingRounds::absorb).
   static void absorb(ListState& s, const std::vector<Decision>& ds, bool all) {
-    for (std::size_t k = 0; k < s.in.size(); ++k) s.groups[s.in[k]].decision = ds[k];
-    s.finished = true;
-    if (all || s.denied) return;
-    bool dropped = false;
-    for (const std::size_t k : s.in) {
-      Group& g = s.groups[k];
-      if (g.decision.allowed) continue;
-      if (g.kind == Kind::enforced && g.hits > 0) {
-        s.denied = true;
-      } else {
-        g.active = false;
-        dropped = true;
-        if (g.kind == Kind::quota) ++s.quota_out;
-      }
-    }
-    if (s.quota_total > 0 && s.quota_out == s.quota_total) s.denied = true;
-    if (s.denied) return;  // this round's decisions are the dry run's: nothing was spent
-    if (!dropped) {        // a storage that denied without a denying part: deny, spend nothing
-      s.denied = true;
-      return;
-    }
-    s.finished = false;
+    s.rounds.absorb(std::span<const Decision>(ds), all);
   }
 
   static RateLimitResponse finish_list(ListState&& s) {
     RateLimitResponse res = std::move(s.res);
-    res.allowed = !s.denied;
-    for (const Group& g : s.groups)
-      for (const std::size_t i : g.members) {
+    res.allowed = !s.rounds.denied();
+    for (std::size_t k = 0; k < s.groups.size(); ++k)
+      for (const std::size_t i : s.groups[k].members) {
+        const Group& g = s.groups[k];
+        const Decision& decision = s.rounds.decision(k);
         DescriptorStatus& st = res.statuses[i];
-        st.decision = g.decision;
-        if (g.hits > 0 && !g.decision.allowed) st.code = DescriptorStatus::Code::over_limit;
+        st.decision = decision;
+        if (g.hits > 0 && !decision.allowed) st.code = DescriptorStatus::Code::over_limit;
         if (st.shadow && st.code == DescriptorStatus::Code::over_limit)
           res.shadow_denials.push_back(i);
       }
@@ -424,8 +391,7 @@ class RuleSet {
           });
     } catch (const std::exception&) {
       // Only a later round can get here (the parts were accepted once): deny, spend nothing.
-      s->denied = true;
-      s->finished = true;
+      s->rounds.deny();
       detail::complete_safely(complete, finish_list(std::move(*s)));
     }
   }
@@ -462,7 +428,7 @@ class RuleSet {
   };
 
   /// A counter of a descriptor-list request: a limit (a rule, or an override's unit) and key.
-  enum class Kind { enforced, shadow, quota };
+  using Kind = detail::AllOrNothingRounds::Kind;
   struct Group {
     const void* identity = nullptr;
     std::string key, tag;
@@ -471,8 +437,6 @@ class RuleSet {
     std::int64_t hits = 0;
     Kind kind = Kind::enforced;
     bool blocks = false;
-    bool active = true;
-    Decision decision = detail::blocked_decision();
     std::vector<std::size_t> members;  ///< the descriptors on this counter
   };
   /// The group of counter (identity, key), made if new; found by hash, so that a request of n
@@ -499,11 +463,8 @@ class RuleSet {
     RateLimitResponse res;
     std::vector<Group> groups;
     std::unordered_map<std::string, std::size_t> group_index;  ///< identity bytes + key -> group
-    std::vector<std::size_t> in;                               ///< the groups of the current round
+    detail::AllOrNothingRounds rounds;                         ///< which groups each round decides
     std::vector<typename Storage::Part> parts;
-    bool denied = false;
-    bool finished = false;
-    std::size_t quota_total = 0, quota_out = 0;
     std::chrono::nanoseconds now{0};
   };
 
