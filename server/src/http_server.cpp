@@ -1,7 +1,10 @@
 #include "http_server.hpp"
 
+#include <atomic>
+#include <memory>
 #include <stdexcept>
 #include <string_view>
+#include <thread>
 
 #include <google/protobuf/util/json_util.h>
 #include <httplib.h>
@@ -80,7 +83,14 @@ void HttpServer::listen(const std::string& host, int port, const std::string& se
       port == 0 ? server_->bind_to_any_port(host) : (server_->bind_to_port(host, port) ? port : -1);
   if (port_ <= 0)
     throw std::runtime_error(setting + ": cannot listen on " + host + ":" + std::to_string(port));
-  thread_ = std::thread([this] { server_->listen_after_bind(); });
+  auto ended = std::make_shared<std::atomic<bool>>(false);
+  thread_ = std::thread([this, ended] {
+    server_->listen_after_bind();
+    ended->store(true);
+  });
+  // cpp-httplib's stop() does nothing until the listening loop runs: a stop that came first
+  // would leave the thread listening and its join waiting forever.
+  while (!server_->is_running() && !ended->load()) std::this_thread::yield();
 }
 
 HttpServer::~HttpServer() { stop(); }

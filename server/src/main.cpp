@@ -73,7 +73,7 @@ int run(int argc, char** argv) {
   service_settings.stop_increment_when_over = settings.stop_increment_when_over;
   auto exporter = std::make_shared<ratelimit::PrometheusExporter>();
   service_settings.listener = exporter;
-  stats::Runtime stats(settings);
+  stats::Runtime stats(stats::options_from(settings));
   service_settings.stats = stats.observer();
   service_settings.observer = stats::descriptor_observer(stats.observer());
 

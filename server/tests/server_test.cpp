@@ -7,7 +7,9 @@
 #include <cstddef>
 #include <cstdint>
 #include <limits>
+#include <map>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <utility>
 #include <vector>
@@ -888,4 +890,222 @@ TEST_CASE("Stop increment when over and all or nothing together are refused", "[
       ratelimit::server::Service(ratelimit::server::make_memory_counters(), s),
       Catch::StartsWith("RATELIMIT_SERVER_ALL_OR_NOTHING = true and "
                         "STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT = true: choose one"));
+}
+
+// --- Answers as the Go service gives them (src/service/ratelimit.go, shouldRateLimitWorker) ---
+
+namespace {
+
+/// The response headers as a map.
+std::map<std::string, std::string> headers_of(const pb::RateLimitResponse& res) {
+  std::map<std::string, std::string> out;
+  for (const auto& h : res.response_headers_to_add()) out[h.key()] = h.value();
+  return out;
+}
+
+const std::string header_rules = R"(
+domain: h
+descriptors:
+  - key: a
+    rate_limit: {unit: minute, requests_per_unit: 2}
+  - key: b
+    rate_limit: {unit: minute, requests_per_unit: 3}
+  - key: q
+    quota_mode: true
+    rate_limit: {unit: minute, requests_per_unit: 1}
+  - key: c
+    rate_limit: {unit: hour, requests_per_unit: 10}
+)";
+
+}  // namespace
+
+TEST_CASE(
+    "Headers: the first descriptor with the least remaining, else the last one over its "
+    "limit that is not in quota mode, under the LIMIT_*_HEADER names",
+    "[server]") {
+  // shouldRateLimitWorker: minimumDescriptor is replaced by a status with a limit whose
+  // LimitRemaining is strictly below the least so far, and by every OVER_LIMIT status not in
+  // quota mode (then the least is 0); reset = UnitToDivider - now % divider (CalculateReset).
+  ratelimit::server::ServiceSettings settings;
+  settings.response_headers = true;
+  settings.limit_header = "X-Limit";
+  settings.remaining_header = "X-Remaining";
+  settings.reset_header = "X-Reset";
+  Fixture f(header_rules, settings);
+  f.clock.advance(std::chrono::seconds{15});  // 15 s into the minute and the hour
+  const Desc a{{{"a", "1"}}}, b{{{"b", "1"}}}, q{{{"q", "1"}}}, c{{{"c", "1"}}};
+  // a: 2 - 1 = 1 left, b: 3 - 1 = 2 left: a is the least.
+  auto h = headers_of(f.ok("h", {a, b}));
+  CHECK(h["X-Limit"] == "2");
+  CHECK(h["X-Remaining"] == "1");
+  CHECK(h["X-Reset"] == "45");  // 60 - 15
+  // Both over with 3 hits each (a: 1 + 3 = 4 > 2, b: 1 + 3 = 4 > 3): the last over, b.
+  h = headers_of(f.ok("h", {a, b}, 3));
+  CHECK(h["X-Limit"] == "3");
+  CHECK(h["X-Remaining"] == "0");
+  // c (hour): 10 - 1 = 9 left, then q: 1 - 1 = 0 < 9, so q; its reset is its minute's.
+  h = headers_of(f.ok("h", {c, q}));
+  CHECK(h["X-Limit"] == "1");
+  CHECK(h["X-Remaining"] == "0");
+  CHECK(h["X-Reset"] == "45");
+  // q over (2 > 1) in quota mode does not take the headers from b over its limit before it.
+  h = headers_of(f.ok("h", {b, q}));
+  CHECK(h["X-Limit"] == "3");  // b: 4 + 1 = 5 > 3, over, not quota
+  // Without the setting, no headers.
+  Fixture off(header_rules);
+  CHECK(off.ok("h", {a}).response_headers_to_add_size() == 0);
+}
+
+TEST_CASE("QUOTA_MODE: every descriptor is in quota mode, so a call is over only when all are",
+          "[server]") {
+  // shouldRateLimitWorker: isQuotaMode = globalQuotaMode || limit.QuotaMode for every
+  // descriptor that is not unlimited (one without a limit too, always OK); the overall code is
+  // OVER_LIMIT iff a non-quota descriptor is over or every quota descriptor is over.
+  ratelimit::server::ServiceSettings settings;
+  settings.global_quota_mode = true;
+  Fixture f(header_rules, settings);
+  const Desc a{{{"a", "1"}}}, none{{{"nothing", "1"}}};
+  f.ok("h", {a}, 2);  // a at 2 of 2
+  const auto mixed = f.ok("h", {a, none});
+  CHECK(mixed.statuses(0).code() == Code::OVER_LIMIT);  // 3 > 2: the status still says so
+  CHECK(mixed.overall_code() == Code::OK);              // 1 of 2 quota descriptors over
+  const auto alone = f.ok("h", {a});
+  CHECK(alone.overall_code() == Code::OVER_LIMIT);  // 1 of 1 over
+  // Without it, a rule's own quota_mode: q over alone is over, beside a passing a it is not.
+  Fixture g(header_rules);
+  const Desc q{{{"q", "1"}}}, a2{{{"a", "2"}}};
+  g.ok("h", {q});
+  CHECK(g.ok("h", {q}).overall_code() == Code::OVER_LIMIT);      // 1 of 1 quota over
+  CHECK(g.ok("h", {q, a2}).overall_code() == Code::OVER_LIMIT);  // a2 is not quota: 1 of 1
+}
+
+namespace {
+
+const std::string metadata_rules = R"(
+domain: md
+descriptors:
+  - key: a
+    metadata: {team: payments, tier: {level: 1, gold: yes}}
+    rate_limit: {unit: minute, requests_per_unit: 1}
+  - key: b
+    metadata: {team: search, tier: {zone: eu}, quoted: "yes", list: [1, two]}
+    rate_limit: {unit: minute, requests_per_unit: 5}
+)";
+
+}  // namespace
+
+TEST_CASE("RESPONSE_DYNAMIC_METADATA: the Struct of the reference's ratelimitToMetadata",
+          "[server]") {
+  // ratelimitToMetadata: domain; descriptors (entries "k=v", limit as the override's text,
+  // hitsAddend when set); hitsAddend when the request's is not 0; metadata merged from the
+  // rules of the descriptors that passed (mergeMetadata: a key already there is kept, unless
+  // both are structs, which merge). Rules' metadata as yaml.v2 reads it (yes: true; 1: a number).
+  ratelimit::server::ServiceSettings settings;
+  settings.response_dynamic_metadata = true;
+  Fixture f(metadata_rules, settings);
+  Desc a{{{"a", "x"}}}, b{{{"b", "y"}}}, o{{{"o", "z"}}, 10, 2};
+  b.hits = 2;
+  const auto first = f.ok("md", {a, b, o});
+  REQUIRE(first.has_dynamic_metadata());
+  const auto& m = first.dynamic_metadata().fields();
+  CHECK(m.at("domain").string_value() == "md");
+  CHECK(m.count("hitsAddend") == 0);  // the request's is 0
+  const auto& ds = m.at("descriptors").list_value().values();
+  REQUIRE(ds.size() == 3);
+  CHECK(ds[0].struct_value().fields().at("entries").list_value().values(0).string_value() == "a=x");
+  CHECK(ds[0].struct_value().fields().count("hitsAddend") == 0);
+  CHECK(ds[1].struct_value().fields().at("hitsAddend").number_value() == 2);
+  CHECK(ds[2].struct_value().fields().at("limit").string_value() ==
+        "requests_per_unit:10 unit:MINUTE");
+  // All three passed: a's metadata, then b's merged in.
+  const auto& md = m.at("metadata").struct_value().fields();
+  CHECK(md.at("team").string_value() == "payments");  // a's kept
+  const auto& tier = md.at("tier").struct_value().fields();
+  CHECK(tier.at("level").number_value() == 1);
+  CHECK(tier.at("gold").bool_value());
+  CHECK(tier.at("zone").string_value() == "eu");  // merged from b
+  CHECK(md.at("quoted").string_value() == "yes");
+  CHECK(md.at("list").list_value().values(0).number_value() == 1);
+  CHECK(md.at("list").list_value().values(1).string_value() == "two");
+  // Second call with hits_addend 1: a is over (1 + 1 = 2 > 1), so only b's metadata.
+  const auto second = f.ok("md", {a, b}, 1);
+  const auto& m2 = second.dynamic_metadata().fields();
+  CHECK(m2.at("hitsAddend").number_value() == 1);
+  CHECK(m2.at("metadata").struct_value().fields().at("team").string_value() == "search");
+  // Nothing passed with metadata: no "metadata" key.
+  CHECK(f.ok("md", {a}).dynamic_metadata().fields().count("metadata") == 0);
+  // Off by default.
+  Fixture off(metadata_rules);
+  CHECK_FALSE(off.ok("md", {a}).has_dynamic_metadata());
+}
+
+TEST_CASE("Errors are UNKNOWN with the reference's text", "[server]") {
+  // ShouldRateLimit recovers a serviceError and returns it; grpc-go answers UNKNOWN with its
+  // text: "no rate limit configuration loaded" before the first configuration.
+  auto service = std::make_shared<ratelimit::server::Service>(
+      ratelimit::server::make_memory_counters(), ratelimit::server::ServiceSettings{});
+  pb::RateLimitRequest req;
+  req.set_domain("d");
+  req.add_descriptors()->add_entries()->set_key("k");
+  pb::RateLimitResponse res;
+  const grpc::Status st = service->should_rate_limit(req, res);
+  CHECK(st.error_code() == grpc::StatusCode::UNKNOWN);
+  CHECK(st.error_message() == "no rate limit configuration loaded");
+#if defined(RATELIMIT_SERVER_HAVE_REDIS)
+  // A storage failure: the reference's RedisError carries the client's text, UNKNOWN.
+  ratelimit::RedisOptions unreachable;
+  unreachable.port = 1;  // nothing listens on port 1
+  Fixture f(messaging, {}, ratelimit::server::make_redis_counters(unreachable));
+  const auto [down, ignored] = f.call("messaging", {{{{"to_number", "1"}}}});
+  CHECK(down.error_code() == grpc::StatusCode::UNKNOWN);
+  CHECK_FALSE(down.error_message().empty());
+#endif
+}
+
+TEST_CASE("Each decided descriptor's result reaches the observer with its standing", "[server]") {
+  // base_limiter.go GetResponseDescriptorStatus: over iff after > limit; near iff after >
+  // floor(limit * NEAR_LIMIT_RATIO); the over-limit cache answers over without the storage.
+  std::vector<ratelimit::server::DescriptorResult> seen;
+  std::mutex mutex;
+  ratelimit::server::ServiceSettings settings;
+  settings.near_limit_ratio = 0.5F;  // near above floor(4 * 0.5) = 2
+  settings.over_limit_cache_bytes = 1 << 20;
+  settings.observer = [&](const ratelimit::server::DescriptorResult& r) {
+    const std::lock_guard lock(mutex);
+    seen.push_back(r);
+    seen.back().domain = {};  // views die with the call
+    seen.back().entries = {};
+    seen.back().metric = {};
+  };
+  Fixture f(R"(
+domain: o
+descriptors:
+  - key: k
+    rate_limit: {unit: minute, requests_per_unit: 4}
+)",
+            settings);
+  const Desc k{{{"k", "v"}}};
+  const auto plain = f.ok("o", {k});  // 1 of 4
+  f.ok("o", {k}, 2);                  // 3 of 4: 3 > 2, near
+  f.ok("o", {k}, 2);                  // 5 > 4: over, remembered
+  f.ok("o", {k});                     // from the over-limit cache
+  REQUIRE(seen.size() == 4);
+  CHECK(seen[0].standing == ratelimit::server::LimitStanding::within);
+  CHECK(seen[0].count_before == 0);
+  CHECK(seen[0].count_after == 1);
+  CHECK(seen[0].limit == 4);
+  CHECK(seen[0].window_s == 60);
+  CHECK(seen[1].standing == ratelimit::server::LimitStanding::near);
+  CHECK(seen[1].count_before == 1);
+  CHECK(seen[1].count_after == 3);
+  CHECK(seen[2].standing == ratelimit::server::LimitStanding::over);
+  CHECK_FALSE(seen[2].from_local_cache);
+  // The Go window's count is known over the limit too (3 -> 5), not from the cache.
+  CHECK(seen[2].count_before == 3);
+  CHECK(seen[2].count_after == 5);
+  CHECK_FALSE(seen[3].count_after.has_value());
+  CHECK(seen[3].standing == ratelimit::server::LimitStanding::over);
+  CHECK(seen[3].from_local_cache);
+  // NEAR_LIMIT_RATIO changes no answer: the first call's status is the plain 4 - 1 = 3 left.
+  CHECK(plain.statuses(0).limit_remaining() == 3);
 }

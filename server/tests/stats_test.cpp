@@ -656,15 +656,15 @@ descriptors:
 )";
 
 /// USE_PROMETHEUS on a free loopback port (DEBUG_PORT too), the given mapping file or none.
-ratelimit::server::Settings prometheus_settings(const std::string& mapper_yaml) {
-  ratelimit::server::Settings s;
+st::Options prometheus_settings(const std::string& mapper_yaml) {
+  st::Options s;
   s.use_statsd = false;
   s.use_prometheus = true;
   s.prometheus_addr = "127.0.0.1:0";
   s.prometheus_mapper_yaml = mapper_yaml;
   s.debug_host = "127.0.0.1";
   s.debug_port = 0;
-  s.stats_flush_interval = std::chrono::hours{1};  // flushed by the test
+  s.flush_interval = std::chrono::hours{1};  // flushed by the test
   return s;
 }
 
@@ -783,7 +783,7 @@ TEST_CASE("A mapping file's errors name the file, the mapping and the field",
 
 TEST_CASE("The debug listener: /, /rlconfig in the reference's format, /stats, no pprof",
           "[stats][debug]") {
-  ratelimit::server::Settings s;
+  st::Options s;
   s.use_statsd = false;
   s.debug_host = "127.0.0.1";
   s.debug_port = 0;

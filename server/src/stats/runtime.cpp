@@ -12,7 +12,7 @@ namespace ratelimit::server::stats {
 
 namespace {
 
-std::shared_ptr<Sink> make_sink(const Settings& s, std::shared_ptr<PrometheusSink>& prometheus) {
+std::shared_ptr<Sink> make_sink(const Options& s, std::shared_ptr<PrometheusSink>& prometheus) {
   if (s.disable_stats) return nullptr;
   if (s.use_prometheus) {
     Mapper mapper = Mapper::reference_default(s.prometheus_response_time_as_ms);
@@ -34,7 +34,7 @@ std::shared_ptr<Sink> make_sink(const Settings& s, std::shared_ptr<PrometheusSin
     o.port = s.statsd_port;
     o.udp = s.statsd_udp;
     o.dog = s.use_dog_statsd;
-    for (const Settings::Mogrifier& m : s.dog_statsd_mogrifiers) {
+    for (const Options::Mogrifier& m : s.mogrifiers) {
       Mogrifier mog;
       mog.label = m.label;
       try {
@@ -74,11 +74,34 @@ std::pair<std::string, int> listen_address(const std::string& name, const std::s
 
 }  // namespace
 
-Runtime::Runtime(const Settings& settings) : settings_(settings) {
+Options options_from(const Settings& s) {
+  Options o;
+  o.disable_stats = s.disable_stats;
+  o.use_statsd = s.use_statsd;
+  o.use_dog_statsd = s.use_dog_statsd;
+  o.use_prometheus = s.use_prometheus;
+  o.statsd_host = s.statsd_host;
+  o.statsd_port = s.statsd_port;
+  o.statsd_udp = s.statsd_udp;
+  o.flush_interval = s.stats_flush_interval;
+  o.extra_tags = s.extra_tags;
+  for (const Settings::Mogrifier& m : s.dog_statsd_mogrifiers)
+    o.mogrifiers.push_back({m.label, m.pattern, m.name, m.tags});
+  o.prometheus_addr = s.prometheus_addr;
+  o.prometheus_path = s.prometheus_path;
+  o.prometheus_mapper_yaml = s.prometheus_mapper_yaml;
+  o.prometheus_response_time_as_ms = s.prometheus_response_time_as_ms;
+  o.debug_host = s.debug_host;
+  o.debug_port = s.debug_port;
+  o.near_limit_ratio = s.near_limit_ratio;
+  return o;
+}
+
+Runtime::Runtime(Options options) : settings_(std::move(options)) {
   if (settings_.use_prometheus) (void)listen_address("PROMETHEUS_ADDR", settings_.prometheus_addr);
   store_ = std::make_shared<Store>(make_sink(settings_, prometheus_));
   observer_ = std::make_shared<GoStats>(store_, settings_.extra_tags, settings_.near_limit_ratio);
-  store_->start(settings_.stats_flush_interval);
+  store_->start(settings_.flush_interval);
 }
 
 Runtime::~Runtime() { stop(); }

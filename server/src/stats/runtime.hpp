@@ -4,8 +4,12 @@
 /// DogStatsD, the Prometheus listener, or none), the observer the service reports to, and the
 /// debug listener.
 
+#include <chrono>
 #include <functional>
+#include <map>
 #include <memory>
+#include <string>
+#include <vector>
 
 #include <ratelimit/rules.hpp>
 
@@ -17,13 +21,43 @@
 
 namespace ratelimit::server::stats {
 
+/// What the stats are asked for: the reference's variables (server/README.md, "Stats"), apart
+/// from how the settings read them (`options_from`).
+struct Options {
+  bool disable_stats = false;                        ///< DISABLE_STATS: no sink
+  bool use_statsd = true;                            ///< USE_STATSD
+  bool use_dog_statsd = false;                       ///< USE_DOG_STATSD
+  bool use_prometheus = false;                       ///< USE_PROMETHEUS
+  std::string statsd_host = "localhost";             ///< STATSD_HOST
+  int statsd_port = 8125;                            ///< STATSD_PORT
+  bool statsd_udp = false;                           ///< STATSD_PROTOCOL=udp
+  std::chrono::milliseconds flush_interval{10'000};  ///< STATS_FLUSH_INTERVAL (>= 1 ms)
+  std::map<std::string, std::string> extra_tags;     ///< EXTRA_TAGS
+  /// USE_DOG_STATSD_MOGRIFIERS with each one's DOG_STATSD_MOGRIFIER_<NAME>_{PATTERN,NAME,TAGS}.
+  struct Mogrifier {
+    std::string label, pattern, name;
+    std::map<std::string, std::string> tags;
+  };
+  std::vector<Mogrifier> mogrifiers;
+  std::string prometheus_addr = ":9090";        ///< PROMETHEUS_ADDR
+  std::string prometheus_path = "/metrics";     ///< PROMETHEUS_PATH
+  std::string prometheus_mapper_yaml;           ///< PROMETHEUS_MAPPER_YAML
+  bool prometheus_response_time_as_ms = false;  ///< PROMETHEUS_RESPONSE_TIME_AS_MILLISECONDS
+  std::string debug_host = "0.0.0.0";           ///< DEBUG_HOST
+  int debug_port = 6070;                        ///< DEBUG_PORT (0: a free port)
+  float near_limit_ratio = 0.8F;                ///< NEAR_LIMIT_RATIO
+};
+
+/// The stats options of the server's settings.
+Options options_from(const Settings& settings);
+
 /// Owns the stats' threads and listeners. Thread safety: `observer` from any thread; `start_*`
 /// and `stop` from one.
 class Runtime {
  public:
   /// Makes the sink the settings ask for and starts flushing every STATS_FLUSH_INTERVAL.
   /// Throws `std::invalid_argument` naming the variable for a bad mapping file or mogrifier.
-  explicit Runtime(const Settings& settings);
+  explicit Runtime(Options options);
   ~Runtime();
   Runtime(const Runtime&) = delete;
   Runtime& operator=(const Runtime&) = delete;
@@ -43,7 +77,7 @@ class Runtime {
   void stop();
 
  private:
-  Settings settings_;
+  Options settings_;
   std::shared_ptr<PrometheusSink> prometheus_;
   std::shared_ptr<Store> store_;
   std::shared_ptr<GoStats> observer_;

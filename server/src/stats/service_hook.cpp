@@ -19,8 +19,7 @@ std::string stat_key(const DescriptorResult& r) {
     out += '.';
     out += step.key;
     // Entry i of the descriptor landed on step i of the rule's path.
-    const bool from_request =
-        r.rule->detailed_metric || (r.rule->value_to_metric && step.varies());
+    const bool from_request = r.rule->detailed_metric || (r.rule->value_to_metric && step.varies());
     if (from_request && i < r.entries.size()) {
       out += '_';
       out += r.entries[i].value;

@@ -71,6 +71,38 @@ struct RuleTree {
   std::vector<RuleNode> roots;
 };
 
+/// Emits `node` as `out << node` does, but a scalar quoted in the source stays quoted, so that
+/// a reader resolving plain scalars (e.g. "yes" as a boolean, as YAML 1.1 does) still sees a
+/// string. Thread safety: pure.
+inline void emit_keeping_quotes(YAML::Emitter& out, const YAML::Node& node) {
+  switch (node.Type()) {
+    case YAML::NodeType::Map:
+      out << YAML::BeginMap;
+      for (const auto& kv : node) {
+        out << YAML::Key;
+        emit_keeping_quotes(out, kv.first);
+        out << YAML::Value;
+        emit_keeping_quotes(out, kv.second);
+      }
+      out << YAML::EndMap;
+      break;
+    case YAML::NodeType::Sequence:
+      out << YAML::BeginSeq;
+      for (const auto& item : node) emit_keeping_quotes(out, item);
+      out << YAML::EndSeq;
+      break;
+    case YAML::NodeType::Scalar:
+      if (node.Tag() == "!")
+        out << YAML::DoubleQuoted << node.Scalar();
+      else
+        out << node;
+      break;
+    default:
+      out << node;
+      break;
+  }
+}
+
 /// The first position of `part` in `text` (npos if none), in time linear in the sizes whatever
 /// the bytes: glibc's memmem (the Two-Way string-matching algorithm for long needles).
 /// std::string_view::find compares up to |part| bytes at each position (a^m b in a^n: |text| x
@@ -484,7 +516,7 @@ class RulesReader {
       YAML::Emitter out;
       out.SetMapFormat(YAML::Flow);
       out.SetSeqFormat(YAML::Flow);
-      out << m;
+      emit_keeping_quotes(out, m);
       node.metadata = out.c_str();
     }
     if (f[2].given) rate_limit(f[2].node, node);
