@@ -12,7 +12,8 @@
 # command's generator, which builds several named targets in parallel; podman, libcap2-bin
 # (capsh), iproute2, util-linux, nodejs, npm and memcached: the server's image and the
 # deployments run through it, server/tests/deployments; nodejs also runs the xDS tests'
-# management server, whose npm packages scripts/test.sh installs with npm).
+# management server and the statsd daemon of the stats tests, whose npm packages
+# scripts/test.sh installs with npm).
 # Runs apt-get as root, or through sudo when not root.
 set -euo pipefail
 

@@ -169,6 +169,25 @@ else
   echo "test.sh: WARNING: could not install the xDS tests' npm packages; the xDS tests will fail" >&2
 fi
 
+note "statsd daemon (npm statsd, for the server's stats tests)"
+# The reference statsd daemon, installed with npm into the build folder (never committed); the
+# stats tests start it on free loopback ports (RATELIMIT_TEST_STATSD: its stats.js). Without it
+# they fail under CI=true.
+mkdir -p "$root/build"
+statsd_dir="$root/build/npm-statsd"
+statsd_js="$statsd_dir/node_modules/statsd/stats.js"
+s=$SECONDS
+if [[ -f "$statsd_js" ]] ||
+    npm install --prefix "$statsd_dir" --no-audit --no-fund --no-save --ignore-scripts \
+      statsd@0.9.0 >"$root/build/npm-statsd.log" 2>&1; then
+  export RATELIMIT_TEST_STATSD="$statsd_js"
+  echo "RATELIMIT_TEST_STATSD=$RATELIMIT_TEST_STATSD ($((SECONDS - s)) s)"
+else
+  unset RATELIMIT_TEST_STATSD
+  tail -n 20 "$root/build/npm-statsd.log" >&2
+  echo "test.sh: WARNING: npm could not install statsd; the statsd tests will fail under CI" >&2
+fi
+
 # --- helpers --------------------------------------------------------------------------------------
 
 # configure NAME CMAKE_ARGS...: (re)configures build/NAME, output in build/NAME.configure.log.

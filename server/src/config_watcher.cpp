@@ -42,10 +42,12 @@ bool ConfigWatcher::poll() {
         std::span<const std::filesystem::path>(files), merge_));
     loaded_ = loaded_ || !files.empty();
     error_.clear();
+    if (const auto& stats = service_->stats()) stats->on_config_load(true);
     return true;
   } catch (const std::exception& e) {
     // As the reference: the error is reported and the configuration in force stays.
     error_ = e.what();
+    if (const auto& stats = service_->stats()) stats->on_config_load(false);
     std::cerr << "ratelimit_server: error loading new configuration from " << dir_.string() << ": "
               << error_ << " (the previous configuration stays in force)\n";
     return false;

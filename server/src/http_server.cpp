@@ -56,4 +56,27 @@ HttpServer::HttpServer(std::shared_ptr<Service> service, std::function<bool()> h
                        const std::string& host, int port, std::function<std::string()> metrics)
     : front_(routes(std::move(service), std::move(healthy), std::move(metrics)), host, port) {}
 
+HttpRoutes HttpServer::get_routes(std::vector<HttpRoute> routes) {
+  HttpRoutes r;
+  for (HttpRoute& route : routes) {
+    const auto reply_of = [](const HttpReply& x) {
+      return HttpResponse{x.status, x.content_type, x.body, {}};
+    };
+    if (route.prefix)
+      r.prefix_async("GET", route.path,
+                     [h = route.handler, reply_of](const HttpRequest& q,
+                                                   std::function<void(HttpResponse)> reply) {
+                       reply(reply_of(h(q.path)));
+                     });
+    else
+      r.on("GET", route.path,
+           [h = route.handler, reply_of](const HttpRequest& q) { return reply_of(h(q.path)); });
+  }
+  return r;
+}
+
+HttpServer::HttpServer(const std::string& host, int port, std::vector<HttpRoute> routes,
+                       const std::string& setting)
+    : front_(get_routes(std::move(routes)), host, port, {}, setting) {}
+
 }  // namespace ratelimit::server

@@ -9,6 +9,7 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "http_front.hpp"
 #include "service.hpp"
@@ -22,7 +23,22 @@ void add_service_routes(HttpRoutes& routes, std::shared_ptr<Service> service,
                         std::function<bool()> healthy,
                         std::function<std::string()> metrics = nullptr);
 
-/// PORT's listener with the service routes only. Thread safety: `port` from any thread; `stop`
+/// What a plain GET route of the debug and Prometheus listeners answers.
+struct HttpReply {
+  int status = 200;
+  std::string content_type = "text/plain; charset=utf-8";
+  std::string body;
+};
+
+/// A plain GET route: exactly `path`, or every path starting with it when `prefix`; its handler
+/// is a function of the request's path, called on the front's threads (thread-safe, quick).
+struct HttpRoute {
+  std::string path;
+  bool prefix = false;
+  std::function<HttpReply(const std::string& path)> handler;
+};
+
+/// PORT's listener with the service routes only, or a listener of plain GET routes. Thread safety: `port` from any thread; `stop`
 /// once.
 class HttpServer {
  public:
@@ -30,6 +46,10 @@ class HttpServer {
   /// cannot listen.
   HttpServer(std::shared_ptr<Service> service, std::function<bool()> healthy,
              const std::string& host, int port, std::function<std::string()> metrics = nullptr);
+  /// A listener of plain GET routes only (the debug and Prometheus listeners); a path no route
+  /// takes is answered 404. Throws `std::runtime_error` naming `setting` when it cannot listen.
+  HttpServer(const std::string& host, int port, std::vector<HttpRoute> routes,
+             const std::string& setting);
 
   int port() const noexcept { return front_.port(); }
   /// Stops listening and waits for the answers in flight.
@@ -38,6 +58,7 @@ class HttpServer {
  private:
   static HttpRoutes routes(std::shared_ptr<Service> service, std::function<bool()> healthy,
                            std::function<std::string()> metrics);
+  static HttpRoutes get_routes(std::vector<HttpRoute> routes);
   HttpFront front_;
 };
 

@@ -29,6 +29,8 @@
 #include "settings.hpp"
 #include "startup.hpp"
 #include "xds/xds_client.hpp"
+#include "stats/runtime.hpp"
+#include "stats/service_hook.hpp"
 
 extern char** environ;
 
@@ -99,6 +101,9 @@ int run(int argc, char** argv) {
   service_settings.stop_increment_when_over = settings.stop_increment_when_over;
   auto exporter = std::make_shared<ratelimit::PrometheusExporter>();
   service_settings.listener = exporter;
+  stats::Runtime stats(stats::options_from(settings));
+  service_settings.stats = stats.observer();
+  service_settings.observer = stats::descriptor_observer(stats.observer());
 
   // The reference's health components (src/server/health.go): redis unhealthy until the
   // storage answers, config (when asked) until rules load, sigterm until SIGTERM.
@@ -216,6 +221,7 @@ int run(int argc, char** argv) {
             << (transport.tls ? " (TLS)" : "") << ", HTTP on " << http_host << ":" << http->port()
             << ", rules from "
             << (xds ? "xDS at " + xds_settings.server_url : settings.config_dir().string()) << "\n";
+  stats.start_listeners([service] { return service->config(); });
 
   int signal = 0;
   timespec tick{1, 0};
@@ -243,6 +249,7 @@ int run(int argc, char** argv) {
   http->stop();
   if (watcher) watcher->stop();
   if (xds) xds->stop();
+  stats.stop();  // the last flush of the counters
   return 0;
 }
 

@@ -105,7 +105,10 @@ grpc::Status plan_call(const pb::RateLimitRequest& request, const ServiceSetting
                                  : request_hits;
     if (observed)
       for (const auto& e : d.entries()) p.entries.push_back({e.key(), e.value()});
-    if (rules == nullptr) continue;  // unknown domain: no limit (config_impl.go GetLimit)
+    if (rules == nullptr) {  // unknown domain: no limit (config_impl.go GetLimit)
+      if (settings.stats) settings.stats->on_domain_not_found(request.domain());
+      continue;
+    }
     if (d.has_limit()) {
       // The caller's own limit: never shadow, never replaced (config_impl.go GetLimit).
       const auto unit = unit_of_enum(d.limit().unit());

@@ -79,7 +79,9 @@ DescriptorResult result_of(const Call& call, const PlannedDescriptor& p, const D
   r.from_local_cache = cached;
   r.counted = call.counted;
   r.library_algorithm = p.library;
-  if (d.allowed) {
+  // The Go window's remaining is limit - count, negative over the limit (go_window.hpp); a
+  // read from the over-limit cache has no count.
+  if (d.allowed || (!p.library && !cached)) {
     r.count_after = p.limit - d.remaining;
     r.count_before = *r.count_after - (call.counted ? p.hits : 0);
   }
@@ -158,6 +160,8 @@ void build_response(const Call& call, const ServiceSettings& settings) {
     if (quota) ++total_quota;
   }
   const bool over = failed > 0 || (total_quota > 0 && total_quota == failed_quota);
+  if (over && settings.global_shadow_mode && settings.stats)
+    settings.stats->on_global_shadow_mode();
   response.set_overall_code(over && !settings.global_shadow_mode ? pb::RateLimitResponse::OVER_LIMIT
                                                                  : pb::RateLimitResponse::OK);
   if (settings.response_headers && chosen != nullptr) {

@@ -104,17 +104,37 @@ grpc::Status Service::should_rate_limit(const pb::RateLimitRequest& request,
 void Service::should_rate_limit_async(const pb::RateLimitRequest& request,
                                       pb::RateLimitResponse& response,
                                       std::function<void(grpc::Status)> done) {
+  if (!settings_.stats) return decide_async(request, response, std::move(done));
+  // The reference's interceptor (src/metrics/metrics.go): every call counted and timed.
+  const auto start = std::chrono::steady_clock::now();
+  decide_async(request, response,
+               [stats = settings_.stats, start, done = std::move(done)](grpc::Status st) {
+                 stats->on_call("ShouldRateLimit", std::chrono::steady_clock::now() - start);
+                 done(std::move(st));
+               });
+}
+
+void Service::decide_async(const pb::RateLimitRequest& request, pb::RateLimitResponse& response,
+                           std::function<void(grpc::Status)> done) {
   auto call = std::make_shared<Call>();
   call->response = &response;
   {
     const std::lock_guard lock(mutex_);
     call->served = served_;
   }
-  if (grpc::Status st = plan_call(request, settings_, *call); !st.ok()) return done(st);
+  if (grpc::Status st = plan_call(request, settings_, *call); !st.ok()) {
+    // A panic of the service's own (ratelimit.go ShouldRateLimit): service_error.
+    if (settings_.stats) settings_.stats->on_error(stats::CallError::service);
+    return done(st);
+  }
   call->now = now_();
   auto answer = [this, call, done = std::move(done)](std::exception_ptr err) {
     // The reference returns the storage's error (a RedisError) to grpc-go: UNKNOWN, its text.
-    if (err) return done(grpc::Status(grpc::StatusCode::UNKNOWN, what(err)));
+    if (err) {
+      // A RedisError (ratelimit.go ShouldRateLimit): redis_error.
+      if (settings_.stats) settings_.stats->on_error(stats::CallError::redis);
+      return done(grpc::Status(grpc::StatusCode::UNKNOWN, what(err)));
+    }
     build_response(*call, settings_);
     done(grpc::Status::OK);
   };

@@ -73,7 +73,15 @@ class Service {
 
   static std::chrono::nanoseconds system_now();
 
+  /// The stats observer of the settings (null when none), e.g. for the rules loader to report
+  /// loads to.
+  const std::shared_ptr<stats::StatsObserver>& stats() const noexcept { return settings_.stats; }
+
  private:
+  void decide_async(const envoy::service::ratelimit::v3::RateLimitRequest& request,
+                    envoy::service::ratelimit::v3::RateLimitResponse& response,
+                    std::function<void(grpc::Status)> done);
+
   std::shared_ptr<Counters> counters_;
   ServiceSettings settings_;
   Now now_;

@@ -9,6 +9,7 @@
 #include <ratelimit/core/listener.hpp>
 
 #include "descriptor_result.hpp"
+#include "stats/observer.hpp"
 
 namespace ratelimit::server {
 
@@ -61,6 +62,10 @@ struct ServiceSettings {
   std::shared_ptr<Listener> listener;
   /// When set, called with each decided descriptor's `DescriptorResult` (the stats hook).
   DescriptorObserver observer;
+  /// When set, hears of what the reference's stats count beyond the descriptors
+  /// (stats/observer.hpp): unknown domains, errors, global shadow mode, each call's duration,
+  /// rules loads.
+  std::shared_ptr<stats::StatsObserver> stats;
 };
 
 }  // namespace ratelimit::server

@@ -277,8 +277,8 @@ constexpr std::string_view persecond_as_main =
     "the per-second Redis's (REDIS_PERSECOND=true), read as the REDIS_ variable of that name";
 constexpr std::string_view memcache_tls_only =
     "used only with MEMCACHE_TLS=true, which this server refuses for now";
-constexpr std::string_view stats_not_sent =
-    "stats: not sent by this server yet (its metrics are on GET /metrics, Prometheus text)";
+constexpr std::string_view stats_sent =
+    "stats as the Go service emits them (server/README.md, Stats)";
 constexpr std::string_view startup_wait =
     "no listener opens until the storage answers; waits back off as Go's (jpillora/backoff)";
 constexpr std::string_view no_tracing =
@@ -290,10 +290,10 @@ const SettingRow rows[] = {
      "HTTP listener's address (POST /json, GET /healthcheck, GET /metrics); IPv6 such as :: too"},
     {"PORT", "8080", true, P::integer, &S::http_port, U::honoured, "settings.go",
      "HTTP listener's port (0: a free port)"},
-    {"DEBUG_HOST", "0.0.0.0", true, P::text, &S::debug_host, U::mapped, "settings.go",
-     "no debug listener: this server's metrics are on PORT's GET /metrics"},
-    {"DEBUG_PORT", "6070", true, P::integer, &S::debug_port, U::mapped, "settings.go",
-     "no debug listener: this server's metrics are on PORT's GET /metrics"},
+    {"DEBUG_HOST", "0.0.0.0", true, P::text, &S::debug_host, U::honoured, "settings.go",
+     "the debug listener's address (/, /rlconfig, /stats; /debug/pprof/ answers 404)"},
+    {"DEBUG_PORT", "6070", true, P::integer, &S::debug_port, U::honoured, "settings.go",
+     "the debug listener's port"},
     {"GRPC_UDS", "", true, P::text, &S::grpc_uds, U::honoured, "settings.go",
      "set: gRPC listens on this unix socket path instead of GRPC_HOST:GRPC_PORT"},
     {"GRPC_HOST", "0.0.0.0", true, P::text, &S::grpc_host, U::honoured, "settings.go",
@@ -354,32 +354,32 @@ const SettingRow rows[] = {
      "settings.go", xds_only},
     {"XDS_CLIENT_MAX_MSG_SIZE_IN_BYTES", "", true, P::integer, &S::xds_max_msg_size_bytes,
      U::honoured, "settings.go", xds_only},
-    {"USE_DOG_STATSD", "false", true, P::boolean, &S::use_dog_statsd, U::mapped, "settings.go",
-     stats_not_sent},
-    {"USE_DOG_STATSD_MOGRIFIERS", "", true, P::list, &S::dog_statsd_mogrifiers, U::mapped,
-     "settings.go", stats_not_sent},
-    {"USE_STATSD", "true", true, P::boolean, &S::use_statsd, U::mapped, "settings.go",
-     stats_not_sent},
-    {"STATSD_HOST", "localhost", true, P::text, &S::statsd_host, U::mapped, "settings.go",
-     stats_not_sent},
-    {"STATSD_PORT", "8125", true, P::integer, &S::statsd_port, U::mapped, "settings.go",
-     stats_not_sent},
-    {"EXTRA_TAGS", "", true, P::map, &S::extra_tags, U::mapped, "settings.go", stats_not_sent},
-    {"STATS_FLUSH_INTERVAL", "10s", true, P::duration, &S::stats_flush_interval, U::mapped,
-     "settings.go", stats_not_sent},
-    {"DISABLE_STATS", "false", true, P::boolean, &S::disable_stats, U::mapped, "settings.go",
-     stats_not_sent},
-    {"USE_PROMETHEUS", "false", true, P::boolean, &S::use_prometheus, U::mapped, "settings.go",
-     "stats: this server's Prometheus metrics are on PORT's GET /metrics, not PROMETHEUS_ADDR"},
-    {"PROMETHEUS_ADDR", ":9090", true, P::text, &S::prometheus_addr, U::mapped, "settings.go",
-     "stats: this server's Prometheus metrics are on PORT's GET /metrics"},
-    {"PROMETHEUS_PATH", "/metrics", true, P::text, &S::prometheus_path, U::mapped, "settings.go",
-     "stats: this server's Prometheus metrics are on PORT's GET /metrics"},
-    {"PROMETHEUS_MAPPER_YAML", "", true, P::text, &S::prometheus_mapper_yaml, U::mapped,
-     "settings.go", "stats: this server's metric names are fixed"},
+    {"USE_DOG_STATSD", "false", true, P::boolean, &S::use_dog_statsd, U::honoured, "settings.go",
+     stats_sent},
+    {"USE_DOG_STATSD_MOGRIFIERS", "", true, P::list, &S::dog_statsd_mogrifiers, U::honoured,
+     "settings.go", stats_sent},
+    {"USE_STATSD", "true", true, P::boolean, &S::use_statsd, U::honoured, "settings.go",
+     stats_sent},
+    {"STATSD_HOST", "localhost", true, P::text, &S::statsd_host, U::honoured, "settings.go",
+     stats_sent},
+    {"STATSD_PORT", "8125", true, P::integer, &S::statsd_port, U::honoured, "settings.go",
+     stats_sent},
+    {"EXTRA_TAGS", "", true, P::map, &S::extra_tags, U::honoured, "settings.go", stats_sent},
+    {"STATS_FLUSH_INTERVAL", "10s", true, P::duration, &S::stats_flush_interval, U::honoured,
+     "settings.go", stats_sent},
+    {"DISABLE_STATS", "false", true, P::boolean, &S::disable_stats, U::honoured, "settings.go",
+     stats_sent},
+    {"USE_PROMETHEUS", "false", true, P::boolean, &S::use_prometheus, U::honoured, "settings.go",
+     "the Go stats as Prometheus metrics on PROMETHEUS_ADDR, through statsd_exporter mappings"},
+    {"PROMETHEUS_ADDR", ":9090", true, P::text, &S::prometheus_addr, U::honoured, "settings.go",
+     "the Prometheus listener's address"},
+    {"PROMETHEUS_PATH", "/metrics", true, P::text, &S::prometheus_path, U::honoured,
+     "settings.go", "the Prometheus listener's path"},
+    {"PROMETHEUS_MAPPER_YAML", "", true, P::text, &S::prometheus_mapper_yaml, U::honoured,
+     "settings.go", "a statsd_exporter mapping file replacing the Go service's default one"},
     {"PROMETHEUS_RESPONSE_TIME_AS_MILLISECONDS", "false", true, P::boolean,
-     &S::prometheus_response_time_as_ms, U::mapped, "settings.go",
-     "stats: this server's metric names are fixed"},
+     &S::prometheus_response_time_as_ms, U::honoured, "settings.go",
+     "response times observed in milliseconds instead of seconds"},
     {"RUNTIME_ROOT", "/srv/runtime_data/current", true, P::text, &S::runtime_root, U::honoured,
      "settings.go",
      "rules files are read from RUNTIME_ROOT/RUNTIME_SUBDIRECTORY/RUNTIME_APPDIRECTORY"},
@@ -543,37 +543,39 @@ const SettingRow rows[] = {
     {"REDIS_PERSECOND_POOL_ON_EMPTY_WAIT_DURATION", "1s", true, P::duration,
      &S::redis_persecond_pool_on_empty_wait_duration, U::mapped, "older Go", persecond_only},
     // --- lyft/gostats (read by its statsd sink) ---
-    {"STATSD_PROTOCOL", "tcp", true, P::gostats_text, &S::statsd_protocol, U::mapped, "gostats",
-     stats_not_sent},
+    {"STATSD_PROTOCOL", "tcp", true, P::gostats_text, &S::statsd_protocol, U::honoured, "gostats",
+     stats_sent},
     {"GOSTATS_FLUSH_INTERVAL_SECONDS", "5", true, P::gostats_integer,
-     &S::gostats_flush_interval_seconds, U::mapped, "gostats", stats_not_sent},
+     &S::gostats_flush_interval_seconds, U::mapped, "gostats",
+     "counters are flushed every STATS_FLUSH_INTERVAL, as the Go service flushes its store"},
     {"GOSTATS_LOGGING_SINK_DISABLED", "false", true, P::gostats_boolean,
-     &S::gostats_logging_sink_disabled, U::mapped, "gostats", stats_not_sent},
+     &S::gostats_logging_sink_disabled, U::mapped, "gostats",
+     "no logging sink: with no statsd daemon the stats are dropped and counted"},
     // --- the Go service's godogstats: one set per name of USE_DOG_STATSD_MOGRIFIERS ---
     {"DOG_STATSD_MOGRIFIER_{NAME}_PATTERN",
      "",
      false,
      P::text,
      {},
-     U::mapped,
+     U::honoured,
      "godogstats",
-     stats_not_sent},
+     stats_sent},
     {"DOG_STATSD_MOGRIFIER_{NAME}_NAME",
      "",
      false,
      P::text,
      {},
-     U::mapped,
+     U::honoured,
      "godogstats",
-     stats_not_sent},
+     stats_sent},
     {"DOG_STATSD_MOGRIFIER_{NAME}_TAGS",
      "",
      false,
      P::map,
      {},
-     U::mapped,
+     U::honoured,
      "godogstats",
-     stats_not_sent},
+     stats_sent},
     // --- OpenTelemetry's Go SDK and OTLP trace exporters ---
     {"OTEL_EXPORTER_OTLP_ENDPOINT", "", false, P::otel, {}, U::mapped, "otel", no_tracing},
     {"OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "", false, P::otel, {}, U::mapped, "otel", no_tracing},
@@ -984,6 +986,27 @@ Settings read_settings(const std::function<std::optional<std::string>(const std:
         "RATELIMIT_SERVER_ALL_OR_NOTHING = true: not with REDIS_TYPE = cluster (a call's "
         "counters live on several slots, which one all-or-nothing script cannot reach)");
   check_counting_modes(s.all_or_nothing, s.stop_increment_when_over);
+  // The mogrifiers' own variables, named after each mogrifier (envconfig's prefix in upper case,
+  // src/godogstats/mogrifier_map.go): the table's template rows describe them.
+  if (s.use_dog_statsd) {
+    const SettingRow* tags_row = nullptr;
+    for (const SettingRow& r : rows)
+      if (r.name == "EXTRA_TAGS") tags_row = &r;
+    for (const std::string& label : s.dog_statsd_mogrifiers) {
+      std::string prefix = "DOG_STATSD_MOGRIFIER_" + label + "_";
+      for (char& c : prefix) c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
+      Settings::DogMogrifier m{label, env(prefix + "PATTERN").value_or(""),
+                               env(prefix + "NAME").value_or(""), {}};
+      if (m.pattern.empty()) bad(prefix + "PATTERN", "", "missing for the mogrifier " + label);
+      if (m.name.empty()) bad(prefix + "NAME", "", "missing for the mogrifier " + label);
+      if (const auto tags = env(prefix + "TAGS"); tags && tags_row != nullptr) {
+        Settings parsed;
+        apply(*tags_row, parsed, prefix + "TAGS", *tags);
+        m.tags = std::move(parsed.extra_tags);
+      }
+      s.dog_statsd_mogrifier_sets.push_back(std::move(m));
+    }
+  }
   return s;
 }
 

@@ -76,6 +76,13 @@ struct Settings {
   // --- stats -----------------------------------------------------------------------------------
   bool use_dog_statsd{};                            ///< USE_DOG_STATSD
   std::vector<std::string> dog_statsd_mogrifiers;   ///< USE_DOG_STATSD_MOGRIFIERS
+  /// One DogStatsD mogrifier per name of USE_DOG_STATSD_MOGRIFIERS (with USE_DOG_STATSD), from
+  /// DOG_STATSD_MOGRIFIER_<NAME>_PATTERN, _NAME and _TAGS (src/godogstats/mogrifier_map.go).
+  struct DogMogrifier {
+    std::string label, pattern, name;
+    std::map<std::string, std::string> tags;
+  };
+  std::vector<DogMogrifier> dog_statsd_mogrifier_sets;  ///< filled by `read_settings`
   bool use_statsd{};                                ///< USE_STATSD
   std::string statsd_host;                          ///< STATSD_HOST
   std::int64_t statsd_port{};                       ///< STATSD_PORT

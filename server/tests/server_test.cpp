@@ -1112,7 +1112,10 @@ descriptors:
   CHECK(seen[1].count_after == 3);
   CHECK(seen[2].standing == ratelimit::server::LimitStanding::over);
   CHECK_FALSE(seen[2].from_local_cache);
-  CHECK_FALSE(seen[2].count_after.has_value());
+  // The Go window's count is known over the limit too (3 -> 5), not from the cache.
+  CHECK(seen[2].count_before == 3);
+  CHECK(seen[2].count_after == 5);
+  CHECK_FALSE(seen[3].count_after.has_value());
   CHECK(seen[3].standing == ratelimit::server::LimitStanding::over);
   CHECK(seen[3].from_local_cache);
   // NEAR_LIMIT_RATIO changes no answer: the first call's status is the plain 4 - 1 = 3 left.
