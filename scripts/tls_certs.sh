@@ -12,6 +12,8 @@
 #                                  SAN DNS:client.ratelimit.test
 #   other-client.crt .key          from the test CA, a client certificate for another name
 #                                  (SAN DNS:other.ratelimit.test)
+#   wildcard-client.crt .key       from the test CA, a client certificate for
+#                                  DNS:*.clients.ratelimit.test
 #   other-ca.crt other-ca.key      an unrelated CA that nobody trusts
 #   other-server.crt .key          from the unrelated CA; same SAN as server.crt, so only its
 #                                  issuer makes it wrong
@@ -63,6 +65,7 @@ client_ext() {  # client_ext SAN
 }
 leaf client ca "/CN=ratelimit test client" "$(client_ext 'DNS:client.ratelimit.test')"
 leaf other-client ca "/CN=ratelimit other client" "$(client_ext 'DNS:other.ratelimit.test')"
+leaf wildcard-client ca "/CN=ratelimit wildcard client" "$(client_ext 'DNS:*.clients.ratelimit.test')"
 
 rm -rf ca-dir
 mkdir ca-dir
@@ -70,6 +73,6 @@ cp ca.crt ca-dir/ca.crt
 if openssl rehash ca-dir 2>/dev/null; then :; else c_rehash ca-dir >/dev/null; fi
 
 # Each leaf must verify against its own CA (a broken set would make the refusals pass vacuously).
-for pair in server:ca wrong-name:ca client:ca other-client:ca other-server:other-ca; do
+for pair in server:ca wrong-name:ca client:ca other-client:ca wildcard-client:ca other-server:other-ca; do
   openssl verify -CAfile "${pair#*:}.crt" "${pair%%:*}.crt" >/dev/null
 done

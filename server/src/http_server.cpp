@@ -46,7 +46,13 @@ HttpServer::HttpServer(std::shared_ptr<Service> service, std::function<bool()> h
       port == 0 ? server_->bind_to_any_port(host) : (server_->bind_to_port(host, port) ? port : -1);
   if (port_ <= 0)
     throw std::runtime_error("PORT: cannot listen on " + host + ":" + std::to_string(port));
-  thread_ = std::thread([this] { server_->listen_after_bind(); });
+  thread_ = std::thread([this] {
+    server_->listen_after_bind();
+    listen_returned_ = true;
+  });
+  // Return once it accepts: a stop() before the thread is listening would not reach it (httplib
+  // stops only a running server), and the thread would then listen for ever.
+  while (!server_->is_running() && !listen_returned_) std::this_thread::yield();
 }
 
 HttpServer::~HttpServer() { stop(); }

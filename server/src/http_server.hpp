@@ -38,6 +38,7 @@ class HttpServer {
   std::shared_ptr<Service> service_;
   std::unique_ptr<httplib::Server> server_;
   std::thread thread_;
+  std::atomic<bool> listen_returned_{false};
   int port_ = 0;
 };
 
