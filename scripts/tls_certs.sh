@@ -19,6 +19,8 @@
 #   xds-server.crt .key            from the test CA; SAN DNS:envoy-gateway, IP:127.0.0.1,
 #                                  DNS:localhost: the xDS management server as Envoy Gateway
 #                                  names it
+#   wildcard-client.crt .key       from the test CA, a client certificate for
+#                                  DNS:*.clients.ratelimit.test
 #   other-ca.crt other-ca.key      an unrelated CA that nobody trusts
 #   other-server.crt .key          from the unrelated CA; same SAN as server.crt, so only its
 #                                  issuer makes it wrong
@@ -73,6 +75,7 @@ leaf other-client ca "/CN=ratelimit other client" "$(client_ext 'DNS:other.ratel
 leaf peer ca "/CN=envoy-ratelimit" \
   "$(printf 'basicConstraints=CA:FALSE\nkeyUsage=critical,digitalSignature\nextendedKeyUsage=serverAuth,clientAuth\nsubjectAltName=IP:127.0.0.1,DNS:localhost,DNS:envoy-ratelimit\n')"
 leaf xds-server ca "/CN=envoy-gateway" "$(server_ext 'DNS:envoy-gateway,IP:127.0.0.1,DNS:localhost')"
+leaf wildcard-client ca "/CN=ratelimit wildcard client" "$(client_ext 'DNS:*.clients.ratelimit.test')"
 
 rm -rf ca-dir
 mkdir ca-dir
@@ -80,6 +83,6 @@ cp ca.crt ca-dir/ca.crt
 if openssl rehash ca-dir 2>/dev/null; then :; else c_rehash ca-dir >/dev/null; fi
 
 # Each leaf must verify against its own CA (a broken set would make the refusals pass vacuously).
-for pair in server:ca wrong-name:ca client:ca other-client:ca peer:ca xds-server:ca other-server:other-ca; do
+for pair in server:ca wrong-name:ca client:ca other-client:ca peer:ca xds-server:ca wildcard-client:ca other-server:other-ca; do
   openssl verify -CAfile "${pair#*:}.crt" "${pair%%:*}.crt" >/dev/null
 done

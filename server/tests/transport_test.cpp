@@ -220,6 +220,20 @@ TEST_CASE(
   CHECK(call(tls_channel(second.port(), "ca.crt", "other-client")).ok());
   CHECK(call(tls_channel(second.port(), "ca.crt")).error_code() == grpc::StatusCode::UNAVAILABLE);
 
+  // A wildcard SAN covers one label, as Go's x509 matches host names: *.clients.ratelimit.test
+  // covers a.clients.ratelimit.test (any case), not a.b.clients.ratelimit.test.
+  for (const auto& [san, ok] :
+       std::vector<std::pair<std::string, bool>>{{"a.clients.ratelimit.test", true},
+                                                 {"A.Clients.Ratelimit.Test", true},
+                                                 {"a.b.clients.ratelimit.test", false},
+                                                 {"clients.ratelimit.test", false}}) {
+    INFO(san);
+    auto transport = rs::GrpcTransport::from(any_name);
+    transport.client_san = san;
+    rs::GrpcServer wild(service(), transport);
+    CHECK(call(tls_channel(wild.port(), "ca.crt", "wildcard-client")).ok() == ok);
+  }
+
   // A certificate file that cannot be read is refused at start, naming the variable.
   auto broken = rs::GrpcTransport::from(any_name);
   broken.cert_file = "/nonexistent/tls.crt";
