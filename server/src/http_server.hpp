@@ -38,8 +38,8 @@ struct HttpRoute {
   std::function<HttpReply(const std::string& path)> handler;
 };
 
-/// PORT's listener with the service routes only, or a listener of plain GET routes. Thread safety: `port` from any thread; `stop`
-/// once.
+/// PORT's listener with the service routes only, or a listener of plain GET routes. Thread safety:
+/// `port` from any thread; `stop` once.
 class HttpServer {
  public:
   /// Listens on host:port (port 0: a free one). Throws `std::runtime_error` naming PORT when it

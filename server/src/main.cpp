@@ -28,9 +28,9 @@
 #include "service.hpp"
 #include "settings.hpp"
 #include "startup.hpp"
-#include "xds/xds_client.hpp"
 #include "stats/runtime.hpp"
 #include "stats/service_hook.hpp"
+#include "xds/xds_client.hpp"
 
 extern char** environ;
 

@@ -373,8 +373,8 @@ const SettingRow rows[] = {
      "the Go stats as Prometheus metrics on PROMETHEUS_ADDR, through statsd_exporter mappings"},
     {"PROMETHEUS_ADDR", ":9090", true, P::text, &S::prometheus_addr, U::honoured, "settings.go",
      "the Prometheus listener's address"},
-    {"PROMETHEUS_PATH", "/metrics", true, P::text, &S::prometheus_path, U::honoured,
-     "settings.go", "the Prometheus listener's path"},
+    {"PROMETHEUS_PATH", "/metrics", true, P::text, &S::prometheus_path, U::honoured, "settings.go",
+     "the Prometheus listener's path"},
     {"PROMETHEUS_MAPPER_YAML", "", true, P::text, &S::prometheus_mapper_yaml, U::honoured,
      "settings.go", "a statsd_exporter mapping file replacing the Go service's default one"},
     {"PROMETHEUS_RESPONSE_TIME_AS_MILLISECONDS", "false", true, P::boolean,
@@ -995,8 +995,8 @@ Settings read_settings(const std::function<std::optional<std::string>(const std:
     for (const std::string& label : s.dog_statsd_mogrifiers) {
       std::string prefix = "DOG_STATSD_MOGRIFIER_" + label + "_";
       for (char& c : prefix) c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
-      Settings::DogMogrifier m{label, env(prefix + "PATTERN").value_or(""),
-                               env(prefix + "NAME").value_or(""), {}};
+      Settings::DogMogrifier m{
+          label, env(prefix + "PATTERN").value_or(""), env(prefix + "NAME").value_or(""), {}};
       if (m.pattern.empty()) bad(prefix + "PATTERN", "", "missing for the mogrifier " + label);
       if (m.name.empty()) bad(prefix + "NAME", "", "missing for the mogrifier " + label);
       if (const auto tags = env(prefix + "TAGS"); tags && tags_row != nullptr) {

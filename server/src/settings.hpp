@@ -74,8 +74,8 @@ struct Settings {
   bool merge_domain_config{};             ///< MERGE_DOMAIN_CONFIG
 
   // --- stats -----------------------------------------------------------------------------------
-  bool use_dog_statsd{};                            ///< USE_DOG_STATSD
-  std::vector<std::string> dog_statsd_mogrifiers;   ///< USE_DOG_STATSD_MOGRIFIERS
+  bool use_dog_statsd{};                           ///< USE_DOG_STATSD
+  std::vector<std::string> dog_statsd_mogrifiers;  ///< USE_DOG_STATSD_MOGRIFIERS
   /// One DogStatsD mogrifier per name of USE_DOG_STATSD_MOGRIFIERS (with USE_DOG_STATSD), from
   /// DOG_STATSD_MOGRIFIER_<NAME>_PATTERN, _NAME and _TAGS (src/godogstats/mogrifier_map.go).
   struct DogMogrifier {
@@ -83,10 +83,10 @@ struct Settings {
     std::map<std::string, std::string> tags;
   };
   std::vector<DogMogrifier> dog_statsd_mogrifier_sets;  ///< filled by `read_settings`
-  bool use_statsd{};                                ///< USE_STATSD
-  std::string statsd_host;                          ///< STATSD_HOST
-  std::int64_t statsd_port{};                       ///< STATSD_PORT
-  std::string statsd_protocol;                      ///< STATSD_PROTOCOL (gostats)
+  bool use_statsd{};                                    ///< USE_STATSD
+  std::string statsd_host;                              ///< STATSD_HOST
+  std::int64_t statsd_port{};                           ///< STATSD_PORT
+  std::string statsd_protocol;                          ///< STATSD_PROTOCOL (gostats)
   std::int64_t gostats_flush_interval_seconds{};    ///< GOSTATS_FLUSH_INTERVAL_SECONDS (gostats)
   bool gostats_logging_sink_disabled{};             ///< GOSTATS_LOGGING_SINK_DISABLED (gostats)
   std::map<std::string, std::string> extra_tags;    ///< EXTRA_TAGS

@@ -408,9 +408,8 @@ TEST_CASE("Settings: accepted, refused and ours", "[settings]") {
   }
   CHECK(s.notes.size() == 8);  // the variables at Go's default need no line
   // Refused by name until implemented: ignoring them would change answers.
-  for (const auto& [name, value] :
-       std::vector<std::pair<std::string, std::string>>{{"MEMCACHE_SRV", "_mc._tcp.example"},
-                                                        {"MEMCACHE_TLS", "true"}}) {
+  for (const auto& [name, value] : std::vector<std::pair<std::string, std::string>>{
+           {"MEMCACHE_SRV", "_mc._tcp.example"}, {"MEMCACHE_TLS", "true"}}) {
     INFO(name);
     CHECK_THROWS_WITH(read_env({{name, value}}),
                       Catch::StartsWith(name + " = \"" + value + "\": not implemented"));
