@@ -77,6 +77,14 @@ HttpRoutes HttpServer::get_routes(std::vector<HttpRoute> routes) {
 
 HttpServer::HttpServer(const std::string& host, int port, std::vector<HttpRoute> routes,
                        const std::string& setting)
-    : front_(get_routes(std::move(routes)), host, port, {}, setting) {}
+    : front_(get_routes(std::move(routes)), host, port, one_thread(), setting) {}
+
+HttpFrontOptions HttpServer::one_thread() {
+  // The debug and Prometheus listeners answer an operator or a scraper now and then: one thread
+  // each, so that PORT's pool (RATELIMIT_SERVER_HTTP_THREADS) stays the server's HTTP capacity.
+  HttpFrontOptions o;
+  o.threads = 1;
+  return o;
+}
 
 }  // namespace ratelimit::server

@@ -46,8 +46,9 @@ class HttpServer {
   /// cannot listen.
   HttpServer(std::shared_ptr<Service> service, std::function<bool()> healthy,
              const std::string& host, int port, std::function<std::string()> metrics = nullptr);
-  /// A listener of plain GET routes only (the debug and Prometheus listeners); a path no route
-  /// takes is answered 404. Throws `std::runtime_error` naming `setting` when it cannot listen.
+  /// A listener of plain GET routes only (the debug and Prometheus listeners), on one thread; a
+  /// path no route takes is answered 404. Throws `std::runtime_error` naming `setting` when it
+  /// cannot listen.
   HttpServer(const std::string& host, int port, std::vector<HttpRoute> routes,
              const std::string& setting);
 
@@ -59,6 +60,7 @@ class HttpServer {
   static HttpRoutes routes(std::shared_ptr<Service> service, std::function<bool()> healthy,
                            std::function<std::string()> metrics);
   static HttpRoutes get_routes(std::vector<HttpRoute> routes);
+  static HttpFrontOptions one_thread();
   HttpFront front_;
 };
 

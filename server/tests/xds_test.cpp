@@ -16,6 +16,7 @@
 #include <chrono>
 #include <condition_variable>
 #include <cstdlib>
+#include <filesystem>
 #include <fstream>
 #include <functional>
 #include <iterator>
@@ -38,6 +39,7 @@
 #include "support/redis_backend.hpp"
 #endif
 #include "counters.hpp"
+#include "envoy_gateway_statsd_conf.hpp"
 #include "rls.grpc.pb.h"
 #include "service.hpp"
 #include "settings.hpp"
@@ -727,6 +729,15 @@ TEST_CASE(
   CHECK(WEXITSTATUS(server.exit_status()) == 0);
 }
 
+/// Envoy Gateway's statsd_exporter mapping in a file of the test's, for PROMETHEUS_MAPPER_YAML.
+std::string mapping_file() {
+  const std::string path = (std::filesystem::temp_directory_path() /
+                            ("ratelimit-eg-statsd-" + std::to_string(::getpid()) + ".yaml"))
+                               .string();
+  std::ofstream(path) << ratelimit_test::envoy_gateway_statsd_conf;
+  return path;
+}
+
 TEST_CASE("Envoy Gateway's rate limit deployment: its environment against the management server",
           "[xds]") {
   // The container environment of envoyproxy/gateway internal/infrastructure/kubernetes/
@@ -760,9 +771,12 @@ TEST_CASE("Envoy Gateway's rate limit deployment: its environment against the ma
       "CONFIG_GRPC_XDS_SERVER_TLS_CACERT=" + dir + "/ca.crt",
       "FORCE_START_WITHOUT_INITIAL_CONFIG=true",
       "USE_PROMETHEUS=true",
-      "PROMETHEUS_ADDR=:19001",
-      "PROMETHEUS_MAPPER_YAML=/etc/statsd-exporter/conf.yaml",
-      // Ours: loopback ports (the deployment's are 8081 and 8080).
+      // Ours: loopback addresses (the deployment's are :19001, 8081 and 8080, and its mapping
+      // file, mounted at /etc/statsd-exporter/conf.yaml, is written where the test can).
+      "PROMETHEUS_ADDR=127.0.0.1:0",
+      "PROMETHEUS_MAPPER_YAML=" + mapping_file(),
+      "DEBUG_HOST=127.0.0.1",
+      "DEBUG_PORT=0",
       "GRPC_HOST=127.0.0.1",
       "GRPC_PORT=0",
       "HOST=127.0.0.1",
