@@ -3,8 +3,10 @@
 // namespace against its ports as the manifest names them.
 //
 //   node client.cjs --proto DIR --grpc HOST:PORT --http HOST:PORT --domain D --key K
-//                   --limit N --unit UNIT
+//                   --limit N --unit UNIT [--tls-ca FILE --tls-name NAME]
 //
+// --tls-ca: the gRPC port serves TLS: the client trusts FILE's CA, checks NAME in the server's
+// certificate (as Envoy calls the Service by its name) and presents no client certificate.
 // 1. GET /healthcheck on the HTTP port answers 200 "OK" (Go's health handler).
 // 2. N + 1 ShouldRateLimit calls, one hit each, on the descriptor (K, a value no earlier run
 //    used) under a rule `K: N per UNIT` get what Go's fixed window derives: call i (1-based) of
@@ -18,6 +20,7 @@ const protoLoader = require('@grpc/proto-loader');
 const http = require('http');
 const path = require('path');
 const crypto = require('crypto');
+const fs = require('fs');
 
 function parseArgs(argv) {
   const out = {};
@@ -73,7 +76,16 @@ async function main() {
   });
   const proto = grpc.loadPackageDefinition(def);
   const Service = proto.envoy.service.ratelimit.v3.RateLimitService;
-  const client = new Service(a.grpc, grpc.credentials.createInsecure());
+  let client;
+  if (a['tls-ca'] !== undefined) {
+    if (a['tls-name'] === undefined) throw new Error('--tls-ca needs --tls-name');
+    client = new Service(a.grpc, grpc.credentials.createSsl(fs.readFileSync(a['tls-ca'])), {
+      'grpc.ssl_target_name_override': a['tls-name'],
+      'grpc.default_authority': a['tls-name'],
+    });
+  } else {
+    client = new Service(a.grpc, grpc.credentials.createInsecure());
+  }
 
   const window = () => Math.floor(Date.now() / 1000 / UNIT_SECONDS[unit]);
   for (let attempt = 1; attempt <= 2; attempt += 1) {
