@@ -126,9 +126,20 @@ function rulesYaml(domain) {
   ].join('\n');
 }
 
+// The server running now and the rules directory, removed however this process ends (a ctest
+// timeout sends SIGTERM), so no server outlives the test.
+let running = null;
+let rulesDir = null;
+process.on('exit', () => {
+  if (running && running.exitCode === null && running.signalCode === null) running.kill('SIGKILL');
+  if (rulesDir) fs.rmSync(rulesDir, { recursive: true, force: true });
+});
+for (const signal of ['SIGTERM', 'SIGINT', 'SIGHUP']) process.on(signal, () => process.exit(1));
+
 function startServer(env) {
   return new Promise((resolve, reject) => {
     const child = spawn(args.server, [], { env, stdio: ['ignore', 'ignore', 'pipe'] });
+    running = child;
     let err = '';
     let done = false;
     const timer = setTimeout(() => {
@@ -171,25 +182,32 @@ function call(client, request) {
   });
 }
 
-// What a client compares: the codes, each status's remaining and limit, the headers (the reset
-// header replaced by whether it is the status's duration_until_reset, within the second that
-// may pass between the two readings, and within the hour) and the dynamic metadata.
-function project(res, mode) {
+// Seconds to the end of the hour window at Unix second t (utilities.go CalculateReset:
+// divider - now % divider, 3600 for an hour), for any second the call may have been decided in
+// (t0 before it was sent, t1 after the answer): 'window end' when so, else the value itself.
+function windowEnd(value, t0, t1) {
+  for (let t = t0; t <= t1; t += 1) if (Number(value) === HOUR - (t % HOUR)) return 'window end';
+  return value;
+}
+
+// What a client compares: the codes, each status's remaining, limit and duration_until_reset
+// (generateResponseDescriptorStatus: the window's end with a limit, none without), the headers
+// (the reset header the window's end too) and the dynamic metadata.
+function project(res, mode, t0, t1) {
   const out = {
     overall: res.overall_code,
     statuses: res.statuses.map((s) => ({
       code: s.code,
       remaining: s.limit_remaining,
       limit: s.current_limit ? [s.current_limit.requests_per_unit, s.current_limit.unit] : null,
+      reset: s.duration_until_reset ? windowEnd(s.duration_until_reset.seconds, t0, t1) : null,
     })),
   };
   if (mode === 'headers') {
     const h = {};
-    const resets = res.statuses.map((s) => Number((s.duration_until_reset || {}).seconds || 0));
     for (const { key, value } of res.response_headers_to_add) {
       if (key === HEADERS.reset) {
-        const v = Number(value);
-        h[key] = v >= 1 && v <= 3600 && resets.some((r) => Math.abs(r - v) <= 1) ? 'reset' : value;
+        h[key] = windowEnd(value, t0, t1);
       } else {
         h[key] = value;
       }
@@ -212,7 +230,7 @@ function project(res, mode) {
 }
 
 const HOUR = 3600;
-const st = (code, remaining, limit) => ({ code, remaining, limit });
+const st = (code, remaining, limit) => ({ code, remaining, limit, reset: limit ? 'window end' : null });
 
 // Runs the calls of one mode and checks them. `memcache` changes what stop-increment does.
 async function runMode(client, domain, mode, tag) {
@@ -223,13 +241,15 @@ async function runMode(client, domain, mode, tag) {
     metadata: mode === 'metadata' ? (extra.metadata || null) : null,
   });
   const hdr = (limit, remaining) => ({
-    [HEADERS.limit]: String(limit), [HEADERS.remaining]: String(remaining), [HEADERS.reset]: 'reset',
+    [HEADERS.limit]: String(limit), [HEADERS.remaining]: String(remaining), [HEADERS.reset]: 'window end',
   });
   const shadow = mode === 'shadow';
   const quota = mode === 'quota';
   const results = [];
   const ask = async (what, request, expected) => {
-    results.push([what, project(await call(client, request), mode), expected]);
+    const t0 = Math.floor(Date.now() / 1000);
+    const res = await call(client, request);
+    results.push([what, project(res, mode, t0, Math.floor(Date.now() / 1000)), expected]);
   };
   const v1 = `${tag}-1`;
   const v2 = `${tag}-2`;
@@ -333,6 +353,7 @@ async function main() {
   const run = crypto.randomBytes(6).toString('hex');
   const domain = `outside-${run}`;
   const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'ratelimit-outside-'));
+  rulesDir = dir;
   fs.mkdirSync(path.join(dir, 'ratelimit', 'config'), { recursive: true });
   fs.writeFileSync(path.join(dir, 'ratelimit', 'config', 'rules.yaml'), rulesYaml(domain));
 
