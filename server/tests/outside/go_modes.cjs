@@ -325,6 +325,29 @@ async function runMode(client, domain, mode, tag) {
     headers: {},
     metadata: { domain, descriptors: [{ entries: [`u=${v1}`] }, { entries: [`x=${v1}`] }], hitsAddend: 1 },
   }));
+  // 5. A descriptor's own hits_addend (utilities.go GetHitsAddends: it replaces the request's,
+  //    0 checks only; the request's 0 counts as 1 but is left out of the metadata): b=v3 (10 per
+  //    hour) with 4, 0, 4, 4 in requests whose hits_addend is 0: counts 4, 4, 8, 12, so
+  //    remaining 6, 6, 2 and then 12 > 10: OVER_LIMIT with 0. One descriptor, so
+  //    STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT counts it all the same (the over one is counted),
+  //    and the over-limit cache only holds it after the last call. Overall, headers and metadata
+  //    as in 1 (b's metadata {team: blue} while it passes; each descriptor's hitsAddend).
+  const v3 = `${tag}-3`;
+  const addends = [4, 0, 4, 4];
+  let count = 0;
+  for (let i = 0; i < addends.length; i += 1) {
+    count += addends[i];
+    const over = count > 10;
+    const remaining = over ? 0 : 10 - count;
+    await ask(`b=v3 hits_addend ${addends[i]} (call ${i + 1})`, {
+      domain, descriptors: [{ entries: [{ key: 'b', value: v3 }], hits_addend: { value: addends[i] } }], hits_addend: 0,
+    }, want(over && !shadow ? 'OVER_LIMIT' : 'OK', [st(over ? 'OVER_LIMIT' : 'OK', remaining, [10, 'HOUR'])], {
+      headers: hdr(10, remaining),
+      metadata: {
+        domain, descriptors: [{ entries: [`b=${v3}`], hitsAddend: addends[i] }], ...(over ? {} : { metadata: { team: 'blue' } }),
+      },
+    }));
+  }
   return results;
 }
 
