@@ -36,6 +36,7 @@
 #include "support/redis_backend.hpp"
 #endif
 #include "rls.pb.h"
+#include "rls_request.hpp"
 #include "server_algorithms.hpp"
 #include "service.hpp"
 #include "settings.hpp"
@@ -60,12 +61,7 @@ std::string fresh_prefix() {
          std::to_string(n++) + ":";
 }
 
-/// One descriptor: entries, and optionally its own limit (requests per unit, unit number).
-struct Desc {
-  Entries entries;
-  std::int64_t override_rpu = -1;
-  int override_unit = 2;  // MINUTE
-};
+using Desc = rltest::RlsDescriptor;
 
 /// A Service on `counters` at a ManualClock, called as the gRPC server calls it (the
 /// non-blocking path, waited on).
@@ -81,32 +77,9 @@ struct Server {
   }
 
   pb::RateLimitResponse call(const std::string& domain, const std::vector<Desc>& descs) {
-    pb::RateLimitRequest req;
-    req.set_domain(domain);
-    for (const Desc& d : descs) {
-      auto* out = req.add_descriptors();
-      for (const auto& [k, v] : d.entries) {
-        auto* e = out->add_entries();
-        e->set_key(k);
-        e->set_value(v);
-      }
-      if (d.override_rpu >= 0) {
-        out->mutable_limit()->set_requests_per_unit(static_cast<std::uint32_t>(d.override_rpu));
-        out->mutable_limit()->set_unit(
-            static_cast<envoy::type::v3::RateLimitUnit>(d.override_unit));
-      }
-    }
     pb::RateLimitResponse res;
-    std::mutex m;
-    std::condition_variable cv;
-    std::optional<grpc::Status> status;
-    service->should_rate_limit_async(req, res, [&](grpc::Status st) {
-      const std::lock_guard lock(m);
-      status = std::move(st);
-      cv.notify_all();
-    });
-    std::unique_lock lock(m);
-    REQUIRE(cv.wait_for(lock, std::chrono::seconds{30}, [&] { return status.has_value(); }));
+    const auto status = rltest::rls_call_async(*service, rltest::rls_request(domain, descs), res);
+    REQUIRE(status.has_value());
     INFO(status->error_message());
     REQUIRE(status->ok());
     REQUIRE(res.statuses_size() == static_cast<int>(descs.size()));

@@ -29,6 +29,7 @@
 #endif
 #include "grpc_server.hpp"
 #include "rls.grpc.pb.h"
+#include "rls_request.hpp"
 #include "server_algorithms.hpp"
 #include "service.hpp"
 
@@ -42,13 +43,7 @@ using Code = pb::RateLimitResponse;
 // second, minute, hour and day window starts here.
 constexpr std::int64_t day0_s = 19676LL * 86400;
 
-/// One descriptor of a request: entries, and optionally its own limit or hits.
-struct Desc {
-  Entries entries;
-  std::int64_t override_rpu = -1;  ///< >= 0: a RateLimitOverride of this many per override_unit
-  int override_unit = 1;
-  std::int64_t hits = -1;  ///< >= 0: the descriptor's own hits_addend
-};
+using Desc = rltest::RlsDescriptor;
 
 /// The counters of this run of a test case: each case runs once in process and, in a build with
 /// Redis, once on the Redis server of RATELIMIT_TEST_REDIS (which must be set: see
@@ -101,28 +96,7 @@ struct Fixture {
   std::pair<grpc::Status, pb::RateLimitResponse> call(const std::string& domain,
                                                       const std::vector<Desc>& descs,
                                                       std::uint32_t hits_addend = 0) {
-    pb::RateLimitRequest req;
-    req.set_domain(domain);
-    req.set_hits_addend(hits_addend);
-    for (const Desc& d : descs) {
-      auto* out = req.add_descriptors();
-      for (const auto& [k, v] : d.entries) {
-        auto* e = out->add_entries();
-        e->set_key(k);
-        e->set_value(v);
-      }
-      if (d.override_rpu >= 0) {
-        out->mutable_limit()->set_requests_per_unit(static_cast<std::uint32_t>(d.override_rpu));
-        out->mutable_limit()->set_unit(
-            static_cast<envoy::type::v3::RateLimitUnit>(d.override_unit));
-      }
-      if (d.hits >= 0) out->mutable_hits_addend()->set_value(static_cast<std::uint64_t>(d.hits));
-    }
-    grpc::ClientContext ctx;
-    ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds{10});
-    pb::RateLimitResponse res;
-    const grpc::Status st = stub->ShouldRateLimit(&ctx, req, &res);
-    return {st, res};
+    return rltest::rls_call(*stub, rltest::rls_request(domain, descs, hits_addend));
   }
 
   /// A call expected to succeed.

@@ -41,6 +41,7 @@
 #include "envoy_gateway_statsd_conf.hpp"
 #include "grpc_server.hpp"
 #include "rls.grpc.pb.h"
+#include "rls_request.hpp"
 #include "server_algorithms.hpp"
 #include "service.hpp"
 #include "settings.hpp"
@@ -211,10 +212,7 @@ struct StatsdDaemon {
   int port = 0, admin = 0;
 };
 
-struct Desc {
-  std::vector<std::pair<std::string, std::string>> entries;
-  std::int64_t hits = -1;
-};
+using Desc = rltest::RlsDescriptor;
 
 /// The service behind a real gRPC server on a free loopback port, at a manual clock.
 struct Server {
@@ -234,23 +232,7 @@ struct Server {
   std::pair<grpc::Status, pb::RateLimitResponse> call(const std::string& domain,
                                                       const std::vector<Desc>& descs,
                                                       std::uint32_t hits_addend = 0) {
-    pb::RateLimitRequest req;
-    req.set_domain(domain);
-    req.set_hits_addend(hits_addend);
-    for (const Desc& d : descs) {
-      auto* out = req.add_descriptors();
-      for (const auto& [k, v] : d.entries) {
-        auto* e = out->add_entries();
-        e->set_key(k);
-        e->set_value(v);
-      }
-      if (d.hits >= 0) out->mutable_hits_addend()->set_value(static_cast<std::uint64_t>(d.hits));
-    }
-    grpc::ClientContext ctx;
-    ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds{10});
-    pb::RateLimitResponse res;
-    const grpc::Status status = stub->ShouldRateLimit(&ctx, req, &res);
-    return {status, res};
+    return rltest::rls_call(*stub, rltest::rls_request(domain, descs, hits_addend));
   }
   pb::RateLimitResponse::Code code(const std::string& domain, const std::vector<Desc>& descs,
                                    std::uint32_t hits_addend = 0) {
