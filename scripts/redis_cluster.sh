@@ -11,18 +11,15 @@
 # cluster-require-full-coverage no: while a dead primary's slots await their replica, the other
 # slots keep serving (the default would refuse every key, cluster-wide).
 set -euo pipefail
+source "$(dirname "${BASH_SOURCE[0]}")/throwaway_daemon.sh"  # daemon_port_in_use
 
 base="${TMPDIR:-/tmp}"
 dir_of() { echo "$base/ratelimit-cluster-$1"; }
 
-port_in_use() {
-  (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null
-}
-
 all_free() {
   local p
   for p in $(seq "$1" $(($1 + 5))) $(seq $(($1 + 100)) $(($1 + 105))); do
-    port_in_use "$p" && return 1
+    daemon_port_in_use "$p" && return 1
   done
   return 0
 }
@@ -78,7 +75,8 @@ start() {
       nodes+=("127.0.0.1:$p")
     done
     local ok=1
-    for p in $(seq "$port" $((port + 5))); do wait_for 100 answers "$p" || ok=0; done
+    # Up to 60 s each: a machine busy with builds can take seconds to start a server.
+    for p in $(seq "$port" $((port + 5))); do wait_for 600 answers "$p" || ok=0; done
     if [[ $ok -eq 1 ]] &&
         redis-cli --cluster create "${nodes[@]}" --cluster-replicas 1 --cluster-yes \
           >"$dir/create.log" 2>&1 &&
