@@ -17,7 +17,6 @@
 #include <condition_variable>
 #include <cstdlib>
 #include <filesystem>
-#include <fstream>
 #include <functional>
 #include <iterator>
 #include <map>
@@ -27,6 +26,7 @@
 #include <random>
 #include <stdexcept>
 #include <string>
+#include <system_error>
 #include <thread>
 #include <vector>
 
@@ -729,14 +729,20 @@ TEST_CASE(
   CHECK(WEXITSTATUS(server.exit_status()) == 0);
 }
 
-/// Envoy Gateway's statsd_exporter mapping in a file of the test's, for PROMETHEUS_MAPPER_YAML.
-std::string mapping_file() {
+/// Envoy Gateway's statsd_exporter mapping in a file of the test's, for PROMETHEUS_MAPPER_YAML;
+/// removed when the case ends.
+struct MappingFile {
+  MappingFile() { std::ofstream(path) << ratelimit_test::envoy_gateway_statsd_conf; }
+  ~MappingFile() {
+    std::error_code ignored;
+    std::filesystem::remove(path, ignored);
+  }
+  MappingFile(const MappingFile&) = delete;
+  MappingFile& operator=(const MappingFile&) = delete;
   const std::string path = (std::filesystem::temp_directory_path() /
                             ("ratelimit-eg-statsd-" + std::to_string(::getpid()) + ".yaml"))
                                .string();
-  std::ofstream(path) << ratelimit_test::envoy_gateway_statsd_conf;
-  return path;
-}
+};
 
 TEST_CASE("Envoy Gateway's rate limit deployment: its environment against the management server",
           "[xds]") {
@@ -751,6 +757,7 @@ TEST_CASE("Envoy Gateway's rate limit deployment: its environment against the ma
   // asked for).
   const std::string dir = certs();
   ManagementServer ms(0, "xds-server");
+  const MappingFile mapping;
   std::vector<std::string> env{
       "RUNTIME_ROOT=/data",
       "RUNTIME_SUBDIRECTORY=ratelimit",
@@ -774,7 +781,7 @@ TEST_CASE("Envoy Gateway's rate limit deployment: its environment against the ma
       // Ours: loopback addresses (the deployment's are :19001, 8081 and 8080, and its mapping
       // file, mounted at /etc/statsd-exporter/conf.yaml, is written where the test can).
       "PROMETHEUS_ADDR=127.0.0.1:0",
-      "PROMETHEUS_MAPPER_YAML=" + mapping_file(),
+      "PROMETHEUS_MAPPER_YAML=" + mapping.path,
       "DEBUG_HOST=127.0.0.1",
       "DEBUG_PORT=0",
       "GRPC_HOST=127.0.0.1",
