@@ -318,6 +318,17 @@ class Limiter {
   /// Thread safety: safe from many threads, also while deciding.
   bool detach_listener(const Listener& listener) { return observers_.detach(&listener); }
 
+  /// Tells this limiter's listeners of a decision made around it (a lockout's denial, see
+  /// algorithms/lockout.hpp), with the outcome given. Nothing if none is attached.
+  /// Thread safety: safe from many threads.
+  void notify_listeners(std::string_view key, std::int64_t cost, const Decision& d,
+                        Outcome outcome) const {
+    if (const detail::ObserverSet* obs = observers_.current()) [[unlikely]]
+      if (!obs->entries.empty())
+        detail::Observers::decision(*obs, name_, key, cost, d, std::chrono::nanoseconds{-1},
+                                    outcome);
+  }
+
   /// Shadow mode (Envoy's `shadow_mode`, nginx's `limit_req_dry_run`): every request is decided
   /// and spends exactly as enforced, but none is denied: a decision the limit denies comes back
   /// with `allowed = true` and `shadow_denied = true`, its other fields the enforced
@@ -376,10 +387,7 @@ class Limiter {
   /// A refund or a penalty, the listeners told.
   Decision adjust(std::string_view key, const Operation& op, Outcome outcome) {
     const Decision d = binding_.apply(key, clock_.now(), op);
-    if (const detail::ObserverSet* obs = observers_.current()) [[unlikely]]
-      if (!obs->entries.empty())
-        detail::Observers::decision(*obs, name_, key, op.cost, d, std::chrono::nanoseconds{-1},
-                                    outcome);
+    notify_listeners(key, op.cost, d, outcome);
     return d;
   }
 
