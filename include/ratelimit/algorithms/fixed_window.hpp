@@ -69,9 +69,8 @@ struct FixedWindowModel {
   /// (docs/algorithms.md "Refunds, penalties and lockouts"): a refund of n taken at t0 takes
   /// min(n, c) off the count if t0 lies in t's window (a take of an earlier window left with
   /// it); a penalty adds n, the count capped at 2N. Nothing changes when nothing would.
-  [[gnu::cold, gnu::noinline]] static Decision adjust(const Params& p, State& s,
-                                                      std::chrono::nanoseconds now,
-                                                      const Operation& op) noexcept {
+  [[gnu::noinline]] static Decision adjust(const Params& p, State& s, std::chrono::nanoseconds now,
+                                           const Operation& op) noexcept {
     const std::int64_t t = now.count() > s.last ? now.count() : s.last;
     const std::int64_t k = p.window_of(t);
     const std::int64_t c = s.last >= k * p.window ? s.count : 0;

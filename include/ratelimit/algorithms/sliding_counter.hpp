@@ -95,9 +95,8 @@ struct SlidingCounterModel {
   /// one if it lies in k - 1 (where the take still weighs on the estimate), and nothing for an
   /// earlier window; a penalty adds n to the current count, capped at 2N. Nothing changes when
   /// nothing would.
-  [[gnu::cold, gnu::noinline]] static Decision adjust(const Params& p, State& s,
-                                                      std::chrono::nanoseconds now,
-                                                      const Operation& op) noexcept {
+  [[gnu::noinline]] static Decision adjust(const Params& p, State& s, std::chrono::nanoseconds now,
+                                           const Operation& op) noexcept {
     const std::int64_t t = now.count() > s.last ? now.count() : s.last;
     const std::int64_t k = p.window_of(t);
     const auto [c, prev] = counts_at(p, s, k);

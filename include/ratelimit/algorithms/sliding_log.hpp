@@ -260,9 +260,8 @@ struct SlidingLogModel {
   /// min(n, its units) off the entry stamped t0 if that entry is still in the window (an entry
   /// that left took the take's units with it); a penalty logs min(n, 2N - live) units at t, as
   /// a take would (so the log holds at most 2N units). Nothing changes when nothing would.
-  [[gnu::cold, gnu::noinline]] static Decision adjust(const Params& p, State& s,
-                                                      std::chrono::nanoseconds now,
-                                                      const Operation& op) {
+  [[gnu::noinline]] static Decision adjust(const Params& p, State& s, std::chrono::nanoseconds now,
+                                           const Operation& op) {
     const std::int64_t t = now.count() > s.last ? now.count() : s.last;
     std::size_t first = 0;
     std::int64_t live = s.entries.units();

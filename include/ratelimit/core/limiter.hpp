@@ -386,7 +386,11 @@ class Limiter {
 
   /// A refund or a penalty, the listeners told.
   Decision adjust(std::string_view key, const Operation& op, Outcome outcome) {
-    const Decision d = binding_.apply(key, clock_.now(), op);
+    Decision d;
+    if constexpr (locates)  // as a take: located before the clock read, which overlaps it
+      d = binding_.apply(binding_.locate(key), key, clock_.now(), op);
+    else
+      d = binding_.apply(key, clock_.now(), op);
     notify_listeners(key, op.cost, d, outcome);
     return d;
   }

@@ -248,11 +248,11 @@ constexpr i128 penalty_cap(const GcraParams& p) noexcept {
 ///   and the bucket is not full (else nothing changes). Never more than the take removed: a
 ///   bucket that was full after the take is full only from t0 + n x period / count on.
 /// - penalty of n: A <- max(A, T) + n x period / count, the backlog capped (`penalty_cap`).
-/// Out of line and cold: the hot path of a take only tests the kind.
+/// Out of line, so that the hot path of a take only tests the kind (not cold: a penalty or a
+/// refund is a request of its own, and should cost what a take costs).
 template <bool Shaping>
-[[gnu::cold, gnu::noinline]] Decision gcra_adjust(const GcraParams& p, GcraState& s,
-                                                  std::chrono::nanoseconds now,
-                                                  const Operation& op) noexcept {
+[[gnu::noinline]] Decision gcra_adjust(const GcraParams& p, GcraState& s,
+                                       std::chrono::nanoseconds now, const Operation& op) noexcept {
   const std::int64_t last = s.last();
   const std::int64_t t = now.count() > last ? now.count() : last;
   const GcraAt at = gcra_read_at(p, s);
