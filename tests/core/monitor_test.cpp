@@ -21,6 +21,7 @@
 
 #include "support/backends.hpp"
 #include "support/counting_listener.hpp"
+#include "support/expect.hpp"
 
 using namespace std::chrono_literals;
 

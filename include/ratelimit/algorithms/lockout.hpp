@@ -49,13 +49,13 @@ class Lockout {
       std::string_view{}, std::declval<const TokenBucketModel::Params&>()));
 
  public:
-  /// `limiter` locked out for `block_duration` after a denial.
-  Lockout(L limiter, std::chrono::nanoseconds block_duration)
-      : limiter_(std::move(limiter)),
-        block_(check_block(block_duration)),
+  /// `inner` locked out for `block` (the block duration) after a denial. (The parameters are
+  /// not named `limiter` and `block_duration`: those are members, and -Wshadow would say so.)
+  Lockout(L inner, std::chrono::nanoseconds block)
+      : limiter_(std::move(inner)),
+        block_(check_block(block)),
         lock_(limiter_.storage().template bind<TokenBucketModel>(
-            limiter_.name() + "/lockout",
-            TokenBucketModel::make_params({1, Rate{1, block_duration}}))) {}
+            limiter_.name() + "/lockout", TokenBucketModel::make_params({1, Rate{1, block}}))) {}
 
   /// Decides one take of `cost` units for `key` now: denied while the key is locked out, else
   /// the limit's decision, and a denial then locks the key. Throws `std::invalid_argument` if
