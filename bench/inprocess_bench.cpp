@@ -393,6 +393,36 @@ void BM_OneKeyAdmitted(benchmark::State& state) {
   one_key<A, C>(state, A::admitting(), admitted_step<A>());
 }
 
+// One key, a penalty of one unit per step (a unit's worth of time): every penalty writes the
+// state, as an admitted take does (the key never reaches the cap of twice its limit).
+template <class A, class C>
+void BM_OneKeyPenalty(benchmark::State& state) {
+  Ticker<C> ticker(admitted_step<A>());
+  typename A::template Limiter<C> limiter(A::admitting(), InMemoryStorage{}, ticker.clock);
+  for (auto _ : state) {
+    ticker.tick();
+    benchmark::DoNotOptimize(limiter.penalty("client-0000042", 1));
+  }
+  state.SetItemsProcessed(state.iterations());
+}
+
+// One key, per step a take of one unit then its refund (at the take's time): both write the
+// state. Items count both, so the time per item is their mean (beside OneKeyAdmitted, the
+// take's alone, it shows what a refund costs).
+template <class A, class C>
+void BM_OneKeyTakeRefund(benchmark::State& state) {
+  Ticker<C> ticker(admitted_step<A>());
+  typename A::template Limiter<C> limiter(A::admitting(), InMemoryStorage{}, ticker.clock);
+  const std::string key = "client-0000042";
+  for (auto _ : state) {
+    ticker.tick();
+    const auto now = ticker.clock.now();
+    benchmark::DoNotOptimize(limiter.try_acquire(key, 1, now));
+    benchmark::DoNotOptimize(limiter.refund(key, 1, now));
+  }
+  state.SetItemsProcessed(2 * state.iterations());
+}
+
 // One key bound once (`limiter.bind_key`): the same decision without hashing the key.
 template <class A, class C>
 void BM_OneKeyBound(benchmark::State& state) {
@@ -622,6 +652,10 @@ void register_algorithm() {
   maybe_fixed(benchmark::RegisterBenchmark((base + "NoKey" + suffix).c_str(), BM_NoKey<A, C>));
   maybe_fixed(benchmark::RegisterBenchmark((base + "OneKeyAdmitted" + suffix).c_str(),
                                            BM_OneKeyAdmitted<A, C>));
+  maybe_fixed(benchmark::RegisterBenchmark((base + "OneKeyPenalty" + suffix).c_str(),
+                                           BM_OneKeyPenalty<A, C>));
+  maybe_fixed(benchmark::RegisterBenchmark((base + "OneKeyTakeRefund" + suffix).c_str(),
+                                           BM_OneKeyTakeRefund<A, C>));
   maybe_fixed(
       benchmark::RegisterBenchmark((base + "OneKeyBound" + suffix).c_str(), BM_OneKeyBound<A, C>));
   maybe_fixed(benchmark::RegisterBenchmark((base + "OneKeyDenied" + suffix).c_str(),

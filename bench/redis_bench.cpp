@@ -32,6 +32,7 @@
 
 namespace {
 
+using ratelimit::Decision;
 using ratelimit::RedisStorage;
 using ratelimit::SystemClock;
 
@@ -200,8 +201,12 @@ RedisStorage& shared_storage(std::size_t pool_size) {
   return *s;
 }
 
+/// What BM_OneConnection asks per round trip: a take (`try_acquire`), a refund of a unit taken
+/// at the same instant, or a penalty of one unit.
+enum class Ask { take, refund, penalty };
+
 // One thread, one connection, one synchronous round trip per decision.
-template <class A>
+template <class A, Ask ask = Ask::take>
 void BM_OneConnection(benchmark::State& state) {
   const auto options = options_for(1);
   if (!have_server(state, options)) return;
@@ -216,7 +221,13 @@ void BM_OneConnection(benchmark::State& state) {
   for (auto _ : state) {
     const auto& key = k[rng() % key_space];
     const auto t0 = std::chrono::steady_clock::now();
-    const auto d = limiter.try_acquire(key);
+    Decision d{};
+    if constexpr (ask == Ask::take)
+      d = limiter.try_acquire(key);
+    else if constexpr (ask == Ask::refund)
+      d = limiter.refund(key, 1, limiter.clock().now());
+    else
+      d = limiter.penalty(key, 1);
     lat.add(std::chrono::steady_clock::now() - t0);
     admitted += d.allowed;
   }
@@ -287,6 +298,15 @@ template <class A>
 void register_algorithm() {
   const std::string base = std::string("BM_") + A::name + "_Redis_";
   benchmark::RegisterBenchmark((base + "OneConnection").c_str(), BM_OneConnection<A>)
+      ->UseRealTime()
+      ->Unit(benchmark::kMicrosecond);
+  // Refunds and penalties beside the take, each one script call.
+  benchmark::RegisterBenchmark((base + "OneConnectionRefund").c_str(),
+                               BM_OneConnection<A, Ask::refund>)
+      ->UseRealTime()
+      ->Unit(benchmark::kMicrosecond);
+  benchmark::RegisterBenchmark((base + "OneConnectionPenalty").c_str(),
+                               BM_OneConnection<A, Ask::penalty>)
       ->UseRealTime()
       ->Unit(benchmark::kMicrosecond);
   benchmark::RegisterBenchmark((base + "Pool").c_str(), BM_Pool<A>)

@@ -9,6 +9,7 @@
 #include "algorithms/concurrency.hpp"
 #include "algorithms/fixed_window.hpp"
 #include "algorithms/leaky_bucket.hpp"
+#include "algorithms/lockout.hpp"
 #include "algorithms/sliding_counter.hpp"
 #include "algorithms/sliding_log.hpp"
 #include "algorithms/token_bucket.hpp"

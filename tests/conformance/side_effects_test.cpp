@@ -144,3 +144,39 @@ TEMPLATE_LIST_TEST_CASE(
   CHECK(limiter.peek("j") == fresh(limit));
   CHECK(limiter.try_acquire("j") == row.other);
 }
+
+TEMPLATE_LIST_TEST_CASE(
+    "A refund gives back at most what its take removed, in the take's own window; a penalty "
+    "spends beyond the limit, at most twice it, and retry_after grows by its worth",
+    "[conformance][any_storage][refund][penalty]", Cases) {
+  if constexpr (ratelimit::Adjustable<typename TestType::Algo::Model>) {
+    constexpr auto row = TestType::Row::adjust;
+    INFO(TestType::label());
+    ManualClock clock;
+    auto limiter = TestType::make(clock);
+    const auto limit = TestType::limit;
+    clock.set(row.at);
+    CHECK(limiter.try_acquire("k", row.cost) == row.taken);
+    REQUIRE(limiter.try_acquire("j", row.late_cost).allowed);
+    clock.set(row.refund_at);
+    CHECK(limiter.refund("k", row.refund_cost, row.at) == row.refunded);
+    CHECK(limiter.peek("k") == row.refunded);  // the refund's decision is the peek after it
+    clock.set(row.late_at);
+    const Decision before = limiter.peek("j");
+    CHECK(limiter.refund("j", row.late_cost, row.at) == row.late);
+    CHECK(before == row.late);  // nothing was left to give back: nothing changed
+    CHECK(limiter.peek("j") == row.late);
+
+    clock.set(row.at);
+    CHECK(limiter.penalty("p", row.penalty_cost) == row.penalized);
+    CHECK(limiter.peek("p") == row.penalized);
+    CHECK(limiter.penalty("c", 100 * limit) == row.capped);
+    // A penalty of the whole cap again changes nothing: at most twice the limit stays spent.
+    CHECK(limiter.penalty("c", 100 * limit) == row.capped);
+    REQUIRE(row.penalized.retry_after > 0ms);
+    clock.set(row.at + row.penalized.retry_after - 1ms);
+    CHECK_FALSE(limiter.try_acquire("p").allowed);
+    clock.set(row.at + row.penalized.retry_after);
+    CHECK(limiter.try_acquire("p") == row.pass);
+  }
+}

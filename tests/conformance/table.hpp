@@ -100,6 +100,25 @@ struct StepBackRow {
   Decision other;       ///< a cost-1 request on a never-seen key at back_again_to: its own time
 };
 
+/// "A refund gives back at most what the take removed, in its own window; a penalty spends
+/// beyond the limit, at most twice it" (side_effects_test.cpp; docs/algorithms.md "Refunds,
+/// penalties and lockouts"). Each refund and penalty reports what a cost-1 peek gets after it.
+struct AdjustRow {
+  nanoseconds at;  ///< "k" takes `cost` on a fresh key
+  std::int64_t cost;
+  Decision taken;
+  nanoseconds refund_at;  ///< >= at: "k" refunds `refund_cost` of that take
+  std::int64_t refund_cost;
+  Decision refunded;
+  std::int64_t late_cost;     ///< "j" takes `late_cost` at `at`, and refunds it all at `late_at`:
+  nanoseconds late_at;        ///< by then nothing of the take is left to give back,
+  Decision late;              ///< so the refund changes nothing (equal to a peek then)
+  std::int64_t penalty_cost;  ///< "p", fresh, pays a penalty of this many units at `at`
+  Decision penalized;
+  Decision pass;    ///< a unit on "p" penalized.retry_after after `at`: admitted
+  Decision capped;  ///< "c", fresh, pays 100 x the limit at `at`: capped at twice the limit
+};
+
 /// The primary template has no row: the suite names the algorithm that lacks one.
 template <class Algo>
 struct Row;
@@ -181,6 +200,31 @@ struct Row<TokenBucketAlgo> {
       .back_again_cost = 1,
       .back_again = denied(10, 0, 500ms, 5s),  // decided at 10.5 s: T = 0
       .other = admitted(10, 9, 500ms),         // fresh at 3 s: T = 9
+  };
+
+  // Refunds: owed = t0 + n / r - t (the part time has not refilled), at <- max(at - owed, t).
+  // Penalties: at <- max(at, t) + n / r, the backlog at most 2B / r = 10 s.
+  static constexpr AdjustRow adjust{
+      .at = 0ms,
+      .cost = 4,
+      .taken = admitted(10, 6, 2s),  // T = 6: the bucket is full again at 4 / 2 = 2 s
+      // At 1 s, refund 3: owed = 0 + 3 / 2 - 1 = 0.5 s (time refilled 2 of the 3), so the full
+      // instant moves from 2 s to 1.5 s: T = 10 - 0.5 x 2 = 9 (8 without the refund).
+      .refund_at = 1s,
+      .refund_cost = 3,
+      .refunded = admitted(10, 9, 500ms),
+      // "j" takes 4 at 0; at 2 s a refund of 4 owes 0 + 4 / 2 - 2 = 0: time has refilled the
+      // whole take (the bucket is full), nothing is given back.
+      .late_cost = 4,
+      .late_at = 2s,
+      .late = fresh(10),
+      // 14 on a fresh key: backlog 14 / 2 = 7 s, T = -4: a unit waits until T = 1, (1 + 4) / 2
+      // = 2.5 s, instead of 0; reset 7 s.
+      .penalty_cost = 14,
+      .penalized = denied(10, 0, 2500ms, 7s),
+      .pass = admitted(10, 0, 5s),  // at 2.5 s T = 1 -> 0
+      // 1000 counts as 2B = 20: backlog 10 s, T = -10: (1 + 10) / 2 = 5.5 s.
+      .capped = denied(10, 0, 5500ms, 10s),
   };
 };
 
@@ -266,6 +310,27 @@ struct Row<LeakyBucketAlgo> {
       .back_again = denied(10, 0, 500ms, 5s),  // decided at 10.5 s: L = 10
       .other = admitted(10, 9, 500ms, 0ms),    // empty at 3 s: no wait, L = 1
   };
+
+  // The same GCRA steps as the token bucket, on the level L (see its row).
+  static constexpr AdjustRow adjust{
+      .at = 0ms,
+      .cost = 4,
+      .taken = admitted(10, 6, 2s, 0ms),  // L = 4
+      // At 1 s, refund 3: owed 0.5 s, the queue empties at 1.5 s instead of 2 s: L = 1, a unit
+      // would wait 1 / 2 = 0.5 s.
+      .refund_at = 1s,
+      .refund_cost = 3,
+      .refunded = admitted(10, 9, 500ms, 500ms),
+      // "j": L = 4 at 0; at 2 s the queue has drained the take: a refund of 4 owes nothing.
+      .late_cost = 4,
+      .late_at = 2s,
+      .late = fresh(10),
+      // 14 on an empty queue: L = 14, a unit fits once L <= 9: in (14 - 9) / 2 = 2.5 s.
+      .penalty_cost = 14,
+      .penalized = denied(10, 0, 2500ms, 7s),
+      .pass = admitted(10, 0, 5s, 4500ms),   // at 2.5 s L = 9: waits 4.5 s, L = 10
+      .capped = denied(10, 0, 5500ms, 10s),  // L = 20: (20 + 1 - 10) / 2
+  };
 };
 
 // --- FixedWindow --------------------------------------------------------------------------------
@@ -347,6 +412,24 @@ struct Row<FixedWindowAlgo> {
       .back_again = admitted(3, 1, 1s),  // decided at 2 s: window 2, c = 2
       .other = admitted(3, 2, 800ms),    // its own time, 1.2 s: window 1, ends in 800 ms
   };
+
+  // Refunds: min(n, c) off the count if the take's window is t's, else nothing. Penalties:
+  // c <- min(c + n, 2N = 6).
+  static constexpr AdjustRow adjust{
+      .at = 200ms,
+      .cost = 2,
+      .taken = admitted(3, 1, 800ms),  // c = 2, window 0 ends in 800 ms
+      .refund_at = 500ms,              // still window 0: c = 2 - 1 = 1
+      .refund_cost = 1,
+      .refunded = admitted(3, 2, 500ms),
+      .late_cost = 2,
+      .late_at = 1200ms,  // window 1: the take left with window 0, nothing to give back
+      .late = fresh(3),
+      .penalty_cost = 5,
+      .penalized = denied(3, 0, 800ms, 800ms),  // c = 5 > 3 until window 1
+      .pass = admitted(3, 2, 1s),               // at 1 s: window 1, c = 1
+      .capped = denied(3, 0, 800ms, 800ms),     // c = 6
+  };
 };
 
 // --- SlidingLog ---------------------------------------------------------------------------------
@@ -426,6 +509,24 @@ struct Row<SlidingLogAlgo> {
       .back_again_cost = 2,
       .back_again = admitted(3, 0, 1s),  // decided at 11 s: log {11, 11, 11}
       .other = admitted(3, 2, 1s),       // its own time, 10.2 s
+  };
+
+  // Refunds: min(n, its units) off the entry stamped t0 while it is in the window. Penalties:
+  // min(n, 2N - live) units logged at t.
+  static constexpr AdjustRow adjust{
+      .at = 200ms,
+      .cost = 2,
+      .taken = admitted(3, 1, 1s),  // log {0.2, 0.2}
+      .refund_at = 500ms,           // log {0.2}: reset 0.2 + 1 - 0.5
+      .refund_cost = 1,
+      .refunded = admitted(3, 2, 700ms),
+      .late_cost = 2,
+      .late_at = 1200ms,  // the entry at 0.2 = t - W has left: nothing to give back
+      .late = fresh(3),
+      .penalty_cost = 5,  // 5 units at 0.2: a unit waits for the 3rd oldest to leave, at 1.2 s
+      .penalized = denied(3, 0, 1s, 1s),
+      .pass = admitted(3, 2, 1s),      // at 1.2 s the five left: log {1.2}
+      .capped = denied(3, 0, 1s, 1s),  // 2N = 6 units at 0.2
   };
 };
 
@@ -515,6 +616,28 @@ struct Row<SlidingCounterAlgo> {
       // Decided at 11.1 s (c = 1, p = 10): 2 + 10 (W - e) / W <= 10 iff e >= 200 ms, at 11.2 s.
       .back_again = denied(10, 0, 100ms, 1900ms),
       .other = admitted(10, 9, 2s),  // its own time, 5 s: c = 1, reset 7 s - 5 s
+  };
+
+  // Refunds: min(n, c) off c if the take's window is k, min(n, p) off p if it is k - 1, else
+  // nothing. Penalties: c <- min(c + n, 2N = 20).
+  static constexpr AdjustRow adjust{
+      .at = 200ms,
+      .cost = 4,
+      .taken = admitted(10, 6, 1800ms),  // c = 4, reset 2 s - 0.2 s
+      // At 1.5 s (k = 1, e = 500 ms) the take is p = 4; refund 3: p = 1, E = 1 x 0.5 = 0.5
+      // (2 without it): remaining floor(9.5); only p: reset 2 s - 1.5 s.
+      .refund_at = 1500ms,
+      .refund_cost = 3,
+      .refunded = admitted(10, 9, 500ms),
+      .late_cost = 4,
+      .late_at = 2500ms,  // k = 2: window 0 no longer weighs, nothing to give back
+      .late = fresh(10),
+      // c = 15: a unit fits in window 1 once 1 + 15 (W - e) / W <= 10, e >= 0.4 s: at 1.4 s.
+      .penalty_cost = 15,
+      .penalized = denied(10, 0, 1200ms, 1800ms),
+      .pass = admitted(10, 0, 1600ms),  // 1.4 s: E = 9 + 1; reset 3 s - 1.4 s
+      // c = 20: 1 + 20 (W - e) / W <= 10 iff e >= 0.55 s: at 1.55 s.
+      .capped = denied(10, 0, 1350ms, 1800ms),
   };
 };
 

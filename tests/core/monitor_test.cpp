@@ -21,6 +21,7 @@
 
 #include "support/backends.hpp"
 #include "support/counting_listener.hpp"
+#include "support/expect.hpp"
 
 using namespace std::chrono_literals;
 
@@ -113,6 +114,38 @@ TEMPLATE_LIST_TEST_CASE("A replayed trace gives the listeners exactly the counts
   (void)limiter.try_acquire("a");
   (void)limiter.peek("a");
   CHECK(counts->total() == trace.size());
+}
+
+TEMPLATE_LIST_TEST_CASE(
+    "Refunds and penalties reach the listeners and the exporter as their own outcomes",
+    "[monitor][listener][refund][penalty]", Backends) {
+  ManualClock clock;
+  auto limiter = bucket(TestType::make(), clock, "api");
+  auto quiet = bucket(TestType::make(), clock, "quiet");
+  auto counts = std::make_shared<rltest::CountingListener>();
+  auto exporter = std::make_shared<ratelimit::PrometheusExporter>();
+  for (auto* l : {&limiter, &quiet}) {
+    l->attach_listener(counts);
+    l->attach_listener(exporter);
+  }
+  CHECK(limiter.try_acquire("a", 2).allowed);
+  // B = 3 at 1/s, 2 taken at 0: a refund of 1 at 0 owes 0 + 1 - 0 = 1 s: T = 2.
+  CHECK(limiter.refund("a", 1, clock.now()) == rltest::admitted(3, 2, 1s));
+  // A penalty of 4: T = 2 - 4 = -2, a unit waits (1 + 2) / 1 = 3 s; reset 5 s.
+  CHECK(limiter.penalty("a", 4) == rltest::denied(3, 0, 3s, 5s));
+  CHECK(quiet.try_acquire("a").allowed);
+  CHECK(counts->count("api", Outcome::allowed) == 1);
+  CHECK(counts->count("api", Outcome::refunded) == 1);
+  CHECK(counts->count("api", Outcome::penalized) == 1);
+  CHECK(counts->count("api", Outcome::limited) == 0);  // a penalty's denial is not a request's
+  const std::string text = exporter->render();
+  CHECK(series_value(text, "ratelimit_decisions_total{name=\"api\",outcome=\"refunded\"}") == 1);
+  CHECK(series_value(text, "ratelimit_decisions_total{name=\"api\",outcome=\"penalized\"}") == 1);
+  CHECK(series_value(text, "ratelimit_decisions_total{name=\"api\",outcome=\"locked_out\"}") == -1);
+  // A name that had none keeps the four series of every decision, no more.
+  CHECK(series_value(text, "ratelimit_decisions_total{name=\"quiet\",outcome=\"allowed\"}") == 1);
+  CHECK(series_value(text, "ratelimit_decisions_total{name=\"quiet\",outcome=\"refunded\"}") == -1);
+  CHECK(text.size() <= exporter->max_bytes());
 }
 
 TEMPLATE_LIST_TEST_CASE("Keys reach a listener only when it was attached with_keys",

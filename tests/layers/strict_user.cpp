@@ -42,6 +42,13 @@ void every_algorithm(Storage storage, C clock) {
   use(log);
   use(counter);
   (void)try_acquire_all("k", 1, token, fixed);
+  (void)token.refund("k", 1, clock.now());
+  (void)counter.penalty("k", 2);
+  Lockout login(SlidingLog<C, Storage>(per_second(5), storage, clock, "login"),
+                std::chrono::hours(1));
+  (void)login.try_acquire("k");
+  (void)login.refund("k", 1, clock.now());
+  (void)login.peek("k");
   ConcurrencyLimiter<C, Storage> inflight({3, std::chrono::seconds(30)}, storage, clock, "c");
   auto slot = inflight.try_acquire("k");
   (void)slot;

@@ -2,6 +2,7 @@
 /// @file algorithms/fixed_window.hpp
 /// Fixed window counter: N requests per window aligned to the clock's epoch.
 
+#include <algorithm>
 #include <array>
 #include <chrono>
 #include <cstdint>
@@ -47,8 +48,13 @@ struct FixedWindowModel {
   /// `std::invalid_argument` naming the field (see detail::check_window_params).
   static void check_params(const Params& p) { detail::check_window_params(p); }
 
+  /// Takes `Operation::Kind::refund` and `penalty` (see `adjust`).
+  static constexpr bool adjustable = true;
+
   static Decision apply(const Params& p, State& s, std::chrono::nanoseconds now,
                         const Operation& op) noexcept {
+    if (op.kind != Operation::Kind::spend) [[unlikely]]
+      return adjust(p, s, now, op);
     const std::int64_t t = now.count() > s.last ? now.count() : s.last;
     const std::int64_t k = p.window_of(t);
     // last <= t, so last is in t's window iff last >= its start (one division, not two).
@@ -57,6 +63,24 @@ struct FixedWindowModel {
     return detail::count_decision(p.limit, c, op.cost, to_end, op.peek, [&](std::int64_t count) {
       s = State{t, count};
     });
+  }
+
+  /// A refund or a penalty at t = max(now, last), then what a cost-1 peek reports
+  /// (docs/algorithms.md "Refunds, penalties and lockouts"): a refund of n taken at t0 takes
+  /// min(n, c) off the count if t0 lies in t's window (a take of an earlier window left with
+  /// it); a penalty adds n, the count capped at 2N. Nothing changes when nothing would.
+  [[gnu::noinline]] static Decision adjust(const Params& p, State& s, std::chrono::nanoseconds now,
+                                           const Operation& op) noexcept {
+    const std::int64_t t = now.count() > s.last ? now.count() : s.last;
+    const std::int64_t k = p.window_of(t);
+    const std::int64_t c = s.last >= k * p.window ? s.count : 0;
+    if (op.kind == Operation::Kind::refund) {
+      const std::int64_t t0 = std::clamp<std::int64_t>(op.taken_at.count(), 0, t);
+      if (c > 0 && p.window_of(t0) == k) s = State{t, c - std::min(op.cost, c)};
+    } else if (op.kind == Operation::Kind::penalty && c < 2 * p.limit) {
+      s = State{t, c + std::min(op.cost, 2 * p.limit - c)};
+    }
+    return apply(p, s, std::chrono::nanoseconds{t}, Operation{1, true});
   }
 
   /// The end of last's window if it counted anything, else last.

@@ -44,6 +44,8 @@ struct LeakyBucketModel {
   static constexpr int wire_id = 2;
   /// Its Redis twin: lua/gcra.lua, shared with the token bucket.
   using Wire = detail::GcraWire<LeakyBucketModel, true>;
+  /// Takes `Operation::Kind::refund` and `penalty` (see detail::gcra_adjust).
+  static constexpr bool adjustable = true;
 
   /// The parameters of a rules-file limit of `r`: queue size r.count, drained at r.
   static Params from_rate(const Rate& r) { return make_params({r.count, r}); }

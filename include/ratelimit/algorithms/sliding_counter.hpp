@@ -2,6 +2,7 @@
 /// @file algorithms/sliding_counter.hpp
 /// Sliding window counter: the current window plus the overlapping share of the previous one.
 
+#include <algorithm>
 #include <array>
 #include <chrono>
 #include <cstdint>
@@ -54,8 +55,13 @@ struct SlidingCounterModel {
   /// `std::invalid_argument` naming the field (see detail::check_window_params).
   static void check_params(const Params& p) { detail::check_window_params(p); }
 
+  /// Takes `Operation::Kind::refund` and `penalty` (see `adjust`).
+  static constexpr bool adjustable = true;
+
   static Decision apply(const Params& p, State& s, std::chrono::nanoseconds now,
                         const Operation& op) noexcept {
+    if (op.kind != Operation::Kind::spend) [[unlikely]]
+      return adjust(p, s, now, op);
     using detail::i128;
     const std::int64_t W = p.window, N = p.limit;
     const std::int64_t t = now.count() > s.last ? now.count() : s.last;
@@ -81,6 +87,32 @@ struct SlidingCounterModel {
     // call site (so the compiler inlines it), for that state.
     describe(d, p, left_current, prev, t, k);
     return d;
+  }
+
+  /// A refund or a penalty at t = max(now, last), then what a cost-1 peek reports
+  /// (docs/algorithms.md "Refunds, penalties and lockouts"): a refund of n taken at t0 takes
+  /// min(n, c) off the current count if t0 lies in t's window k, min(n, p) off the previous
+  /// one if it lies in k - 1 (where the take still weighs on the estimate), and nothing for an
+  /// earlier window; a penalty adds n to the current count, capped at 2N. Nothing changes when
+  /// nothing would.
+  [[gnu::noinline]] static Decision adjust(const Params& p, State& s, std::chrono::nanoseconds now,
+                                           const Operation& op) noexcept {
+    const std::int64_t t = now.count() > s.last ? now.count() : s.last;
+    const std::int64_t k = p.window_of(t);
+    const auto [c, prev] = counts_at(p, s, k);
+    const auto make = [&](std::int64_t cur, std::int64_t pre) {
+      s = State{t, static_cast<std::uint32_t>(cur), static_cast<std::uint32_t>(pre)};
+    };
+    if (op.kind == Operation::Kind::refund) {
+      const std::int64_t k0 = p.window_of(std::clamp<std::int64_t>(op.taken_at.count(), 0, t));
+      if (k0 == k && c > 0)
+        make(c - std::min(op.cost, c), prev);
+      else if (k0 == k - 1 && prev > 0)
+        make(c, prev - std::min(op.cost, prev));
+    } else if (op.kind == Operation::Kind::penalty && c < 2 * p.limit) {
+      make(c + std::min(op.cost, 2 * p.limit - c), prev);
+    }
+    return apply(p, s, std::chrono::nanoseconds{t}, Operation{1, true});
   }
 
   /// A count of last's window k weighs on window k + 1 too: fresh from (k + 2) W if the current

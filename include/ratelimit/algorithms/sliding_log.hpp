@@ -54,8 +54,24 @@ class EntryRing {
     slots_[slot(size_ - 1)].count += n;
     units_ += n;
   }
-  /// Appends `e`, growing to at most `max_slots` slots (the caller keeps size() below it).
+  /// Takes `n` <= its count off the i-th oldest entry. An entry left empty goes, unless it is
+  /// the newest, which stays (with no units) as the key's latest time until a newer one
+  /// replaces it (`push_back`): the same as the Redis log's header keeps.
+  void take_from(std::size_t i, std::int64_t n) noexcept {
+    slots_[slot(i)].count -= n;
+    units_ -= n;
+    if (slots_[slot(i)].count != 0 || i + 1 == size_) return;
+    for (std::size_t j = i; j + 1 < size_; ++j) slots_[slot(j)] = slots_[slot(j + 1)];
+    --size_;
+  }
+  /// Appends `e`, growing to at most `max_slots` slots (the caller keeps size() below it). An
+  /// empty newest entry (see `take_from`) is replaced.
   void push_back(const Entry& e, std::size_t max_slots = SIZE_MAX) {
+    if (size_ != 0 && back().count == 0) [[unlikely]] {
+      slots_[slot(size_ - 1)] = e;
+      units_ += e.count;
+      return;
+    }
     if (size_ == slots_.size()) grow(max_slots);
     slots_[slot(size_)] = e;
     ++size_;
@@ -126,10 +142,15 @@ struct SlidingLogModel {
                      const std::string& margin_ms, std::vector<std::string>& out) {
       out.push_back(std::move(now_us));
       out.push_back(f.reach_us);
-      // Any cost above N is denied alike; N + 1 keeps the script's numbers small.
-      out.push_back(std::to_string(std::min(op.cost, p.limit + 1)));
+      // Any cost above N is denied alike; N + 1 keeps the script's numbers small. A refund or
+      // a penalty counts at most 2N (the most units the log holds).
+      const bool take = op.kind == Operation::Kind::spend;
+      out.push_back(std::to_string(std::min(op.cost, take ? p.limit + 1 : 2 * p.limit)));
       out.push_back(f.limit);
-      out.push_back(op.peek ? "1" : "0");
+      if (take) [[likely]]
+        out.push_back(op.peek ? "1" : "0");
+      else
+        out.push_back(adjust_mode(op));
       out.push_back(margin_ms);
       out.push_back(f.ttl_ms);
     }
@@ -140,8 +161,9 @@ struct SlidingLogModel {
     static std::optional<WireState<State>> state(const Params& p, std::span<const detail::i128> r,
                                                  const Operation& op) {
       const auto t = detail::wire_reply_time_ns(r, 1);
-      // Live units may exceed this N (spent under a higher one), never the largest N.
-      if (!t || r.size() < 5 || r[2] < 0 || r[2] > detail::max_count) return std::nullopt;
+      // Live units may exceed this N (spent under a higher one, or a penalty's), never twice
+      // the largest N.
+      if (!t || r.size() < 5 || r[2] < 0 || r[2] > 2 * detail::max_count) return std::nullopt;
       const detail::i128 newest = r[3], target = r[4];
       WireState<State> w{State{}, std::chrono::nanoseconds{*t}, false,
                          std::chrono::nanoseconds{*t}};
@@ -167,9 +189,13 @@ struct SlidingLogModel {
       return w;
     }
 
-    /// The model evaluated on that state.
+    /// The model evaluated on that state. A refund's or a penalty's reply describes the log
+    /// after it, as a cost-1 peek's would (the script rewrites it: the log before it is not in
+    /// the reply), and is decoded as that peek.
     static std::optional<Decision> decode(const Params& p, std::span<const detail::i128> r,
                                           const Operation& op) {
+      if (op.kind != Operation::Kind::spend) [[unlikely]]
+        return decode(p, r, Operation{1, true});
       const auto admitted = detail::wire_reply_admitted(r, 0);
       auto w = state(p, r, op);
       if (!admitted || !w) return std::nullopt;
@@ -185,8 +211,13 @@ struct SlidingLogModel {
   /// `std::invalid_argument` naming the field (see detail::check_window_params).
   static void check_params(const Params& p) { detail::check_window_params(p); }
 
+  /// Takes `Operation::Kind::refund` and `penalty` (see `adjust`).
+  static constexpr bool adjustable = true;
+
   static Decision apply(const Params& p, State& s, std::chrono::nanoseconds now,
                         const Operation& op) {
+    if (op.kind != Operation::Kind::spend) [[unlikely]]
+      return adjust(p, s, now, op);
     const std::int64_t t = now.count() > s.last ? now.count() : s.last;
     std::size_t first = 0;  // entries before it have left the window
     std::int64_t live = s.entries.units();
@@ -222,6 +253,37 @@ struct SlidingLogModel {
     d.remaining = p.limit - live - n;
     d.reset_after = std::chrono::nanoseconds{p.window};
     return d;
+  }
+
+  /// A refund or a penalty at t = max(now, last), then what a cost-1 peek reports
+  /// (docs/algorithms.md "Refunds, penalties and lockouts"): a refund of n taken at t0 takes
+  /// min(n, its units) off the entry stamped t0 if that entry is still in the window (an entry
+  /// that left took the take's units with it); a penalty logs min(n, 2N - live) units at t, as
+  /// a take would (so the log holds at most 2N units). Nothing changes when nothing would.
+  [[gnu::noinline]] static Decision adjust(const Params& p, State& s, std::chrono::nanoseconds now,
+                                           const Operation& op) {
+    const std::int64_t t = now.count() > s.last ? now.count() : s.last;
+    std::size_t first = 0;
+    std::int64_t live = s.entries.units();
+    while (first < s.entries.size() && s.entries[first].time <= t - p.window)
+      live -= s.entries[first++].count;
+    if (op.kind == Operation::Kind::refund) {
+      const std::int64_t t0 = std::clamp<std::int64_t>(op.taken_at.count(), 0, t);
+      for (std::size_t i = first; i < s.entries.size(); ++i)
+        if (s.entries[i].time == t0 && s.entries[i].count > 0) {
+          s.entries.take_from(i, std::min(op.cost, s.entries[i].count));
+          break;
+        }
+    } else if (op.kind == Operation::Kind::penalty && live < 2 * p.limit) {
+      const std::int64_t n = std::min(op.cost, 2 * p.limit - live);
+      for (std::size_t i = 0; i < first; ++i) s.entries.pop_front();
+      if (!s.entries.empty() && s.entries.back().time == t)
+        s.entries.add_to_back(n);
+      else
+        s.entries.push_back(Entry{t, n}, static_cast<std::size_t>(2 * p.limit));
+      s.last = t;
+    }
+    return apply(p, s, std::chrono::nanoseconds{t}, Operation{1, true});
   }
 
   /// When the newest entry leaves the window (at its time + W), and not before last.

@@ -45,6 +45,8 @@ struct TokenBucketModel {
   static constexpr int wire_id = 1;
   /// Its Redis twin: lua/gcra.lua, shared with the leaky bucket.
   using Wire = detail::GcraWire<TokenBucketModel, false>;
+  /// Takes `Operation::Kind::refund` and `penalty` (see detail::gcra_adjust).
+  static constexpr bool adjustable = true;
 
   /// The parameters of a rules-file limit of `r`: capacity r.count, refilled at r.
   static Params from_rate(const Rate& r) { return make_params({r.count, r}); }

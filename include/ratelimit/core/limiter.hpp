@@ -248,6 +248,38 @@ class Limiter {
   /// Puts `key` back to its fresh state. Thread safety: safe from many threads.
   void reset(std::string_view key = {}) { binding_.reset(key); }
 
+  /// Gives back up to `cost` units that a take of `key` decided at `taken_at` (a reading of
+  /// this limiter's clock: the `now` it was decided at) removed, now: a request that failed or
+  /// was cancelled (Bucket4j's `addTokens`, rate-limiter-flexible's `reward`). Never more than
+  /// the take removed and never into another window (docs/algorithms.md "Refunds, penalties
+  /// and lockouts" says what each algorithm gives back); it changes nothing when nothing of
+  /// the take is left to give. Always applied; returns what a cost-1 `peek` reports right
+  /// after it. Atomic on every storage (one script call on Redis). Shadow mode does not apply;
+  /// listeners hear `Outcome::refunded`. Throws `std::invalid_argument` if cost < 1.
+  /// Thread safety: safe from many threads.
+  Decision refund(std::string_view key, std::int64_t cost,
+                  std::chrono::nanoseconds taken_at) requires Adjustable<M> {
+    refuse_far_storages();
+    check_cost(cost);
+    Operation op{cost, false, Decision::never, Operation::Kind::refund};
+    op.taken_at = clock_range(taken_at);
+    return adjust(key, op, Outcome::refunded);
+  }
+
+  /// Spends `cost` more units of `key` now whether or not they fit (a penalty for abuse:
+  /// rate-limiter-flexible's `penalty`, Bucket4j's `consumeIgnoringRateLimits`): the key stays
+  /// denied until the units are paid back by time, so `retry_after` grows by their worth (see
+  /// docs/algorithms.md); at most twice the limit is ever spent. Always applied; returns what
+  /// a cost-1 `peek` reports right after it. Atomic on every storage. Shadow mode does not
+  /// apply; listeners hear `Outcome::penalized`. Throws `std::invalid_argument` if cost < 1.
+  /// Thread safety: safe from many threads.
+  Decision penalty(std::string_view key, std::int64_t cost) requires Adjustable<M> {
+    refuse_far_storages();
+    check_cost(cost);
+    return adjust(key, Operation{cost, false, Decision::never, Operation::Kind::penalty},
+                  Outcome::penalized);
+  }
+
   /// Waits (through the clock's `sleep_for`) until `key` admits `cost` units, then returns the
   /// admitting decision (for the leaky bucket, after also waiting out its `delay`). Returns at
   /// once, denied, when that would take longer than what is left of `max_wait` or can never
@@ -285,6 +317,17 @@ class Limiter {
   /// already under way on another thread may still call it (it is kept alive meanwhile).
   /// Thread safety: safe from many threads, also while deciding.
   bool detach_listener(const Listener& listener) { return observers_.detach(&listener); }
+
+  /// Tells this limiter's listeners of a decision made around it (a lockout's denial, see
+  /// algorithms/lockout.hpp), with the outcome given. Nothing if none is attached.
+  /// Thread safety: safe from many threads.
+  void notify_listeners(std::string_view key, std::int64_t cost, const Decision& d,
+                        Outcome outcome) const {
+    if (const detail::ObserverSet* obs = observers_.current()) [[unlikely]]
+      if (!obs->entries.empty())
+        detail::Observers::decision(*obs, name_, key, cost, d, std::chrono::nanoseconds{-1},
+                                    outcome);
+  }
 
   /// Shadow mode (Envoy's `shadow_mode`, nginx's `limit_req_dry_run`): every request is decided
   /// and spends exactly as enforced, but none is denied: a decision the limit denies comes back
@@ -332,6 +375,26 @@ class Limiter {
   const auto& binding() const noexcept { return binding_; }
 
  private:
+  /// Refunds and penalties compile only on a storage that keeps their bounds.
+  static constexpr void refuse_far_storages() noexcept {
+    static_assert(AdjustingStorage<S>,
+                  "ratelimit: this storage cannot refund or penalize: the regional and leased "
+                  "storages decide on shares of the limit or on exchanged counts, whose bounds "
+                  "(docs/far.md) are proven for takes only; a unit given back to one share could "
+                  "be spent again by another");
+  }
+
+  /// A refund or a penalty, the listeners told.
+  Decision adjust(std::string_view key, const Operation& op, Outcome outcome) {
+    Decision d;
+    if constexpr (locates)  // as a take: located before the clock read, which overlaps it
+      d = binding_.apply(binding_.locate(key), key, clock_.now(), op);
+    else
+      d = binding_.apply(key, clock_.now(), op);
+    notify_listeners(key, op.cost, d, outcome);
+    return d;
+  }
+
   /// A denial admitted in shadow mode (see `set_shadow_mode`). Out of line and only for a
   /// denial: narrow stores into a decision just before it is copied out stall the copy's wide
   /// loads (store-to-load forwarding fails), about 20 ns a decision when done on every one.

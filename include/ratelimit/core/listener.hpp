@@ -7,6 +7,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <cstddef>
 #include <cstdint>
 #include <memory>
 #include <mutex>
@@ -24,9 +25,16 @@ enum class Outcome : std::uint8_t {
   limited,         ///< denied by the limit (HTTP 429)
   shadow_limited,  ///< the limit denied, but shadow mode admitted it (`Decision::shadow_denied`)
   degraded,        ///< a storage failure policy decided (`Decision::degraded`), either way
+  refunded,        ///< units given back (`refund`); the decision is the peek after it
+  penalized,       ///< units spent beyond the limit (`penalty`); the decision is the peek after it
+  locked_out,      ///< denied because the key is locked out (a limiter's lockout)
 };
 
-/// The outcome's lower-case name ("allowed", "limited", "shadow_limited", "degraded").
+/// How many outcomes there are (for arrays indexed by `Outcome`).
+inline constexpr std::size_t outcome_count = 7;
+
+/// The outcome's lower-case name ("allowed", "limited", "shadow_limited", "degraded",
+/// "refunded", "penalized", "locked_out").
 constexpr std::string_view to_string(Outcome o) noexcept {
   switch (o) {
     case Outcome::allowed:
@@ -37,6 +45,12 @@ constexpr std::string_view to_string(Outcome o) noexcept {
       return "shadow_limited";
     case Outcome::degraded:
       return "degraded";
+    case Outcome::refunded:
+      return "refunded";
+    case Outcome::penalized:
+      return "penalized";
+    case Outcome::locked_out:
+      return "locked_out";
   }
   return "unknown";
 }
@@ -236,6 +250,25 @@ class Observers {
   /// listener: `key`, or "" for a listener attached without keys).
   static void decision(const ObserverSet& s, DecisionEvent& ev, std::string_view key) noexcept {
     ev.outcome = outcome_of(ev.decision);
+    tell(s, ev, key);
+  }
+
+  /// The same for a decision `d` named `name` of `cost` units whose outcome is not read from
+  /// the decision (a refund, a penalty, a lockout's denial).
+  static void decision(const ObserverSet& s, std::string_view name, std::string_view key,
+                       std::int64_t cost, const Decision& d, std::chrono::nanoseconds latency,
+                       Outcome outcome) noexcept {
+    DecisionEvent ev;
+    ev.name = name;
+    ev.cost = cost;
+    ev.decision = d;
+    ev.latency = latency;
+    ev.outcome = outcome;
+    tell(s, ev, key);
+  }
+
+  /// Calls every listener's on_decision with `ev` (its key set per listener).
+  static void tell(const ObserverSet& s, DecisionEvent& ev, std::string_view key) noexcept {
     for (const ListenerEntry& e : s.entries) {
       ev.key = e.with_keys ? key : std::string_view{};
       try {

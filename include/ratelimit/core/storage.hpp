@@ -24,9 +24,14 @@ namespace ratelimit {
 /// Thread safety: a plain value.
 struct Operation {
   /// What the operation does to the key: `spend` (every model), or `release`, which gives back
-  /// a held concurrency slot (ConcurrencyModel only; see `lease_end`). Storages pass the kind
-  /// through to the model without looking at it.
-  enum class Kind : std::uint8_t { spend, release };
+  /// a held concurrency slot (ConcurrencyModel only; see `lease_end`), or, for models with
+  /// `Adjustable` (the five algorithms; docs/algorithms.md "Refunds, penalties and lockouts"):
+  /// `refund`, which gives back up to `cost` units that a take at `taken_at` removed, and
+  /// `penalty`, which spends `cost` units whether or not they fit. Both always apply (never
+  /// denied) and return what a cost-1 peek would report right after them. Storages pass the
+  /// kind through to the model without looking at it; the Redis bindings skip the pre-limit
+  /// and the over-limit cache for them.
+  enum class Kind : std::uint8_t { spend, release, refund, penalty };
 
   /// Units (tokens or requests) the request costs, >= 1 (checked by the limiter).
   std::int64_t cost = 1;
@@ -41,6 +46,27 @@ struct Operation {
   /// ConcurrencyModel only (ns on the limiter's clock): the end of the lease a `spend` takes, or
   /// of the lease a `release` gives back. Other models ignore it.
   std::chrono::nanoseconds lease_end{0};
+  /// `refund` only (ns on the limiter's clock): when the take being given back was decided
+  /// (clamped to the refund's own time). Other kinds ignore it.
+  std::chrono::nanoseconds taken_at{0};
+};
+
+/// A model that takes `Operation::Kind::refund` and `penalty` (`M::adjustable` is true): the
+/// limiters' `refund` and `penalty` need it. Its `apply` must then change the state only as
+/// docs/algorithms.md defines (a refund never gives back more than the take removed, nor
+/// crosses into another window; a penalty never leaves more than twice the limit spent).
+template <class M>
+concept Adjustable = requires {
+  requires M::adjustable;
+};
+
+/// A storage whose bindings pass refunds and penalties to the model unchanged and keep the
+/// model's bounds for them (`S::adjusts` is true: in process, Redis, Redis Cluster). The far
+/// storages do not declare it: they decide on shares of a limit or on exchanged counts, whose
+/// bounds (docs/far.md) are proven for takes only.
+template <class S>
+concept AdjustingStorage = requires {
+  requires S::adjusts;
 };
 
 /// An algorithm model (see TokenBucketModel and the others).

@@ -29,8 +29,13 @@ inline constexpr std::string_view sliding_log = R"lua(-- sliding_log.lua: one sl
 -- since a later request stamped before t (but after last) still sees them.
 --
 -- KEY      sorted set, as above
--- ARGV     now_us ('' = Redis TIME) | reach, us | n | N | peek ('1' changes nothing) | TTL margin
---          ms | a new entry's TTL, ms: ceil(W / 1 ms) + 1
+-- ARGV     now_us ('' = Redis TIME) | reach, us | n | N | mode: '0' a take, '1' a peek (changes
+--          nothing), 'r<t0_us>' a refund of a take at t0, 'p' a penalty | TTL margin ms | a new
+--          entry's TTL, ms: ceil(W / 1 ms) + 1
+-- Refund (always applied): min(n, its units) leave the entry stamped min(t0, t) if it is live;
+-- an entry left empty goes, except the newest, whose time the header keeps (as the key's
+-- latest time). Penalty: min(n, 2N - live) units are logged at t as a take's. Their reply is
+-- the one a cost-1 peek would get right after them (the client decodes it so).
 -- Returns  { admitted (0|1), decision time (us), live units before the decision, newest entry's
 --          time (us, -1 if none), the time of the (live + n - N)-th oldest unit (us, -1 unless
 --          that is what a denial waits for), the oldest live entry's time (us, -1 unless the
@@ -82,17 +87,21 @@ local function decide(key, A, o)
       start = start + 128
     end
   end
+  local mode = A[o + 5]
+  local adjusting = mode ~= '0' and mode ~= '1'
+  if adjusting then admitted = true end
   local r = { admitted and 1 or 0, t, live, live > 0 and newest or -1, target, first_live }
   -- For write; not part of the reply (only the array part is returned).
   r.header, r.cut, r.expired, r.oldest, r.newest, r.newest_units =
     head[1], cut, #expired, oldest, newest, newest_units
-  return r, admitted and A[o + 5] ~= '1'
+  r.total = total
+  return r, admitted and mode ~= '1'
 end
 
 -- The admitted request's write, from decide's reply r: expired entries leave, n units at t,
 -- the header follows.
-local function write(key, A, o, r)
-  local t, live, n, oldest = r[2], r[3], tonumber(A[o + 3]), r.oldest
+local function log_units(key, A, o, r, n)
+  local t, live, oldest = r[2], r[3], r.oldest
   if r.expired > 0 then
     redis.call('ZREMRANGEBYSCORE', key, 0, r.cut)
     oldest = tonumber(redis.call('ZRANGE', key, 1, 1, 'WITHSCORES')[2] or t)
@@ -111,6 +120,45 @@ local function write(key, A, o, r)
     redis.call('ZREM', key, r.header)
   end
   redis.call('PEXPIRE', key, tonumber(A[o + 7]) + tonumber(A[o + 6]))
+end
+
+-- A refund: units leave the live entry stamped t0 (see the header); the key keeps its TTL.
+local function refund(key, A, o, r)
+  local t, n = r[2], tonumber(A[o + 3])
+  local t0 = tonumber(string.sub(A[o + 5], 2))
+  if t0 > t then t0 = t end
+  if t0 <= r.cut then return end
+  local m = redis.call('ZRANGEBYSCORE', key, t0, t0, 'LIMIT', 0, 1)[1]
+  if not m then return end
+  local had = units(m)
+  if had == 0 then return end
+  local left = had - math.min(n, had)
+  local nu = r.newest_units
+  if t0 == r.newest then nu = left end
+  local header = string.format('%.0f:%.0f:%.0f', r.oldest, r.newest, nu)
+  local total = r.total - (had - left)
+  redis.call('ZADD', key, -1 - total, header)
+  if left > 0 then redis.call('ZADD', key, t0, string.format('%.0f:%.0f', t0, left)) end
+  redis.call('ZREM', key, m)
+  if r.header ~= header then redis.call('ZREM', key, r.header) end
+end
+
+-- A take's write, or a refund's or a penalty's; then the reply of the latter two becomes what
+-- a cost-1 peek gets after them.
+local function write(key, A, o, r)
+  local mode = A[o + 5]
+  if mode == '0' then return log_units(key, A, o, r, tonumber(A[o + 3])) end
+  if mode == 'p' then
+    local most = 2 * tonumber(A[o + 4])
+    if r[3] < most then log_units(key, A, o, r, math.min(tonumber(A[o + 3]), most - r[3])) end
+  else
+    refund(key, A, o, r)
+  end
+  local peek = {}
+  peek[o + 1], peek[o + 2], peek[o + 3], peek[o + 4], peek[o + 5] =
+    string.format('%.0f', r[2]), A[o + 2], '1', A[o + 4], '1'
+  local after = decide(key, peek, o)
+  for i = 1, 6 do r[i] = after[i] end
 end
 
 return decide, write

@@ -23,8 +23,13 @@ inline constexpr std::string_view window = R"lua(-- window.lua: one fixed window
 -- KEY      string, struct '<ddd': last (latest admitted time, us: its window is the counted
 --          one; a request stamped earlier is decided then), cur (count of last's window), prev
 --          (count of the window before it; 0 for a fixed window)
--- ARGV     now_us ('' = Redis TIME) | W, us | n (at most N + 1) | N | peek ('1' changes
---          nothing) | TTL margin ms | 's' for a sliding counter, 'f' for a fixed window
+-- ARGV     now_us ('' = Redis TIME) | W, us | n (at most N + 1; 2N for a refund or a
+--          penalty) | N | mode: '0' a take, '1' a peek (changes nothing), 'r<t0_us>' a refund
+--          of a take at t0, 'p' a penalty | TTL margin ms | 's' for a sliding counter, 'f' for
+--          a fixed window
+-- Refund (always applied, reply admitted 1): with k0 = floor(min(t0, t) / W), c <- c - min(n, c)
+-- if k0 = k, p <- p - min(n, p) if k0 = k - 1 (sliding counter); nothing for an earlier
+-- window. Penalty: c <- min(c + n, 2N) if c < 2N. The client runs the same step in C++ on the reply.
 -- Returns  { admitted (0|1), decision time (us), c, p } as seen from window k, before the
 --          decision: the client derives remaining, retry_after and reset_after with the model.
 -- TTL      until the counts no longer matter: the end of window k (fixed), of k + 1 (sliding).
@@ -64,6 +69,25 @@ local function decide(key, A, o)
       p = cur
     end
   end
+  local mode = A[o + 5]
+  if mode ~= '0' and mode ~= '1' then
+    local n, c2, p2 = tonumber(A[o + 3]), c, p
+    if mode == 'p' then
+      local most = 2 * tonumber(A[o + 4])
+      if c < most then c2 = math.min(c + n, most) end
+    else
+      local t0 = tonumber(string.sub(mode, 2))
+      local k0 = floor_div(t0 < t and t0 or t, w)
+      if k0 == k then
+        c2 = math.max(c - n, 0)
+      elseif k0 == k - 1 and sliding then
+        p2 = math.max(p - n, 0)
+      end
+    end
+    local r = { 1, t, c, p }
+    r.k, r.c2, r.p2 = k, c2, p2
+    return r, c2 ~= c or p2 ~= p
+  end
   local s = tonumber(A[o + 4]) - c - tonumber(A[o + 3])
   local admitted = s >= 0
   if admitted and sliding and p > s then
@@ -73,15 +97,17 @@ local function decide(key, A, o)
   end
   local r = { admitted and 1 or 0, t, c, p }
   r.k = k  -- for write; not part of the reply (only the array part is returned)
-  return r, admitted and A[o + 5] ~= '1'
+  return r, admitted and mode ~= '1'
 end
 
--- The admitted request's write, from decide's reply r: c <- c + n.
+-- The admitted request's write, from decide's reply r: c <- c + n (or a refund's or a
+-- penalty's counts).
 local function write(key, A, o, r)
   local t, w = r[2], tonumber(A[o + 2])
   local matters = (r.k + (A[o + 7] == 's' and 2 or 1)) * w - t
-  redis.call('SET', key, struct.pack('<ddd', t, r[3] + tonumber(A[o + 3]), r[4]), 'PX',
-             ttl_ms(matters, tonumber(A[o + 6])))
+  local c, p = r.c2, r.p2
+  if not c then c, p = r[3] + tonumber(A[o + 3]), r[4] end
+  redis.call('SET', key, struct.pack('<ddd', t, c, p), 'PX', ttl_ms(matters, tonumber(A[o + 6])))
 end
 
 return decide, write

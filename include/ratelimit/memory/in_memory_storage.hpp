@@ -116,6 +116,9 @@ namespace ratelimit {
 /// Thread safety: every member is safe from many threads.
 class InMemoryStorage {
  public:
+  /// Refunds and penalties reach the model unchanged, under the key's lock (`AdjustingStorage`).
+  static constexpr bool adjusts = true;
+
   /// An empty storage.
   InMemoryStorage() : registry_(std::make_shared<Registry>()) {}
 

@@ -222,10 +222,11 @@ constexpr std::uint64_t fnv1a(std::string_view s) noexcept {
 /// | metric | type | labels |
 /// |---|---|---|
 /// | `_decisions_total` | counter | name (limiter, or rule metric name), outcome (allowed, limited,
-/// shadow_limited, degraded) | | `_decision_latency_seconds` | histogram | (sampled: about 1 in 64
-/// decisions) | | `_top_limited_requests` | gauge | name, client: the `top_clients` most limited,
-/// counts from the space-saving sketch (overestimates) | | `_redis_errors_total` | counter | kind
-/// (connect, timeout, io, reply, protocol, circuit_open, overloaded, warning) | |
+/// shadow_limited, degraded; refunded, penalized, locked_out once a name has had one) | |
+/// `_decision_latency_seconds` | histogram | (sampled: about 1 in 64 decisions) | |
+/// `_top_limited_requests` | gauge | name, client: the `top_clients` most limited, counts from the
+/// space-saving sketch (overestimates) | | `_redis_errors_total` | counter | kind (connect,
+/// timeout, io, reply, protocol, circuit_open, overloaded, warning) | |
 /// `_redis_round_trip_seconds` | histogram | | | `_redis_connect_seconds` | histogram | | |
 /// `_redis_tls_handshake_seconds` | histogram | | | `_redis_first_decision_seconds` | histogram |
 /// | | `_redis_start_to_first_decision_seconds` | histogram | | | `_redis_breaker_open` | gauge |
@@ -303,10 +304,15 @@ class PrometheusExporter final : public Listener {
          "Decisions per limiter or rule metric name and outcome.");
     decisions_.for_each([&](std::string_view name, const auto& v) {
       for (const Outcome o :
-           {Outcome::allowed, Outcome::limited, Outcome::shadow_limited, Outcome::degraded}) {
+           {Outcome::allowed, Outcome::limited, Outcome::shadow_limited, Outcome::degraded,
+            Outcome::refunded, Outcome::penalized, Outcome::locked_out}) {
+        const auto n = v[static_cast<std::size_t>(o)].load();
+        // Refunds, penalties and lockouts only where a limiter has had one: the four outcomes
+        // of every decision keep their series, and a name without the others gains none.
+        if (n == 0 && o >= Outcome::refunded) continue;
         out += p + "_decisions_total{name=\"" + escape(name) + "\",outcome=\"";
         out += to_string(o);
-        out += "\"} " + std::to_string(v[static_cast<std::size_t>(o)].load()) + '\n';
+        out += "\"} " + std::to_string(n) + '\n';
       }
     });
     histogram(out, p + "_decision_latency_seconds",
@@ -358,7 +364,7 @@ class PrometheusExporter final : public Listener {
   std::size_t max_bytes() const noexcept {
     const std::size_t label = 4 * options_.max_label_bytes + 20;
     const std::size_t line = options_.prefix.size() + 160 + 2 * label;
-    const std::size_t lines = 4 * (options_.max_names + 1) + options_.top_clients +
+    const std::size_t lines = outcome_count * (options_.max_names + 1) + options_.top_clients +
                               3 * (options_.max_nodes + 1) +
                               6 * (detail::DurationHistogram::bounds.size() + 3) + 1;
     return 2400 + 12 * 2 * options_.prefix.size() + lines * line;
@@ -458,7 +464,7 @@ class PrometheusExporter final : public Listener {
   }
 
   PrometheusOptions options_;
-  detail::LabeledCounters<4> decisions_;
+  detail::LabeledCounters<outcome_count> decisions_;
   detail::LabeledCounters<1> errors_;
   detail::LabeledCounters<2> breakers_;
   detail::DurationHistogram latency_;

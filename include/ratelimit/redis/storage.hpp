@@ -70,6 +70,10 @@ namespace ratelimit {
 /// Thread safety: every member is safe from many threads.
 class RedisStorage {
  public:
+  /// Refunds and penalties run as one script call, like a take (`AdjustingStorage`); also on
+  /// Redis Cluster.
+  static constexpr bool adjusts = true;
+
   /// A storage on 127.0.0.1:6379 with the default options (so `Storage = {}` works).
   RedisStorage() : RedisStorage(RedisOptions{}) {}
 

@@ -13,6 +13,7 @@
 #include <bit>
 #include <chrono>
 #include <cstdint>
+#include <optional>
 
 #include "../../core/decision.hpp"
 #include "../../core/detail/arith.hpp"
@@ -201,11 +202,17 @@ Decision gcra_decide(const GcraParams& p, GcraState& s, std::int64_t t, GcraAt a
   return d;
 }
 
+template <bool Shaping>
+Decision gcra_adjust(const GcraParams& p, GcraState& s, std::chrono::nanoseconds now,
+                     const Operation& op) noexcept;
+
 /// Shaping = false: token bucket. Shaping = true: leaky bucket (the admitted request's delay is
-/// the backlog, and `op.max_wait` bounds it).
+/// the backlog, and `op.max_wait` bounds it). A refund or a penalty goes to gcra_adjust.
 template <bool Shaping>
 Decision gcra_apply(const GcraParams& p, GcraState& s, std::chrono::nanoseconds now,
                     const Operation& op) noexcept {
+  if (op.kind != Operation::Kind::spend) [[unlikely]]
+    return gcra_adjust<Shaping>(p, s, now, op);
   const std::int64_t last = s.last();
   const std::int64_t t = now.count() > last ? now.count() : last;
   const GcraAt at = gcra_read_at(p, s);
@@ -218,6 +225,56 @@ Decision gcra_apply(const GcraParams& p, GcraState& s, std::chrono::nanoseconds 
   if (p.fits_64 && (!ahead || at.ns - t <= p.max_ahead_64))
     return gcra_decide<Shaping, std::int64_t>(p, s, t, at, ahead, op);
   return gcra_decide<Shaping, i128>(p, s, t, at, ahead, op);
+}
+
+/// The most units a refund or a penalty counts: twice the limit (a penalty never leaves more
+/// than that spent, and a take never removed more).
+constexpr std::int64_t adjust_units(std::int64_t cost, std::int64_t limit) noexcept {
+  return cost < 2 * limit ? cost : 2 * limit;
+}
+
+/// The most backlog a penalty leaves, in 1/count ns: twice the limit's worth, and at most 100
+/// years (so that every time stays in the scripts' exact range).
+constexpr i128 penalty_cap(const GcraParams& p) noexcept {
+  const i128 twice = 2 * i128{p.limit} * p.period;
+  const i128 most = i128{max_refill_time.count()} * p.count;
+  return twice < most ? twice : most;
+}
+
+/// A refund or a penalty at t = max(now, the key's latest time), in 1/count ns (A = at, T = t),
+/// then what a cost-1 peek reports (docs/algorithms.md "Refunds, penalties and lockouts"):
+/// - refund of n taken at t0 <= t: the take's n units that time alone has not refilled since,
+///   owed = t0 + n x period / count - t, leave the backlog: A <- max(A - owed, T) if owed > 0
+///   and the bucket is not full (else nothing changes). Never more than the take removed: a
+///   bucket that was full after the take is full only from t0 + n x period / count on.
+/// - penalty of n: A <- max(A, T) + n x period / count, the backlog capped (`penalty_cap`).
+/// Out of line, so that the hot path of a take only tests the kind (not cold: a penalty or a
+/// refund is a request of its own, and should cost what a take costs).
+template <bool Shaping>
+[[gnu::noinline]] Decision gcra_adjust(const GcraParams& p, GcraState& s,
+                                       std::chrono::nanoseconds now, const Operation& op) noexcept {
+  const std::int64_t last = s.last();
+  const std::int64_t t = now.count() > last ? now.count() : last;
+  const GcraAt at = gcra_read_at(p, s);
+  const i128 a = i128{at.ns} * p.count + at.frac;
+  const i128 tt = i128{t} * p.count;
+  const i128 worth = i128{adjust_units(op.cost, p.limit)} * p.period;
+  std::optional<i128> next;
+  if (op.kind == Operation::Kind::refund) {
+    std::int64_t t0 = op.taken_at.count();
+    t0 = t0 < 0 ? 0 : (t0 > t ? t : t0);
+    const i128 owed = i128{t0} * p.count + worth - tt;
+    if (owed > 0 && a > tt) next = a - owed > tt ? a - owed : tt;
+  } else if (op.kind == Operation::Kind::penalty) {
+    const i128 cap = tt + penalty_cap(p);
+    const i128 base = a > tt ? a : tt;
+    if (base < cap) next = base + worth < cap ? base + worth : cap;
+  }
+  if (next) {
+    const auto [whole, rem] = divmod(*next, i128{p.count});
+    s.set(static_cast<std::int64_t>(whole), static_cast<std::int64_t>(rem), t, p.frac_bits);
+  }
+  return gcra_apply<Shaping>(p, s, std::chrono::nanoseconds{t}, Operation{1, true});
 }
 
 /// When the bucket is full (token) or the queue empty (leaky) again: `at` as `p` reads it, or

@@ -58,6 +58,10 @@ struct GcraWire {
                    const std::string& margin_ms, std::vector<std::string>& out) {
     out.push_back(std::move(now_us));
     out.push_back(f.unit);
+    if (op.kind != Operation::Kind::spend) [[unlikely]] {
+      args_adjust(p, op, margin_ms, out);
+      return;
+    }
     if (op.cost > p.limit) {  // never fits: a negative slack denies whatever the backlog
       out.insert(out.end(), {"0", "0", "-1", "0"});
     } else {
@@ -77,6 +81,24 @@ struct GcraWire {
       const i128 cap = i128{max_refill_time.count() + 1} * p.count;
       push_pair(std::min<i128>(i128{op.max_wait.count()} * p.count, cap), p, out);
     }
+  }
+
+  /// A refund's or a penalty's arguments after now_us and U: the units' worth (at most twice
+  /// the limit), then for a penalty the backlog's cap (`penalty_cap`), for a refund
+  /// nothing (0 0); the mode 'p', or 'r' and the take's time in us; the margin; no wait bound.
+  [[gnu::cold]] static void args_adjust(const GcraParams& p, const Operation& op,
+                                        const std::string& margin_ms,
+                                        std::vector<std::string>& out) {
+    push_pair(i128{adjust_units(op.cost, p.limit)} * p.period, p, out);
+    if (op.kind == Operation::Kind::penalty) {
+      push_pair(penalty_cap(p), p, out);
+      out.emplace_back("p");
+    } else {
+      out.insert(out.end(), {"0", "0"});
+      out.push_back("r" + std::to_string(wire_time_us(op.taken_at)));
+    }
+    out.push_back(margin_ms);
+    out.insert(out.end(), {"", ""});
   }
 
   /// Reply: {admitted, t_us, at_us, at_rem}: the key's whole state at t (see WireState). The
@@ -109,7 +131,9 @@ struct GcraWire {
     auto s = state(p, r, op);
     if (!admitted || !s) return std::nullopt;
     const Decision d = M::apply(p, s->state, s->time, op);
-    if (d.allowed != *admitted) return std::nullopt;
+    // A refund or a penalty always applies (reply 1) and reports what a peek would after it.
+    if (op.kind != Operation::Kind::spend ? !*admitted : d.allowed != *admitted)
+      return std::nullopt;
     return d;
   }
 

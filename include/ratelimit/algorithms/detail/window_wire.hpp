@@ -25,6 +25,13 @@ namespace ratelimit::detail {
 /// What every window algorithm shares on the wire: one Redis key per client key, and the
 /// fallback share.
 struct WindowWireBase {
+  /// The mode argument of a refund ('r' and the take's time in us) or a penalty ('p'), where a
+  /// take sends its peek flag ('0' or '1').
+  [[gnu::cold]] static std::string adjust_mode(const Operation& op) {
+    if (op.kind == Operation::Kind::penalty) return "p";
+    return "r" + std::to_string(wire_time_us(op.taken_at));
+  }
+
   /// limit / divisor (at least 1) per window.
   static WindowParams fallback(const WindowParams& p, std::int64_t divisor) noexcept {
     return {std::max<std::int64_t>(1, p.limit / divisor), p.window};
@@ -57,10 +64,15 @@ struct WindowWire : WindowWireBase {
                    std::vector<std::string>& out) {
     out.push_back(std::move(now_us));
     out.push_back(f.window_us);
-    // Any cost above N is denied alike; N + 1 keeps the script's numbers small.
-    out.push_back(std::to_string(std::min(op.cost, p.limit + 1)));
+    // Any cost above N is denied alike; N + 1 keeps the script's numbers small. A refund or a
+    // penalty counts at most 2N (the cap of a count).
+    const bool take = op.kind == Operation::Kind::spend;
+    out.push_back(std::to_string(std::min(op.cost, take ? p.limit + 1 : 2 * p.limit)));
     out.push_back(f.limit);
-    out.push_back(op.peek ? "1" : "0");
+    if (take) [[likely]]
+      out.push_back(op.peek ? "1" : "0");
+    else
+      out.push_back(adjust_mode(op));
     out.push_back(margin_ms);
     out.emplace_back(Sliding ? "s" : "f");
   }
@@ -73,8 +85,9 @@ struct WindowWire : WindowWireBase {
                                                            std::span<const i128> r,
                                                            const Operation&) {
     const auto t = wire_reply_time_ns(r, 1);
-    if (!t || r.size() < 4 || r[2] < 0 || r[2] > max_count || r[3] < 0 ||
-        r[3] > (Sliding ? max_count : 0))
+    // A penalty may count up to twice the largest N.
+    if (!t || r.size() < 4 || r[2] < 0 || r[2] > 2 * max_count || r[3] < 0 ||
+        r[3] > (Sliding ? 2 * max_count : 0))
       return std::nullopt;
     typename M::State s;
     if constexpr (Sliding)
@@ -91,7 +104,9 @@ struct WindowWire : WindowWireBase {
     auto s = state(p, r, op);
     if (!admitted || !s) return std::nullopt;
     const Decision d = M::apply(p, s->state, s->time, op);
-    if (d.allowed != *admitted) return std::nullopt;
+    // A refund or a penalty always applies (reply 1) and reports what a peek would after it.
+    if (op.kind != Operation::Kind::spend ? !*admitted : d.allowed != *admitted)
+      return std::nullopt;
     return d;
   }
 };
