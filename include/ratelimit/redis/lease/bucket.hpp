@@ -33,6 +33,12 @@
 /// A unit of each lease is spent when it is taken, so a schedule reaches the bound to within
 /// one unit (the test: 199 of 200).
 ///
+/// Dead holders: a lease that keeps tokens leaves a record (lua/lease_bucket.lua) expiring
+/// H + G after it (G = reclaim_grace). A lease call past the expiry reclaims it, crediting its
+/// term min(unspent, (g - r age)+): at most its term, so step 2 holds. A live holder whose record
+/// was reclaimed gets no credit for it; what the reclaim credited of tokens it had spent, at most
+/// (g - r (H + G))+ per such lease, comes on top of the bound (call `flush` every G).
+///
 /// What an instance sees: tokens leased by another instance are unavailable to it until spent
 /// or given back, so it may deny while others hold them (at most L per other instance, for at
 /// most H). The decay costs at most min(u, r H) tokens per lease given back: the bucket is
@@ -119,13 +125,19 @@ class LeasedBucketBinding {
     }
     const std::int64_t back = ended ? ended->left : 0;
     const detail::i128 credit = ended ? decayed(*ended, now) : 0;
+    static const std::vector<std::string> none;
+    // Records of a lease whose term is 0 need not go: a reclaim would credit them nothing.
+    const std::vector<std::string>& records =
+        ended && term(*ended, now) > 0 ? ended->records : none;
     if (op.peek) {
-      const auto r = take(key, now, 0, 0, back, credit);
+      const auto r = take(key, now, 0, 0, back, credit, records, {});
       if (!r) return degrade(key, now, op);
       return model_view(*r, now, op.cost);
     }
     const std::int64_t want = keep ? std::max(lease_, op.cost) : op.cost;
-    const auto r = take(key, now, std::min(want, params_.limit + 1), op.cost, back, credit);
+    const std::string record = shared_->record_id();
+    const auto r =
+        take(key, now, std::min(want, params_.limit + 1), op.cost, back, credit, records, record);
     if (!r) return degrade(key, now, op);
     if (r->granted == 0) {
       Decision d = model_view(*r, now, op.cost);
@@ -148,7 +160,7 @@ class LeasedBucketBinding {
       auto [it, fresh] = table_->leases.try_emplace(std::string(key));
       Lease& l = it->second;
       if (fresh) {
-        l = Lease{left, room, now, params_.limit, full_at, grant_worth, now, 1};
+        l = Lease{left, room, now, params_.limit, full_at, grant_worth, now, 1, {}};
       } else {
         // Another thread leased the key meanwhile: merged. The older start ends it, so every
         // unit is still spent within H of its debit; the credit starts at the sum of both
@@ -162,6 +174,7 @@ class LeasedBucketBinding {
         l.room = room;
         l.full_at = full_at;
       }
+      l.records.push_back(record_member(record, r->granted, now, left));
     }
     return admitted(left + room, full_at - now);
   }
@@ -185,9 +198,12 @@ class LeasedBucketBinding {
     }
     std::int64_t given = 0;
     for (const auto& [key, l] : ended) {
-      const detail::i128 credit = decayed(l, now);
-      if (l.left <= 0 || credit <= 0) continue;  // the bucket refilled through all of them
-      if (take(key, now, 0, 0, l.left, credit))
+      // A term of 0 only falls: the bucket refilled through the lease, and a reclaim of its
+      // records would credit nothing. Otherwise a spent lease still drops its records (a
+      // reclaim would credit spent tokens).
+      if (term(l, now) <= 0) continue;
+      const detail::i128 credit = l.left > 0 ? decayed(l, now) : 0;
+      if (take(key, now, 0, 0, l.left, credit, l.records, {}))
         given += static_cast<std::int64_t>(credit / params_.period);
     }
     return given;
@@ -234,6 +250,8 @@ class LeasedBucketBinding {
     std::int64_t credit_base = 0;
     std::chrono::nanoseconds credit_at{0};
     std::int64_t parts = 1;
+    /// Its records in Redis, as the script wrote them (more than one when threads merged).
+    std::vector<std::string> records;
   };
   struct Table {
     std::mutex mutex;
@@ -302,15 +320,36 @@ class LeasedBucketBinding {
         static_cast<std::int64_t>((v + params_.count - 1) / params_.count)};
   }
 
-  /// One lease call at `now`: credits `credit` (for `back` unused tokens), leases up to `want`
-  /// if at least `need` are there. Nothing when Redis could not answer.
+  /// The record the script writes for a lease of `granted` tokens at `now` that left `left`
+  /// unspent and was recorded as `id` (lua/lease_bucket.lua).
+  std::string record_member(const std::string& id, std::int64_t granted,
+                            std::chrono::nanoseconds now, std::int64_t left) const {
+    return id + ":" + std::to_string(granted * params_.period) + ":" +
+           std::to_string(now.count() / 1000) + ":" + std::to_string(left * params_.period);
+  }
+
+  /// The key of the bucket's lease records (in its hash slot).
+  std::string records_key(std::string_view key) const {
+    return detail::redis_key(shared_->options.redis.key_prefix, key, tail_) + ":l";
+  }
+
+  /// One lease call at `now`: credits `credit` (for `back` unused tokens of the ended lease
+  /// whose records are `records`; nothing if one was reclaimed), reclaims expired records,
+  /// leases up to `want` if at least `need` are there (recorded as `record` if more than
+  /// `need`). Nothing when Redis could not answer.
   std::optional<Taken> take(std::string_view key, std::chrono::nanoseconds now, std::int64_t want,
-                            std::int64_t need, std::int64_t back, detail::i128 credit) const {
+                            std::int64_t need, std::int64_t back, detail::i128 credit,
+                            const std::vector<std::string>& records,
+                            const std::string& record) const {
     const std::int64_t t = now.count();
     const detail::i128 full = detail::i128{params_.limit} * params_.period;
     detail::RedisCall c;
     c.script = &detail::lease_bucket_script();
     c.keys.push_back(detail::redis_key(shared_->options.redis.key_prefix, key, tail_));
+    c.keys.push_back(records_key(key));
+    const auto& o = shared_->options;
+    const std::int64_t expiry_us =
+        t / 1000 + std::chrono::microseconds(o.lease_duration + o.reclaim_grace).count();
     c.argv = {std::to_string(t / 1000),
               std::to_string((t % 1000) * params_.count),
               std::to_string(1000 * params_.count),
@@ -319,8 +358,11 @@ class LeasedBucketBinding {
               std::to_string(want),
               std::to_string(need),
               detail::to_decimal(credit),
-              std::to_string(shared_->options.redis.ttl_margin.count())};
-    const auto v = detail::lease_round_trip(*shared_, std::move(c), 2);
+              std::to_string(shared_->options.redis.ttl_margin.count()),
+              std::to_string(expiry_us),
+              record.empty() ? std::string("-") : record};
+    c.argv.insert(c.argv.end(), records.begin(), records.end());
+    const auto v = detail::lease_round_trip(*shared_, std::move(c), 3);
     if (!v) return std::nullopt;
     const auto& r = *v;
     if (r[0] > want || r[1] > full + 1) {
@@ -330,6 +372,8 @@ class LeasedBucketBinding {
     }
     shared_->units_leased.fetch_add(static_cast<std::uint64_t>(r[0]), std::memory_order_relaxed);
     shared_->units_returned.fetch_add(static_cast<std::uint64_t>(back), std::memory_order_relaxed);
+    shared_->units_reclaimed.fetch_add(static_cast<std::uint64_t>(r[2] / params_.period),
+                                       std::memory_order_relaxed);
     return Taken{static_cast<std::int64_t>(r[0]), static_cast<std::int64_t>(r[1])};
   }
 

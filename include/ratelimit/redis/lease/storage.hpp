@@ -3,7 +3,10 @@
 /// Leased quotas for hot keys (docs/far.md): a long-lived instance far from Redis takes L units
 /// of a key in one script and spends them locally, without a round trip, until they run out (a
 /// miss: one round trip, which also gives back what an ended lease left unused) or the lease
-/// ends after H (its unused units go back with the key's next lease, or with `flush`).
+/// ends after H (its unused units go back with the key's next lease, or with `flush`). A lease
+/// that keeps units leaves a record in Redis expiring H + G after it (G: reclaim_grace): a
+/// holder that died never gives it back, and the next decision of any instance past the expiry
+/// reclaims its units.
 ///
 /// Algorithms and bounds:
 /// - the fixed window and the sliding window counter (redis/lease/window.hpp): a window never
@@ -127,6 +130,7 @@ class LeasedStorage {
     s.units_returned = shared_->units_returned.load(std::memory_order_relaxed);
     s.degraded = shared_->degraded.load(std::memory_order_relaxed);
     s.denied_locally = shared_->denied_locally.load(std::memory_order_relaxed);
+    s.units_reclaimed = shared_->units_reclaimed.load(std::memory_order_relaxed);
     return s;
   }
 

@@ -75,6 +75,7 @@ class LeasedWindowBinding {
     const std::int64_t k = params_.window_of(t);
     const std::chrono::nanoseconds to_end{(k + 1) * W - t};
     std::int64_t give_back = 0;
+    std::vector<std::string> records;  // the ended lease's, named in its give-back
     bool keep = true;
     {
       const std::lock_guard lock(table_->mutex);
@@ -98,14 +99,17 @@ class LeasedWindowBinding {
           // `with_params`, such as a priority's reserve, shares this table): back with the
           // next lease, which Redis grants within this binding's own limit.
           give_back = l.left;
+          records = std::move(l.records);
           table_->leases.erase(it);
         }
       }
       keep = table_->leases.size() < shared_->options.max_keys;
     }
-    if (op.peek) return peek_decision(key, t, give_back, to_end);
+    if (op.peek) return peek_decision(key, t, give_back, records, to_end);
     const std::int64_t want = keep ? std::max(lease_, op.cost) : op.cost;
-    const auto r = take(key, t, std::min(want, params_.limit + 1), op.cost, give_back);
+    std::string record = shared_->record_id();
+    const auto r =
+        take(key, t, std::min(want, params_.limit + 1), op.cost, give_back, records, record);
     if (!r) return degrade(key, now, op, to_end);
     if (r->granted == 0) {
       Decision d = model_view(*r, t, op.cost);
@@ -125,8 +129,10 @@ class LeasedWindowBinding {
     if (left > 0 && keep) {
       const std::lock_guard lock(table_->mutex);
       Lease& l = table_->leases[std::string(key)];
-      if (l.window != k) l = Lease{k, 0, 0, now, params_.limit};
+      if (l.window != k) l = Lease{k, 0, 0, now, params_.limit, {}};
       l.left += left;
+      // Merged with another thread's lease: both records go back with the next give-back.
+      l.records.push_back(std::move(record) + ":" + std::to_string(left));
       l.limit = std::max(l.limit, params_.limit);  // merged units: spendable under the higher
       l.room = room;
       l.taken_at = now;
@@ -154,8 +160,9 @@ class LeasedWindowBinding {
     }
     std::int64_t given = 0;
     for (const auto& [key, l] : ended) {
-      if (l.left <= 0 || params_.window_of(now.count()) != l.window) continue;
-      if (take(key, now.count(), 0, 0, l.left)) given += l.left;
+      if (params_.window_of(now.count()) != l.window) continue;  // its count no longer matters
+      // A spent lease still confirms its records (its units stay counted when they expire).
+      if (take(key, now.count(), 0, 0, l.left, l.records, {})) given += l.left;
     }
     return given;
   }
@@ -197,6 +204,8 @@ class LeasedWindowBinding {
     std::chrono::nanoseconds taken_at{0};
     /// The limit the units were leased under: a binding with a lower one never spends them.
     std::int64_t limit = 0;
+    /// Its records in Redis, "<id>:<units>" (two when threads merged leases).
+    std::vector<std::string> records;
   };
   struct Table {
     std::mutex mutex;
@@ -231,27 +240,46 @@ class LeasedWindowBinding {
     std::int64_t prev;     ///< window k - 1's count (sliding counter; else 0)
     std::int64_t room;     ///< units the window can still lease after the grant
   };
+  /// The key of window k's lease records (in the count's hash slot).
+  std::string records_key(std::string_view key, std::int64_t k) const {
+    return count_key(key, k) + ":l";
+  }
 
   std::string count_key(std::string_view key, std::int64_t k) const {
     return detail::redis_key(shared_->options.redis.key_prefix, key, tail_) + ":" +
            std::to_string(k);
   }
 
-  /// One lease call at `t` (ns) on t's window: gives back `give_back`, leases up to `want` if at
-  /// least `need` fit. Nothing when Redis could not answer.
+  /// One lease call at `t` (ns) on t's window: gives back `give_back` of the ended lease whose
+  /// records are `records`, reclaims expired records, leases up to `want` if at least `need`
+  /// fit (recorded as `record` if more than `need`). Nothing when Redis could not answer.
   std::optional<Taken> take(std::string_view key, std::int64_t t, std::int64_t want,
-                            std::int64_t need, std::int64_t give_back) const {
+                            std::int64_t need, std::int64_t give_back,
+                            const std::vector<std::string>& records,
+                            const std::string& record) const {
     const std::int64_t W = params_.window, k = params_.window_of(t);
     detail::RedisCall c;
     c.script = &detail::lease_window_script();
     c.keys.push_back(count_key(key, k));
+    c.keys.push_back(records_key(key, k));
     if constexpr (sliding) c.keys.push_back(count_key(key, k - 1));
     const std::int64_t matters = (k + (sliding ? 2 : 1)) * W - t;
     const std::int64_t ttl_ms = matters / 1'000'000 + 1 + shared_->options.redis.ttl_margin.count();
-    c.argv = {std::to_string(params_.limit),     std::to_string(want),   std::to_string(need),
-              std::to_string(give_back),         std::to_string(ttl_ms), std::to_string(W / 1000),
-              std::to_string((t - k * W) / 1000)};
-    const auto v = detail::lease_round_trip(*shared_, std::move(c), 4);
+    const auto& o = shared_->options;
+    const std::int64_t expiry_us =
+        t / 1000 + std::chrono::microseconds(o.lease_duration + o.reclaim_grace).count();
+    c.argv = {std::to_string(params_.limit),
+              std::to_string(want),
+              std::to_string(need),
+              std::to_string(give_back),
+              std::to_string(ttl_ms),
+              std::to_string(W / 1000),
+              std::to_string((t - k * W) / 1000),
+              std::to_string(t / 1000),
+              std::to_string(expiry_us),
+              record.empty() ? std::string("-") : record};
+    c.argv.insert(c.argv.end(), records.begin(), records.end());
+    const auto v = detail::lease_round_trip(*shared_, std::move(c), 5);
     if (!v) return std::nullopt;
     const auto& r = *v;
     if (r[1] > (1 << 30) || r[2] > (1 << 30)) {
@@ -262,6 +290,7 @@ class LeasedWindowBinding {
     shared_->units_leased.fetch_add(static_cast<std::uint64_t>(r[0]), std::memory_order_relaxed);
     shared_->units_returned.fetch_add(static_cast<std::uint64_t>(give_back),
                                       std::memory_order_relaxed);
+    shared_->units_reclaimed.fetch_add(static_cast<std::uint64_t>(r[4]), std::memory_order_relaxed);
     return Taken{static_cast<std::int64_t>(r[0]), static_cast<std::int64_t>(r[1]),
                  static_cast<std::int64_t>(r[2]), static_cast<std::int64_t>(r[3])};
   }
@@ -287,8 +316,9 @@ class LeasedWindowBinding {
 
   /// A peek with no lease to answer it: the window's count, leasing nothing.
   Decision peek_decision(std::string_view key, std::int64_t t, std::int64_t give_back,
+                         const std::vector<std::string>& records,
                          std::chrono::nanoseconds to_end) const {
-    const auto r = take(key, t, 0, 0, give_back);
+    const auto r = take(key, t, 0, 0, give_back, records, {});
     if (!r) return degrade(key, std::chrono::nanoseconds{t}, Operation{1, true}, to_end);
     return model_view(*r, t, 1);
   }
