@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "../../core/clock.hpp"
+#include "../../core/completion.hpp"
 #include "../../core/decision.hpp"
 #include "../../core/detail/validate.hpp"
 #include "../../core/storage.hpp"
@@ -75,6 +76,10 @@ struct LeasedPart {
   Decision (*apply)(const void* binding, std::string_view key, std::chrono::nanoseconds now,
                     const Operation& op);
   const void* binding;
+  /// Decides the part without blocking: its binding's apply_async (which copies the binding
+  /// and the key before it returns).
+  void (*apply_async)(const void* binding, std::string_view key, std::chrono::nanoseconds now,
+                      const Operation& op, Completion<Decision> done);
 };
 
 class LeasedStorage;
@@ -175,22 +180,17 @@ inline std::chrono::nanoseconds lease_clamp_time(std::chrono::nanoseconds now) n
   return std::clamp(now, std::chrono::nanoseconds{0}, max_clock_time);
 }
 
-/// Runs one lease script call (one round trip). Returns the reply's integers when it has
-/// `size` of them, all >= 0; nothing when Redis could not answer (the client reported it) or
-/// answered otherwise (reported here as a protocol error).
-inline std::optional<std::vector<i128>> lease_round_trip(LeaseShared& shared, RedisCall call,
-                                                         std::size_t size) {
-  std::vector<RedisCall> calls;
-  calls.push_back(std::move(call));
-  auto& client = *shared.client;
-  shared.round_trips.fetch_add(1, std::memory_order_relaxed);
-  auto res = client.execute(std::move(calls), client.deadline_from_now());
-  if (res.front().failure) return std::nullopt;
-  const auto v = reply_ints(*res.front().reply);
+/// The reply of one lease script call: its integers when it has `size` of them, all >= 0;
+/// nothing when Redis could not answer (the client reported it) or answered otherwise
+/// (reported here as a protocol error).
+inline std::optional<std::vector<i128>> lease_reply(LeaseShared& shared, const RedisResult& res,
+                                                    std::size_t size) {
+  if (res.failure) return std::nullopt;
+  const auto v = reply_ints(*res.reply);
   const std::span<const i128> r = v ? std::span<const i128>(*v) : std::span<const i128>{};
   if (r.size() != size ||
       std::any_of(r.begin(), r.end(), [](i128 x) { return x < 0 || x > (i128{1} << 62); })) {
-    client.report({RedisFailureKind::protocol, "unexpected reply from the lease script"});
+    shared.client->report({RedisFailureKind::protocol, "unexpected reply from the lease script"});
     return std::nullopt;
   }
   return std::vector<i128>(r.begin(), r.end());

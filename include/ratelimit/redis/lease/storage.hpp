@@ -17,12 +17,14 @@
 /// be fixed when it is leased, not when it is spent), the sliding log and the concurrency limit.
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <span>
 #include <string_view>
 #include <type_traits>
 #include <utility>
+#include <vector>
 
 #include "../../algorithms/fixed_window.hpp"
 #include "../../algorithms/leaky_bucket.hpp"
@@ -111,6 +113,35 @@ class LeasedStorage {
     if (parts.empty()) return true;
     out[0] = parts[0].apply(parts[0].binding, parts[0].key, now, parts[0].op);
     return out[0].allowed;
+  }
+
+  /// `decide_all` without blocking on a miss: `done(decisions, all_admitted)` is called
+  /// exactly once, as the part's `apply_async` completes (before this returns when the lease
+  /// answers, Redis is not asked or there is no part; else on the Redis client's I/O thread;
+  /// see core/completion.hpp). Throws as `decide_all` (and then never calls `done`). Thread
+  /// safety: safe from many threads.
+  void decide_all_async(std::span<const Part> parts, std::chrono::nanoseconds now,
+                        std::function<void(std::vector<Decision>&&, bool)> done) const {
+    if (parts.size() > 1)
+      detail::invalid("decide_all: parts (count)", static_cast<std::int64_t>(parts.size()),
+                      "a LeasedStorage decides one key at a time");
+    if (parts.empty()) {
+      std::vector<Decision> none;
+      try {
+        done(std::move(none), true);
+      } catch (...) {  // see core/completion.hpp
+      }
+      return;
+    }
+    parts[0].apply_async(parts[0].binding, parts[0].key, now, parts[0].op,
+                         [done = std::move(done)](Decision d) {
+                           const bool all = d.allowed;
+                           std::vector<Decision> ds{d};
+                           try {
+                             done(std::move(ds), all);
+                           } catch (...) {  // see core/completion.hpp
+                           }
+                         });
   }
 
   /// Cold start: connects to Redis (TLS and AUTH included) and loads the lease scripts, so that
