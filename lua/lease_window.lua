@@ -51,6 +51,7 @@ local change = (held - tonumber(ARGV[4])) - recorded - reclaimed
 if change > 0 then
   count = count + change
   redis.call('INCRBY', KEYS[1], change)
+  redis.call('PEXPIRE', KEYS[1], ARGV[5])  -- the key may have been gone: never without a TTL
 elseif change < 0 and count > 0 then
   if -change > count then change = -count end
   count = count + change

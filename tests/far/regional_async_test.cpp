@@ -360,12 +360,12 @@ TEMPLATE_TEST_CASE(
     "call returns",
     "[far][lease][redis][async]", FixedWindowModel, TokenBucketModel) {
   // The shared test Redis behind a proxy 150 ms away each way (a 300 ms round trip). N = 10
-  // per second (a bucket: C = 10 refilled at 10 per second), L = 5, all at 1 ms (ManualClock
-  // time). Decisions 1 and 6 miss and lease 5 each (asynchronous: completed on the client's
-  // I/O thread after apply_async returned); 2-5 and 7-10 spend the leases (completed before
-  // it returned, on the caller's thread); 11 misses, Redis has nothing left, denied (its
-  // denial remembered for min(retry_after, H)); 12-1000 are denied before the call returns,
-  // with no round trip. 3 round trips for 1000 decisions, none blocking the caller.
+  // per second (a bucket: C = 10 refilled at 5 per second), L = 5, all at 1 ms (ManualClock
+  // time; refill plays no part). Decisions 1 and 6 miss and lease 5 each (asynchronous: completed
+  // on the client's I/O thread after apply_async returned); 2-5 and 7-10 spend the leases
+  // (completed before it returned, on the caller's thread); 11 misses, Redis has nothing left,
+  // denied (its denial remembered for min(retry_after, H)); 12-1000 are denied before the call
+  // returns, with no round trip. 3 round trips for 1000 decisions, none blocking the caller.
   const auto& e = rltest::redis_endpoint();
   rltest::DelayProxy proxy(e.host, e.port);
   proxy.set_delay(150ms);
@@ -378,12 +378,7 @@ TEMPLATE_TEST_CASE(
   o.redis.command_timeout = 5s;
   o.lease_duration = 1s;
   ratelimit::LeasedStorage s(o);
-  typename TestType::Params params;
-  if constexpr (std::is_same_v<TestType, TokenBucketModel>)
-    params = TokenBucketModel::make_params({10, ratelimit::per_second(10)});
-  else
-    params = ratelimit::detail::WindowParams{10, std::chrono::nanoseconds{1s}.count()};
-  const auto b = s.template bind<TestType>("api", params, 5);
+  const auto b = s.template bind<TestType>("api", params_of<TestType>(), 5);
   const Operation one{1};
   int admitted = 0, sync_completions = 0, async_completions = 0;
   for (int i = 1; i <= 1000; ++i) {
