@@ -18,6 +18,7 @@
 #include <ratelimit/ratelimit.hpp>
 #include <ratelimit/redis/lease/storage.hpp>
 
+#include "support/delay_proxy.hpp"
 #include "support/redis_backend.hpp"
 
 namespace {
@@ -319,4 +320,49 @@ TEST_CASE("A bucket lease whose holder was killed credits its term H + G after i
   for (int i = 0; i < 150; ++i) admitted += b.apply("k", 1101ms, one).allowed ? 1 : 0;
   CHECK(admitted == 100);
   CHECK(s.stats().units_reclaimed == 39);
+}
+
+TEST_CASE("A give-back that Redis never answered goes again with the next call",
+          "[far][lease][redis][reclaim]") {
+  // N = 50 per 10 s, L = 10, H = 100 ms, G = 1 s. a (through a proxy) leases 10 at 1 ms
+  // (record: 9) and spends 4 more: 5 spent, 5 left. At 200 ms its lease has ended, and the
+  // call giving it back is cut off (the proxy drops everything): the decision degrades and
+  // the ended lease is kept, records and all. Healed, a's next call gives the 5 back with the
+  // record (count 10 - 5 = 5) and leases 10 (count 15). At 1201 ms, past the record's expiry
+  // (1101 ms), another instance finds nothing to reclaim and gets 50 - 15 = 35. Had the record
+  // been dropped with the failed call, its 9 would have been reclaimed, the 4 a spent of them
+  // with them: 39, over N.
+  const auto prefix = rltest::unique_prefix("lease");
+  const auto& e = rltest::redis_endpoint();
+  rltest::DelayProxy proxy(e.host, e.port);
+  auto o = lease_options(prefix);
+  o.redis.host = "127.0.0.1";
+  o.redis.port = proxy.port();
+  o.redis.command_timeout = 200ms;
+  o.redis.breaker_backoff = 1ms;
+  o.redis.breaker_max_backoff = 1ms;
+  o.redis.failure_policy = ratelimit::FailurePolicy::fail_closed;
+  const auto params = ratelimit::detail::WindowParams{50, std::chrono::nanoseconds{10s}.count()};
+  LeasedStorage a_store(o), b_store(lease_options(prefix));
+  auto a = a_store.bind<FixedWindowModel>("api", params, 10);
+  auto b = b_store.bind<FixedWindowModel>("api", params, 10);
+  for (int i = 0; i < 5; ++i) REQUIRE(a.apply("k", 1ms, one).allowed);
+  proxy.set_partitioned(true);
+  const auto cut = a.apply("k", 200ms, one);
+  CHECK(cut.degraded);
+  CHECK_FALSE(cut.allowed);
+  proxy.set_partitioned(false);
+  // The breaker may refuse a first call or two after the cut (its back-off, 1 ms): each
+  // refused call keeps the ended lease again. A generous bound, only against a hang.
+  bool answered = false;
+  for (int i = 0; i < 2000 && !answered; ++i) {
+    const auto d = a.apply("k", 300ms, one);
+    answered = !d.degraded;
+    if (answered) CHECK(d.allowed);
+  }
+  REQUIRE(answered);
+  std::int64_t admitted = 0;
+  for (int i = 0; i < 60; ++i) admitted += b.apply("k", 1201ms, one).allowed ? 1 : 0;
+  CHECK(admitted == 35);
+  CHECK(b_store.stats().units_reclaimed == 0);
 }

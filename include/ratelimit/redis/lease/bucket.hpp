@@ -283,6 +283,7 @@ class LeasedBucketBinding {
     std::vector<std::string> records;  ///< the ended lease's records, named in its give-back
     bool keep = true;                  ///< a lease may be kept (within max_keys)
     std::string record;                ///< the new lease's record id (empty: none)
+    std::optional<Lease> ended;        ///< the ended lease itself (restored if Redis fails)
   };
 
   /// The decision from this instance's lease or a remembered denial, if one answers; else
@@ -309,6 +310,7 @@ class LeasedBucketBinding {
       // of a lease whose term is 0 need not go: a reclaim would credit them nothing.
       m.back = l.left;
       m.credit = decayed(l, now);
+      m.ended = l;
       if (term(l, now) > 0) m.records = std::move(l.records);
       table_->leases.erase(it);
     }
@@ -332,7 +334,10 @@ class LeasedBucketBinding {
     const std::int64_t want =
         op.peek ? 0 : std::min(m.keep ? std::max(lease_, op.cost) : op.cost, params_.limit + 1);
     const auto r = taken(res, want, m.back);
-    if (!r) return degrade(key, now, op);
+    if (!r) {
+      restore(key, now, m);
+      return degrade(key, now, op);
+    }
     if (op.peek) return model_view(*r, now, op.cost);
     if (r->granted == 0) {
       Decision d = model_view(*r, now, op.cost);
@@ -372,6 +377,17 @@ class LeasedBucketBinding {
       l.records.push_back(record_member(m.record, r->granted, now, left));
     }
     return admitted(left + room, full_at - now);
+  }
+
+  /// Puts back the ended lease a failed lease call was to give back (unless the key holds a
+  /// lease again), still ended: its credit and records go with the next call. Dropped, its
+  /// records would be reclaimed at their expiry, crediting tokens this instance had spent.
+  void restore(std::string_view key, std::chrono::nanoseconds now, const Miss& m) const {
+    if (!m.ended) return;
+    const std::lock_guard lock(table_->mutex);
+    auto [it, fresh] = table_->leases.try_emplace(std::string(key), *m.ended);
+    if (!fresh) return;
+    it->second.taken_at = now - shared_->options.lease_duration;  // ended: never spent again
   }
 
   /// The record the script writes for a lease of `granted` tokens at `now` that left `left`

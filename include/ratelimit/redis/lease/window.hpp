@@ -224,6 +224,7 @@ class LeasedWindowBinding {
     std::vector<std::string> records;  ///< the ended lease's records, named in its give-back
     bool keep = true;                  ///< a lease may be kept (within max_keys)
     std::string record;                ///< the new lease's record id (empty: none)
+    std::optional<Lease> ended;        ///< the ended lease itself (restored if Redis fails)
   };
 
   /// The decision from this instance's lease or a remembered denial, if one answers; else
@@ -252,6 +253,7 @@ class LeasedWindowBinding {
         // `with_params`, such as a priority's reserve, shares this table): back with the
         // next lease, which Redis grants within this binding's own limit.
         m.give_back = l.left;
+        m.ended = l;
         m.records = std::move(l.records);
         table_->leases.erase(it);
       }
@@ -279,7 +281,10 @@ class LeasedWindowBinding {
                   const Miss& m, const detail::RedisResult& res) const {
     const std::int64_t t = now.count(), k = params_.window_of(t);
     const auto r = taken(res, m.give_back);
-    if (!r) return degrade(key, now, op, to_end(t));
+    if (!r) {
+      restore(key, now, m);
+      return degrade(key, now, op, to_end(t));
+    }
     if (op.peek) return model_view(*r, t, 1);
     if (r->granted == 0) {
       Decision d = model_view(*r, t, op.cost);
@@ -309,6 +314,17 @@ class LeasedWindowBinding {
       l.taken_at = std::min(l.taken_at, now);
     }
     return admitted(left + room, to_end(t));
+  }
+
+  /// Puts back the ended lease a failed lease call was to give back (unless the key holds a
+  /// lease again), still ended: its records go with the next call. Dropped, they would be
+  /// reclaimed at their expiry with the units this instance had spent of them.
+  void restore(std::string_view key, std::chrono::nanoseconds now, const Miss& m) const {
+    if (!m.ended) return;
+    const std::lock_guard lock(table_->mutex);
+    auto [it, fresh] = table_->leases.try_emplace(std::string(key), *m.ended);
+    if (!fresh) return;
+    it->second.taken_at = now - shared_->options.lease_duration;  // ended: never spent again
   }
 
   /// One lease call at `t` (ns) on t's window: gives back `give_back` of the ended lease whose
