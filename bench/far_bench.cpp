@@ -20,6 +20,13 @@
 ///    interval's admissions beyond one exact bucket against r H, and decisions per round trip.
 /// 4. Cold start: a fresh leased storage's first decision on the far Redis with an empty script
 ///    cache, without and with warm_up().
+/// 6. Faults and roaming, each with its bound and the measured worst: a client roaming between
+///    regions and a client of an idle region (the regional token bucket, against one exact
+///    bucket on the same schedule); a flood over every region through a 500 ms pause of the
+///    process, a FLUSHALL and a restart of one region's Redis (the fixed window's units per
+///    window against N + (R - 1) U, plus N per lost Redis); a 2 s partition of one region (an
+///    honest client of a region still talking to the other: its units in the window inside
+///    the partition, goal N - U); leases under a flood (decisions per round trip).
 /// 5. Cold start of RedisStorage, on the region's own Redis (local) and on the far one: a fresh
 ///    process (this program again, `--cold-child`) constructs a storage and makes one decision,
 ///    with an empty script cache, without and with `RedisOptions::warm_up`; the parent times
@@ -30,17 +37,20 @@
 ///   far_bench --ports P0,P1,P2 [--delay MS] [--quick]     writes markdown to stdout
 ///   far_bench --cold-child PORT WARM                      one cold start (used by 5.)
 #include <hiredis/hiredis.h>
+#include <signal.h>
 #include <spawn.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <array>
 #include <atomic>
 #include <chrono>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -76,14 +86,18 @@ ratelimit::RedisOptions redis_at(int port, const std::string& prefix) {
 }
 
 /// The three regions' storages, links through `proxies[from][to]`.
+/// `default_policy`: the region's own Redis keeps the far storages' default failure policy
+/// (local_fallback, one instance per region: fallback_divisor 1), else fail_closed.
 std::vector<ratelimit::RegionalStorage> regions(
     const std::vector<std::vector<std::unique_ptr<rltest::DelayProxy>>>& proxies,
-    const std::string& prefix) {
+    const std::string& prefix, bool default_policy = false) {
   std::vector<ratelimit::RegionalStorage> out;
   for (std::size_t i = 0; i < 3; ++i) {
     ratelimit::RegionalOptions o;
     o.region = "r" + std::to_string(i);
+    const auto policy = o.local.failure_policy;
     o.local = redis_at(ports[i], prefix);
+    if (default_policy) o.local.failure_policy = policy;
     o.exchange_interval = S;
     o.one_way_delay = std::chrono::milliseconds{delay_ms};
     for (std::size_t j = 0; j < 3; ++j)
@@ -176,6 +190,105 @@ double ping_ms(int port) {
   }
   if (c != nullptr) redisFree(c);
   return pct(v, 0.5);
+}
+
+/// Units admitted per window (key: the window's number) by one flooding thread per region on
+/// one fixed-window key, for `seconds`; `fault` runs once on its own thread `at` after the start.
+std::map<std::int64_t, std::int64_t> flood_windows(
+    const std::vector<std::vector<std::unique_ptr<rltest::DelayProxy>>>& proxies, const char* tag,
+    int seconds, std::chrono::milliseconds at, const std::function<void()>& fault) {
+  auto st = regions(proxies, prefix_of(tag), true);
+  std::vector<std::unique_ptr<ratelimit::RegionalExchanger<>>> ex;
+  for (auto& s : st) ex.push_back(std::make_unique<ratelimit::RegionalExchanger<>>(s));
+  std::mutex m;
+  std::map<std::int64_t, std::int64_t> per_window;
+  align_to_window();
+  const std::int64_t end = now_ns() + seconds * 1'000'000'000LL;
+  std::vector<std::thread> threads;
+  for (std::size_t r = 0; r < 3; ++r)
+    threads.emplace_back([&, r] {
+      auto b = st[r].bind<ratelimit::FixedWindowModel>("api", {N, 1'000'000'000});
+      for (std::int64_t t = now_ns(); t < end; t = now_ns())
+        if (b.apply("k", std::chrono::nanoseconds{t}, ratelimit::Operation{1}).allowed) {
+          const std::lock_guard lock(m);
+          ++per_window[t / 1'000'000'000];
+        }
+    });
+  std::thread faulty([&] {
+    std::this_thread::sleep_for(at);
+    fault();
+  });
+  for (auto& t : threads) t.join();
+  faulty.join();
+  const std::int64_t last = (end - 1) / 1'000'000'000;
+  per_window.erase(last);  // a partial window
+  return per_window;
+}
+
+/// The most units any window admitted.
+std::int64_t worst_window(const std::map<std::int64_t, std::int64_t>& per_window) {
+  std::int64_t worst = 0;
+  for (const auto& [k, n] : per_window) worst = std::max(worst, n);
+  return worst;
+}
+
+/// Stops this process for `length` (SIGSTOP from a child, SIGCONT after): a GC pause, a frozen VM.
+void pause_process(std::chrono::milliseconds length) {
+  const pid_t parent = ::getpid();
+  const pid_t child = ::fork();
+  if (child == 0) {
+    const timespec hold{static_cast<time_t>(length.count() / 1000),
+                        static_cast<long>(length.count() % 1000) * 1'000'000};
+    ::kill(parent, SIGSTOP);
+    ::nanosleep(&hold, nullptr);
+    ::kill(parent, SIGCONT);
+    ::_exit(0);
+  }
+  int status = 0;
+  if (child > 0) ::waitpid(child, &status, 0);
+}
+
+/// Restarts the redis-server on `port` (scripts/redis.sh's, no persistence): SHUTDOWN NOSAVE,
+/// then the same command line again; returns once it answers PING.
+void restart_redis(int port) {
+  (void)command(port, {"SHUTDOWN", "NOSAVE"});
+  const char* tmp = std::getenv("TMPDIR");
+  const std::string dir = std::string(tmp != nullptr && *tmp ? tmp : "/tmp") + "/ratelimit-redis-" +
+                          std::to_string(port);
+  const std::string p = std::to_string(port);
+  std::vector<std::string> args = {"redis-server",
+                                   "--port",
+                                   p,
+                                   "--bind",
+                                   "127.0.0.1",
+                                   "--save",
+                                   "",
+                                   "--appendonly",
+                                   "no",
+                                   "--dir",
+                                   dir,
+                                   "--daemonize",
+                                   "yes",
+                                   "--pidfile",
+                                   dir + "/redis.pid",
+                                   "--logfile",
+                                   dir + "/redis.log",
+                                   "--enable-debug-command",
+                                   "local"};
+  for (int attempt = 0; attempt < 100; ++attempt) {  // the old one may still hold the port
+    std::vector<char*> argv;
+    for (auto& a : args) argv.push_back(a.data());
+    argv.push_back(nullptr);
+    pid_t pid = 0;
+    int status = 0;
+    if (posix_spawnp(&pid, "redis-server", nullptr, nullptr, argv.data(), environ) == 0)
+      ::waitpid(pid, &status, 0);
+    for (int i = 0; i < 20; ++i) {
+      if (command(port, {"PING"}) == "PONG") return;
+      std::this_thread::sleep_for(50ms);
+    }
+  }
+  std::fprintf(stderr, "far_bench: redis-server on %d did not come back\n", port);
 }
 
 /// The child of 5.: constructs a storage on `port` (warm-up on or off), makes one decision, and
@@ -500,6 +613,194 @@ int main(int argc, char** argv) {
         static_cast<long long>(C * H_ns / 1'000'000'000),
         static_cast<double>(local + trips) / static_cast<double>(std::max<std::uint64_t>(trips, 1)),
         static_cast<unsigned long long>(local), static_cast<unsigned long long>(trips));
+  }
+  // 6. Faults and roaming.
+  {
+    const auto text = [](const char* f, auto... a) {
+      char buf[512];
+      std::snprintf(buf, sizeof buf, f, a...);
+      return std::string(buf);
+    };
+    std::vector<std::array<std::string, 3>> rows;
+    const auto L = [](std::int64_t v) { return static_cast<long long>(v); };
+    const int secs = quick ? 3 : 5;
+    constexpr std::int64_t C = 100;
+    const auto bucket = ratelimit::TokenBucketModel::make_params({C, ratelimit::per_second(N)});
+    const auto op = ratelimit::Operation{1};
+    // 6a. A client roaming r0 -> r1 -> r2 at 90 % of r, against one exact bucket.
+    {
+      auto st = regions(proxies, prefix_of("roam"), true);
+      std::vector<std::unique_ptr<ratelimit::RegionalExchanger<>>> ex;
+      for (auto& s : st) ex.push_back(std::make_unique<ratelimit::RegionalExchanger<>>(s));
+      std::vector<decltype(st[0].bind<ratelimit::TokenBucketModel>("api", bucket))> b;
+      for (auto& s : st) b.push_back(s.bind<ratelimit::TokenBucketModel>("api", bucket));
+      ratelimit::InMemoryStorage mem;
+      auto exact = mem.bind<ratelimit::TokenBucketModel>("api", bucket);
+      const std::int64_t rate = N * 9 / 10, per_phase = rate * (quick ? 1 : 2);
+      std::int64_t got = 0, exact_got = 0;
+      const auto start = std::chrono::steady_clock::now();
+      for (std::int64_t i = 0; i < 3 * per_phase; ++i) {
+        std::this_thread::sleep_until(start + std::chrono::microseconds{i * 1'000'000 / rate});
+        const auto t = std::chrono::nanoseconds{now_ns()};
+        got += b[static_cast<std::size_t>(i / per_phase)].apply("k", t, op).allowed ? 1 : 0;
+        exact_got += exact.apply("k", t, op).allowed ? 1 : 0;
+      }
+      const double share = 100.0 * static_cast<double>(got) / static_cast<double>(exact_got);
+      rows.push_back(
+          {text("a client roaming r0, r1, r2 (%lld s each) at 90 %% of r, token "
+                "bucket C = %lld, r = %lld per s",
+                L(per_phase / rate), L(C), L(N)),
+           "goal: >= 95 % of one exact bucket on the same schedule",
+           text("%lld of %lld sent, one exact bucket %lld: %.1f %% (%s)", L(got), L(3 * per_phase),
+                L(exact_got), share, share >= 95.0 ? "met" : "BELOW")});
+    }
+    // 6b. An idle region's client after a flood elsewhere.
+    {
+      auto st = regions(proxies, prefix_of("idle"), true);
+      std::vector<std::unique_ptr<ratelimit::RegionalExchanger<>>> ex;
+      for (auto& s : st) ex.push_back(std::make_unique<ratelimit::RegionalExchanger<>>(s));
+      const std::int64_t flood_end = now_ns() + 2'000'000'000LL;
+      std::thread flood([&, b = st[0].bind<ratelimit::TokenBucketModel>("api", bucket)] {
+        for (std::int64_t t = now_ns(); t < flood_end; t = now_ns())
+          (void)b.apply("k", std::chrono::nanoseconds{t}, op);
+      });
+      auto client = st[1].bind<ratelimit::TokenBucketModel>("api", bucket);
+      std::int64_t sent_after = 0, got_after = 0;
+      const auto start = std::chrono::steady_clock::now();
+      for (int i = 0; i < 40; ++i) {  // 10 per second for 4 s
+        std::this_thread::sleep_until(start + std::chrono::milliseconds{i * 100});
+        const std::int64_t t = now_ns();
+        const bool ok = client.apply("k", std::chrono::nanoseconds{t}, op).allowed;
+        if (t >= flood_end) {
+          ++sent_after;
+          got_after += ok ? 1 : 0;
+        }
+      }
+      flood.join();
+      rows.push_back(
+          {"a 10 per s client of r1 in the 2 s after a 2 s flood in r0 stopped "
+           "(token bucket as above)",
+           "one exact bucket: all (it refills C in 0.1 s)",
+           text("%lld of %lld", L(got_after), L(sent_after))});
+    }
+    const std::int64_t bound = N + 2 * U;
+    // 6c. A pause of the whole process (SIGSTOP) for 500 ms under a flood from every region.
+    {
+      const auto w = flood_windows(proxies, "pause", secs, 1500ms, [] { pause_process(500ms); });
+      rows.push_back(
+          {"a flood from every region; the process stopped 500 ms at 1.5 s (fixed "
+           "window, default policy)",
+           text("N + (R - 1) U = %lld per window", L(bound)),
+           text("worst window %lld (%s)", L(worst_window(w)),
+                worst_window(w) <= bound ? "within" : "EXCEEDED")});
+    }
+    // 6d. FLUSHALL of r1's Redis under the flood.
+    {
+      const auto w = flood_windows(proxies, "flushall", secs, 1500ms,
+                                   [] { (void)command(ports[1], {"FLUSHALL"}); });
+      rows.push_back({"a flood from every region; r1's Redis FLUSHALL at 1.5 s",
+                      text("N + (R - 1) U + N = %lld per window", L(bound + N)),
+                      text("worst window %lld (%s)", L(worst_window(w)),
+                           worst_window(w) <= bound + N ? "within" : "EXCEEDED")});
+    }
+    // 6e. Restart of r1's Redis (no persistence) under the flood.
+    {
+      const auto w =
+          flood_windows(proxies, "restart", secs, 1500ms, [] { restart_redis(ports[1]); });
+      // While it is down r1 decides on its share (local_fallback, f = 1: up to N per window).
+      rows.push_back(
+          {"a flood from every region; r1's Redis restarted at 1.5 s (down until it "
+           "answers again)",
+           text("N + (R - 1) U + N (lost) + N (r1's share while down) = %lld", L(bound + 2 * N)),
+           text("worst window %lld (%s)", L(worst_window(w)),
+                worst_window(w) <= bound + 2 * N ? "within" : "EXCEEDED")});
+    }
+    // 6f. A 2 s partition of r2 (flooding) while an honest client of r0 sends N per second.
+    {
+      auto st = regions(proxies, prefix_of("partition"), true);
+      std::vector<std::unique_ptr<ratelimit::RegionalExchanger<>>> ex;
+      for (auto& s : st) ex.push_back(std::make_unique<ratelimit::RegionalExchanger<>>(s));
+      const auto cut = [&](bool on) {
+        for (std::size_t j = 0; j < 2; ++j) {
+          proxies[2][j]->set_partitioned(on);
+          proxies[j][2]->set_partitioned(on);
+        }
+      };
+      align_to_window();
+      const std::int64_t w0 = now_ns() / 1'000'000'000;
+      const std::int64_t end = (w0 + 3) * 1'000'000'000LL;
+      std::thread flood(
+          [&, b = st[2].bind<ratelimit::FixedWindowModel>("api", {N, 1'000'000'000})] {
+            for (std::int64_t t = now_ns(); t < end; t = now_ns())
+              (void)b.apply("k", std::chrono::nanoseconds{t}, op);
+          });
+      std::thread cutter([&] {
+        std::this_thread::sleep_for(500ms);
+        cut(true);
+        std::this_thread::sleep_for(2s);
+        cut(false);
+      });
+      auto client = st[0].bind<ratelimit::FixedWindowModel>("api", {N, 1'000'000'000});
+      std::int64_t inside = 0;
+      const auto start = std::chrono::steady_clock::now();
+      for (std::int64_t i = 0; i < 3 * N; ++i) {
+        std::this_thread::sleep_until(start + std::chrono::microseconds{i * 1'000'000 / N});
+        const std::int64_t t = now_ns();
+        if (client.apply("k", std::chrono::nanoseconds{t}, op).allowed &&
+            t / 1'000'000'000 == w0 + 1)
+          ++inside;
+      }
+      flood.join();
+      cutter.join();
+      rows.push_back(
+          {"r2 (flooding) cut off for 2 s from 0.5 s; an honest client of r0 at N per "
+           "s, its units in the window inside the partition",
+           text("goal: N - U = %lld", L(N - U)),
+           text("%lld (%s)", L(inside), inside >= N - U ? "met" : "BELOW")});
+    }
+    // 6g. Leases under a flood: three instances on the far Redis, one fixed-window key.
+    {
+      std::vector<ratelimit::LeasedStorage> inst;
+      const auto prefix = prefix_of("leaseflood");
+      for (int i = 0; i < 3; ++i) {
+        ratelimit::LeaseOptions lo;
+        lo.redis = redis_at(proxies[0][1]->port(), prefix);
+        lo.redis.failure_policy = ratelimit::LeaseOptions{}.redis.failure_policy;
+        inst.emplace_back(lo);
+      }
+      const std::int64_t end = now_ns() + (quick ? 1 : 3) * 1'000'000'000LL;
+      std::atomic<std::int64_t> decisions{0};
+      std::vector<std::thread> threads;
+      for (auto& s : inst)
+        threads.emplace_back(
+            [&, b = s.bind<ratelimit::FixedWindowModel>("api", {N, 1'000'000'000}, N / 10)] {
+              for (std::int64_t t = now_ns(); t < end; t = now_ns()) {
+                (void)b.apply("hot", std::chrono::nanoseconds{t}, op);
+                decisions.fetch_add(1, std::memory_order_relaxed);
+              }
+            });
+      for (auto& t : threads) t.join();
+      std::uint64_t trips = 0, denied_locally = 0;
+      for (const auto& s : inst) {
+        trips += s.stats().round_trips;
+        denied_locally += s.stats().denied_locally;
+      }
+      const double per_trip = static_cast<double>(decisions.load()) /
+                              static_cast<double>(std::max<std::uint64_t>(trips, 1));
+      rows.push_back({text("leases under a flood: three instances on the far Redis (%d ms one "
+                           "way), fixed window N = %lld per s, L = %lld",
+                           delay_ms, L(N), L(N / 10)),
+                      "goal: >= 100 decisions per round trip",
+                      text("%.0f (%lld decisions, %llu round trips, %llu denied in process; %s)",
+                           per_trip, L(decisions.load()), static_cast<unsigned long long>(trips),
+                           static_cast<unsigned long long>(denied_locally),
+                           per_trip >= 100 ? "met" : "BELOW")});
+    }
+    std::printf(
+        "\n## Faults and roaming (default failure policy: local_fallback)\n\n"
+        "| run | bound | measured |\n|---|---|---|\n");
+    for (const auto& r : rows)
+      std::printf("| %s | %s | %s |\n", r[0].c_str(), r[1].c_str(), r[2].c_str());
   }
   // 4. Cold start on the far Redis: a fresh storage's first decision, with an empty script cache.
   {

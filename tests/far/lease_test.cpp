@@ -10,10 +10,15 @@
 #include <type_traits>
 #include <vector>
 
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
 #include <catch2/catch.hpp>
 #include <ratelimit/ratelimit.hpp>
 #include <ratelimit/redis/lease/storage.hpp>
 
+#include "support/delay_proxy.hpp"
 #include "support/redis_backend.hpp"
 
 namespace {
@@ -35,6 +40,37 @@ ratelimit::detail::WindowParams per_second(std::int64_t n) {
 }
 
 const ratelimit::Operation one{1};
+
+/// Runs `take_lease` (returning true once its lease is taken) in a child process, then kills
+/// the child with SIGKILL: no destructor, no flush, its lease is never given back.
+template <class F>
+void die_holding_a_lease(F take_lease) {
+  int fds[2];
+  REQUIRE(::pipe(fds) == 0);
+  const pid_t pid = ::fork();
+  REQUIRE(pid >= 0);
+  if (pid == 0) {
+    ::close(fds[0]);
+    char ok = 0;
+    try {
+      ok = take_lease() ? 1 : 0;
+    } catch (...) {
+    }
+    if (::write(fds[1], &ok, 1) != 1) ::_exit(1);
+    for (;;) ::pause();  // holding the lease until killed
+  }
+  ::close(fds[1]);
+  char ok = 0;
+  const auto got = ::read(fds[0], &ok, 1);
+  ::close(fds[0]);
+  ::kill(pid, SIGKILL);
+  int status = 0;
+  REQUIRE(::waitpid(pid, &status, 0) == pid);
+  REQUIRE(got == 1);
+  REQUIRE(ok == 1);
+  REQUIRE(WIFSIGNALED(status));
+  CHECK(WTERMSIG(status) == SIGKILL);
+}
 
 }  // namespace
 
@@ -197,4 +233,136 @@ TEMPLATE_TEST_CASE("A flood's denials on a leased key are answered in process fo
   CHECK(s.stats().round_trips == 12);
   CHECK(b.apply("k", 2s + 1ms, one).allowed);
   CHECK(s.stats().round_trips == 13);
+}
+
+TEST_CASE("A window lease whose holder was killed comes back H + G after it was taken",
+          "[far][lease][redis][reclaim]") {
+  // N = 50 per 10 s, L = 10, H = 100 ms, G = reclaim_grace = 1 s (the default). A child
+  // process leases 10 at 1 ms, spends 1 and is killed with SIGKILL holding 9: its record
+  // (9 units) expires at 1 ms + H + G = 1101 ms. Another instance meanwhile gets the 40 not
+  // leased.
+  const auto prefix = rltest::unique_prefix("lease");
+  const auto params = ratelimit::detail::WindowParams{50, std::chrono::nanoseconds{10s}.count()};
+  die_holding_a_lease([&] {
+    LeasedStorage child(lease_options(prefix));
+    return child.bind<FixedWindowModel>("api", params, 10).apply("k", 1ms, one).allowed;
+  });
+  LeasedStorage s(lease_options(prefix));
+  REQUIRE(s.stats().units_reclaimed == 0);
+  auto b = s.bind<FixedWindowModel>("api", params, 10);
+  std::int64_t admitted = 0;
+  for (int i = 0; i < 60; ++i) admitted += b.apply("k", 2ms, one).allowed ? 1 : 0;
+  REQUIRE(admitted == 40);  // 50 - 10 leased by the child
+  // 1100 ms, before the record's expiry (the denial remembered at 2 ms ended at 2 + H = 102
+  // ms, so Redis is asked): still denied, nothing reclaimed.
+  CHECK_FALSE(b.apply("k", 1100ms, one).allowed);
+  CHECK(s.stats().units_reclaimed == 0);
+  // 1201 ms: past the expiry and past the denial remembered at 1100 ms (until 1200 ms). The
+  // decision reclaims the child's 9 and leases them: 9 of 20 admitted, and 1 (child) + 40 +
+  // 9 = 50 = N.
+  std::int64_t after = 0;
+  for (int i = 0; i < 20; ++i) after += b.apply("k", 1201ms, one).allowed ? 1 : 0;
+  CHECK(after == 9);
+  CHECK(s.stats().units_reclaimed == 9);
+}
+
+TEST_CASE("A live holder whose record was reclaimed confirms what it spent",
+          "[far][lease][redis][reclaim]") {
+  // N = 50 per 10 s, L = 10, H = 100 ms, G = 0: records expire at the lease's time + H.
+  // a leases 10 at 1 ms (record: 9 unconfirmed) and spends 4 more locally (5 spent, 5 left),
+  // then stays silent past its record's expiry at 101 ms. b's decision at 200 ms reclaims the
+  // 9: the count drops from 10 to 1, and b leases 10 (count 11). a's next decision gives back
+  // its 5 with the reclaimed record: the count gains the 4 a had spent of the 9 (11 + 4 =
+  // 15 = a's 5 + b's 10), so every unit a spent stays counted once.
+  const auto prefix = rltest::unique_prefix("lease");
+  auto o = lease_options(prefix);
+  o.reclaim_grace = 0ms;
+  const auto params = ratelimit::detail::WindowParams{50, std::chrono::nanoseconds{10s}.count()};
+  LeasedStorage a_store(o), b_store(o);
+  auto a = a_store.bind<FixedWindowModel>("api", params, 10);
+  auto b = b_store.bind<FixedWindowModel>("api", params, 10);
+  for (int i = 0; i < 5; ++i) REQUIRE(a.apply("k", 1ms, one).allowed);
+  REQUIRE(b.apply("k", 200ms, one).allowed);
+  CHECK(b_store.stats().units_reclaimed == 9);
+  REQUIRE(a.apply("k", 201ms, one).allowed);  // gives back 5, confirms 4, leases 10
+  // Both drain the window, give their leases back at its end (flush: the late confirmations
+  // again, as a's flush reclaims b's expired record first), and b takes what is left: the
+  // units admitted add up to exactly N, none counted twice or lost (5 + 1 + 1 so far).
+  std::int64_t admitted = 5 + 1 + 1;
+  for (int i = 0; i < 60; ++i) {
+    admitted += a.apply("k", 202ms, one).allowed ? 1 : 0;
+    admitted += b.apply("k", 202ms, one).allowed ? 1 : 0;
+  }
+  (void)a.flush(10s - 1ms);
+  (void)b.flush(10s - 1ms);
+  for (int i = 0; i < 60; ++i) admitted += b.apply("k", 10s - 1ms, one).allowed ? 1 : 0;
+  CHECK(admitted == 50);
+}
+
+TEST_CASE("A bucket lease whose holder was killed credits its term H + G after it was taken",
+          "[far][lease][bucket][redis][reclaim]") {
+  // C = 100 tokens refilled at r = 10 per second (a token every 100 ms), H = 100 ms, G = 1 s
+  // (the default). A child process leases 50 at 1 ms, spends 1 and is killed holding 49: the
+  // bucket holds 50 from then, and the record expires at 1 ms + H + G = 1101 ms. At 1101 ms
+  // the bucket refilled 1100 ms x 10/s = 11 (61 held), and the reclaim credits the record's
+  // term min(49, 50 - r x 1100 ms) = min(49, 39) = 39 (the refill since the lease is not
+  // credited twice): 61 + 39 = 100, a full bucket, as one exact bucket that spent 1 at 1 ms
+  // would hold. Without the reclaim the instance would get 61.
+  const auto prefix = rltest::unique_prefix("lease");
+  const auto params = ratelimit::TokenBucketModel::make_params({100, ratelimit::per_second(10)});
+  die_holding_a_lease([&] {
+    LeasedStorage child(lease_options(prefix));
+    return child.bind<ratelimit::TokenBucketModel>("api", params, 50).apply("k", 1ms, one).allowed;
+  });
+  LeasedStorage s(lease_options(prefix));
+  auto b = s.bind<ratelimit::TokenBucketModel>("api", params, 10);
+  std::int64_t admitted = 0;
+  for (int i = 0; i < 150; ++i) admitted += b.apply("k", 1101ms, one).allowed ? 1 : 0;
+  CHECK(admitted == 100);
+  CHECK(s.stats().units_reclaimed == 39);
+}
+
+TEST_CASE("A give-back that Redis never answered goes again with the next call",
+          "[far][lease][redis][reclaim]") {
+  // N = 50 per 10 s, L = 10, H = 100 ms, G = 1 s. a (through a proxy) leases 10 at 1 ms
+  // (record: 9) and spends 4 more: 5 spent, 5 left. At 200 ms its lease has ended, and the
+  // call giving it back is cut off (the proxy drops everything): the decision degrades and
+  // the ended lease is kept, records and all. Healed, a's next call gives the 5 back with the
+  // record (count 10 - 5 = 5) and leases 10 (count 15). At 1201 ms, past the record's expiry
+  // (1101 ms), another instance finds nothing to reclaim and gets 50 - 15 = 35. Had the record
+  // been dropped with the failed call, its 9 would have been reclaimed, the 4 a spent of them
+  // with them: 39, over N.
+  const auto prefix = rltest::unique_prefix("lease");
+  const auto& e = rltest::redis_endpoint();
+  rltest::DelayProxy proxy(e.host, e.port);
+  auto o = lease_options(prefix);
+  o.redis.host = "127.0.0.1";
+  o.redis.port = proxy.port();
+  o.redis.command_timeout = 200ms;
+  o.redis.breaker_backoff = 1ms;
+  o.redis.breaker_max_backoff = 1ms;
+  o.redis.failure_policy = ratelimit::FailurePolicy::fail_closed;
+  const auto params = ratelimit::detail::WindowParams{50, std::chrono::nanoseconds{10s}.count()};
+  LeasedStorage a_store(o), b_store(lease_options(prefix));
+  auto a = a_store.bind<FixedWindowModel>("api", params, 10);
+  auto b = b_store.bind<FixedWindowModel>("api", params, 10);
+  for (int i = 0; i < 5; ++i) REQUIRE(a.apply("k", 1ms, one).allowed);
+  proxy.set_partitioned(true);
+  const auto cut = a.apply("k", 200ms, one);
+  CHECK(cut.degraded);
+  CHECK_FALSE(cut.allowed);
+  proxy.set_partitioned(false);
+  // The breaker may refuse a first call or two after the cut (its back-off, 1 ms): each
+  // refused call keeps the ended lease again. A generous bound, only against a hang.
+  bool answered = false;
+  for (int i = 0; i < 2000 && !answered; ++i) {
+    const auto d = a.apply("k", 300ms, one);
+    answered = !d.degraded;
+    if (answered) CHECK(d.allowed);
+  }
+  REQUIRE(answered);
+  std::int64_t admitted = 0;
+  for (int i = 0; i < 60; ++i) admitted += b.apply("k", 1201ms, one).allowed ? 1 : 0;
+  CHECK(admitted == 35);
+  CHECK(b_store.stats().units_reclaimed == 0);
 }

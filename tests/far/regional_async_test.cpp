@@ -23,6 +23,7 @@
 
 #include <catch2/catch.hpp>
 #include <ratelimit/ratelimit.hpp>
+#include <ratelimit/redis/lease/storage.hpp>
 #include <ratelimit/redis/regional/storage.hpp>
 
 #include "far/regions.hpp"
@@ -352,4 +353,60 @@ TEST_CASE(
   CHECK(all);
   // Nothing was spent by the refused call: the whole limit of 10 is left.
   CHECK(a.apply("k", 0ns, Operation{1, true}).remaining == 10);
+}
+
+TEMPLATE_TEST_CASE(
+    "A leased miss never blocks the caller; the lease and remembered denials answer before the "
+    "call returns",
+    "[far][lease][redis][async]", FixedWindowModel, TokenBucketModel) {
+  // The shared test Redis behind a proxy 150 ms away each way (a 300 ms round trip). N = 10
+  // per second (a bucket: C = 10 refilled at 5 per second), L = 5, all at 1 ms (ManualClock
+  // time; refill plays no part). Decisions 1 and 6 miss and lease 5 each (asynchronous: completed
+  // on the client's I/O thread after apply_async returned); 2-5 and 7-10 spend the leases
+  // (completed before it returned, on the caller's thread); 11 misses, Redis has nothing left,
+  // denied (its denial remembered for min(retry_after, H)); 12-1000 are denied before the call
+  // returns, with no round trip. 3 round trips for 1000 decisions, none blocking the caller.
+  const auto& e = rltest::redis_endpoint();
+  rltest::DelayProxy proxy(e.host, e.port);
+  proxy.set_delay(150ms);
+  ratelimit::LeaseOptions o;
+  o.redis.host = "127.0.0.1";
+  o.redis.port = proxy.port();
+  o.redis.key_prefix = rltest::unique_prefix("lasync");
+  o.redis.ttl_margin = 10min;
+  o.redis.connect_timeout = 5s;
+  o.redis.command_timeout = 5s;
+  o.lease_duration = 1s;
+  ratelimit::LeasedStorage s(o);
+  const auto b = s.template bind<TestType>("api", params_of<TestType>(), 5);
+  const Operation one{1};
+  int admitted = 0, sync_completions = 0, async_completions = 0;
+  for (int i = 1; i <= 1000; ++i) {
+    auto out = std::make_shared<Outcome>();
+    b.apply_async("k", 1ms, one, recorder(out));
+    const bool done_in_call = out->calls.load() == 1;
+    out->returned = true;
+    REQUIRE(out->future.wait_for(hang_guard) == std::future_status::ready);
+    const Decision d = out->future.get();
+    CHECK(out->calls.load() == 1);
+    admitted += d.allowed ? 1 : 0;
+    const bool miss = i == 1 || i == 6 || i == 11;
+    if (miss) {
+      INFO("decision " << i);
+      CHECK_FALSE(done_in_call);
+      CHECK(out->returned_first.load());
+      CHECK(out->thread != std::this_thread::get_id());
+      ++async_completions;
+    } else {
+      if (!done_in_call) FAIL("decision " << i << " waited for Redis");
+      ++sync_completions;
+    }
+  }
+  CHECK(admitted == 10);
+  CHECK(async_completions == 3);
+  CHECK(sync_completions == 997);
+  const auto st = s.stats();
+  CHECK(st.round_trips == 3);
+  CHECK(st.local == 8);
+  CHECK(st.denied_locally == 989);
 }

@@ -33,6 +33,12 @@
 /// A unit of each lease is spent when it is taken, so a schedule reaches the bound to within
 /// one unit (the test: 199 of 200).
 ///
+/// Dead holders: a lease that keeps tokens leaves a record (lua/lease_bucket.lua) expiring
+/// H + G after it (G = reclaim_grace). A lease call past the expiry reclaims it, crediting its
+/// term min(unspent, (g - r age)+): at most its term, so step 2 holds. A live holder whose record
+/// was reclaimed gets no credit for it; what the reclaim credited of tokens it had spent, at most
+/// (g - r (H + G))+ per such lease, comes on top of the bound (call `flush` every G).
+///
 /// What an instance sees: tokens leased by another instance are unavailable to it until spent
 /// or given back, so it may deny while others hold them (at most L per other instance, for at
 /// most H). The decay costs at most min(u, r H) tokens per lease given back: the bucket is
@@ -56,6 +62,7 @@
 
 #include "../../algorithms/detail/gcra.hpp"
 #include "../../algorithms/token_bucket.hpp"
+#include "../../core/completion.hpp"
 #include "../../core/decision.hpp"
 #include "../../core/detail/decimal.hpp"
 #include "../../core/detail/validate.hpp"
@@ -92,78 +99,40 @@ class LeasedBucketBinding {
   Decision apply(std::string_view key, std::chrono::nanoseconds now, const Operation& op) const {
     detail::check_cost(op.cost);
     now = detail::lease_clamp_time(now);
-    std::optional<Lease> ended;
-    bool keep = true;
-    {
-      const std::lock_guard lock(table_->mutex);
-      const std::string k_str(key);
-      if (auto d = detail::recall_denial(table_->denied, k_str, now, op, params_.limit)) {
-        shared_->denied_locally.fetch_add(1, std::memory_order_relaxed);
-        return *d;
-      }
-      auto it = table_->leases.find(k_str);
-      if (it != table_->leases.end()) {
-        Lease& l = it->second;
-        if (op.cost <= l.left && now - l.taken_at < shared_->options.lease_duration &&
-            l.limit <= params_.limit) {
-          if (!op.peek) l.left -= op.cost;
-          shared_->local.fetch_add(1, std::memory_order_relaxed);
-          return admitted(l.left + l.room, l.full_at - now);
-        }
-        // Too few, too old, or taken under a higher limit (a priority's copy shares this
-        // table): given back with the next lease, which Redis grants within this limit.
-        ended = l;
-        table_->leases.erase(it);
-      }
-      keep = table_->leases.size() < shared_->options.max_keys;
+    Miss m;
+    if (auto d = local(key, now, op, m)) return *d;
+    auto& client = *shared_->client;
+    shared_->round_trips.fetch_add(1, std::memory_order_relaxed);
+    auto r = client.execute_one([&] { return call(key, now, op, m); }, client.deadline_from_now());
+    return finish(key, now, op, m, r.front());
+  }
+
+  /// `apply` without blocking the caller on a miss: `done(Decision)` is called exactly once,
+  /// with the decision `apply` would give: before this returns when the lease (or a remembered
+  /// denial) answers, or when Redis is not asked (circuit open, backpressure); else on the Redis
+  /// client's I/O thread once the lease call returns (core/completion.hpp). The key is copied
+  /// and the storage's shared state held until `done` runs. Throws std::invalid_argument for
+  /// cost < 1 (and never calls `done`). Thread safety: safe from many threads.
+  void apply_async(std::string_view key, std::chrono::nanoseconds now, const Operation& op,
+                   Completion<Decision> done) const {
+    detail::check_cost(op.cost);
+    now = detail::lease_clamp_time(now);
+    Miss m;
+    if (auto d = local(key, now, op, m)) {
+      detail::complete_safely(done, std::move(*d));
+      return;
     }
-    const std::int64_t back = ended ? ended->left : 0;
-    const detail::i128 credit = ended ? decayed(*ended, now) : 0;
-    if (op.peek) {
-      const auto r = take(key, now, 0, 0, back, credit);
-      if (!r) return degrade(key, now, op);
-      return model_view(*r, now, op.cost);
-    }
-    const std::int64_t want = keep ? std::max(lease_, op.cost) : op.cost;
-    const auto r = take(key, now, std::min(want, params_.limit + 1), op.cost, back, credit);
-    if (!r) return degrade(key, now, op);
-    if (r->granted == 0) {
-      Decision d = model_view(*r, now, op.cost);
-      if (d.allowed || d.retry_after == std::chrono::nanoseconds{0})
-        d.retry_after = std::chrono::milliseconds{1};  // the script erred towards denial
-      d.allowed = false;
-      {
-        const std::lock_guard lock(table_->mutex);
-        detail::remember_denial(table_->denied, std::string(key), now, d, params_.limit,
-                                shared_->options.max_keys, shared_->options.lease_duration);
-      }
-      return d;
-    }
-    const std::int64_t left = r->granted - op.cost;
-    const std::int64_t room = available(r->deficit) - r->granted;
-    const std::int64_t grant_worth = r->granted * params_.period;  // <= C x period <= 2^52
-    const std::chrono::nanoseconds full_at = now + ns_of(detail::i128{r->deficit} + grant_worth);
-    if (left > 0 && keep) {
-      const std::lock_guard lock(table_->mutex);
-      auto [it, fresh] = table_->leases.try_emplace(std::string(key));
-      Lease& l = it->second;
-      if (fresh) {
-        l = Lease{left, room, now, params_.limit, full_at, grant_worth, now, 1};
-      } else {
-        // Another thread leased the key meanwhile: merged. The older start ends it, so every
-        // unit is still spent within H of its debit; the credit starts at the sum of both
-        // terms and falls at r per lease merged, never above their sum (file comment).
-        l.credit_base = static_cast<std::int64_t>(term(l, now)) + grant_worth;
-        l.credit_at = now;
-        ++l.parts;
-        l.left += left;
-        l.taken_at = std::min(l.taken_at, now);
-        l.limit = std::max(l.limit, params_.limit);
-        l.room = room;
-        l.full_at = full_at;
-      }
-    }
-    return admitted(left + room, full_at - now);
+    auto& client = *shared_->client;
+    shared_->round_trips.fetch_add(1, std::memory_order_relaxed);
+    const auto deadline = client.deadline_from_now();
+    std::string kept(key);
+    const std::size_t held = kept.size() > detail::max_plain_key_bytes ? kept.size() : 0;
+    auto finish_here = [binding = *this, kept = std::move(kept), now, op, m,
+                        done = std::move(done)](std::vector<detail::RedisResult>&& r) {
+      detail::complete_safely(done, binding.finish(kept, now, op, m, r.front()));
+    };
+    client.execute_one_async([&] { return call(key, now, op, m); }, deadline,
+                             std::move(finish_here), held);
   }
 
   /// Gives back every lease older than H at `now` (one round trip per key whose decayed credit
@@ -185,9 +154,12 @@ class LeasedBucketBinding {
     }
     std::int64_t given = 0;
     for (const auto& [key, l] : ended) {
-      const detail::i128 credit = decayed(l, now);
-      if (l.left <= 0 || credit <= 0) continue;  // the bucket refilled through all of them
-      if (take(key, now, 0, 0, l.left, credit))
+      // A term of 0 only falls: the bucket refilled through the lease, and a reclaim of its
+      // records would credit nothing. Otherwise a spent lease still drops its records (a
+      // reclaim would credit spent tokens).
+      if (term(l, now) <= 0) continue;
+      const detail::i128 credit = l.left > 0 ? decayed(l, now) : 0;
+      if (take(key, now, l.left, credit, l.records))
         given += static_cast<std::int64_t>(credit / params_.period);
     }
     return given;
@@ -200,7 +172,7 @@ class LeasedBucketBinding {
 
   /// The part of a one-key `decide_all`.
   LeasedPart part(std::string_view key, const Operation& op, std::string_view = {}) const {
-    return LeasedPart{key, op, &apply_part, this};
+    return LeasedPart{key, op, &apply_part, this, &apply_part_async};
   }
 
   /// The same keys with other parameters (the lease size follows unless it was given). The
@@ -234,6 +206,8 @@ class LeasedBucketBinding {
     std::int64_t credit_base = 0;
     std::chrono::nanoseconds credit_at{0};
     std::int64_t parts = 1;
+    /// Its records in Redis, as the script wrote them (more than one when threads merged).
+    std::vector<std::string> records;
   };
   struct Table {
     std::mutex mutex;
@@ -302,15 +276,161 @@ class LeasedBucketBinding {
         static_cast<std::int64_t>((v + params_.count - 1) / params_.count)};
   }
 
-  /// One lease call at `now`: credits `credit` (for `back` unused tokens), leases up to `want`
-  /// if at least `need` are there. Nothing when Redis could not answer.
-  std::optional<Taken> take(std::string_view key, std::chrono::nanoseconds now, std::int64_t want,
-                            std::int64_t need, std::int64_t back, detail::i128 credit) const {
+  /// What a miss sends: the ended lease's give-back and records, and what it asks for.
+  struct Miss {
+    std::int64_t back = 0;             ///< unused tokens of the ended lease
+    detail::i128 credit = 0;           ///< their decayed credit (1/count ns)
+    std::vector<std::string> records;  ///< the ended lease's records, named in its give-back
+    bool keep = true;                  ///< a lease may be kept (within max_keys)
+    std::string record;                ///< the new lease's record id (empty: none)
+    std::optional<Lease> ended;        ///< the ended lease itself (restored if Redis fails)
+  };
+
+  /// The decision from this instance's lease or a remembered denial, if one answers; else
+  /// nothing, with `m` what the lease call must send.
+  std::optional<Decision> local(std::string_view key, std::chrono::nanoseconds now,
+                                const Operation& op, Miss& m) const {
+    const std::lock_guard lock(table_->mutex);
+    const std::string k_str(key);
+    if (auto d = detail::recall_denial(table_->denied, k_str, now, op, params_.limit)) {
+      shared_->denied_locally.fetch_add(1, std::memory_order_relaxed);
+      return d;
+    }
+    auto it = table_->leases.find(k_str);
+    if (it != table_->leases.end()) {
+      Lease& l = it->second;
+      if (op.cost <= l.left && now - l.taken_at < shared_->options.lease_duration &&
+          l.limit <= params_.limit) {
+        if (!op.peek) l.left -= op.cost;
+        shared_->local.fetch_add(1, std::memory_order_relaxed);
+        return admitted(l.left + l.room, l.full_at - now);
+      }
+      // Too few, too old, or taken under a higher limit (a priority's copy shares this
+      // table): given back with the next lease, which Redis grants within this limit. Records
+      // of a lease whose term is 0 need not go: a reclaim would credit them nothing.
+      m.back = l.left;
+      m.credit = decayed(l, now);
+      m.ended = l;
+      if (term(l, now) > 0) m.records = std::move(l.records);
+      table_->leases.erase(it);
+    }
+    m.keep = table_->leases.size() < shared_->options.max_keys;
+    if (!op.peek) m.record = shared_->record_id();
+    return std::nullopt;
+  }
+
+  /// The lease call of a miss (a peek leases nothing).
+  detail::RedisCall call(std::string_view key, std::chrono::nanoseconds now, const Operation& op,
+                         const Miss& m) const {
+    if (op.peek) return take_call(key, now, 0, 0, m.credit, m.records, {});
+    const std::int64_t want = m.keep ? std::max(lease_, op.cost) : op.cost;
+    return take_call(key, now, std::min(want, params_.limit + 1), op.cost, m.credit, m.records,
+                     m.record);
+  }
+
+  /// The decision of a miss from its lease call's result `res`.
+  Decision finish(std::string_view key, std::chrono::nanoseconds now, const Operation& op,
+                  const Miss& m, const detail::RedisResult& res) const {
+    const std::int64_t want =
+        op.peek ? 0 : std::min(m.keep ? std::max(lease_, op.cost) : op.cost, params_.limit + 1);
+    const auto r = taken(res, want, m.back);
+    if (!r) {
+      restore(key, now, m);
+      return degrade(key, now, op);
+    }
+    if (op.peek) return model_view(*r, now, op.cost);
+    if (r->granted == 0) {
+      Decision d = model_view(*r, now, op.cost);
+      if (d.allowed || d.retry_after == std::chrono::nanoseconds{0})
+        d.retry_after = std::chrono::milliseconds{1};  // the script erred towards denial
+      d.allowed = false;
+      {
+        const std::lock_guard lock(table_->mutex);
+        detail::remember_denial(table_->denied, std::string(key), now, d, params_.limit,
+                                shared_->options.max_keys, shared_->options.lease_duration);
+      }
+      return d;
+    }
+    const std::int64_t left = r->granted - op.cost;
+    const std::int64_t room = available(r->deficit) - r->granted;
+    const std::int64_t grant_worth = r->granted * params_.period;  // <= C x period <= 2^52
+    const std::chrono::nanoseconds full_at = now + ns_of(detail::i128{r->deficit} + grant_worth);
+    if (left > 0 && m.keep) {
+      const std::lock_guard lock(table_->mutex);
+      auto [it, fresh] = table_->leases.try_emplace(std::string(key));
+      Lease& l = it->second;
+      if (fresh) {
+        l = Lease{left, room, now, params_.limit, full_at, grant_worth, now, 1, {}};
+      } else {
+        // Another thread leased the key meanwhile: merged. The older start ends it, so every
+        // unit is still spent within H of its debit; the credit starts at the sum of both
+        // terms and falls at r per lease merged, never above their sum (file comment).
+        l.credit_base = static_cast<std::int64_t>(term(l, now)) + grant_worth;
+        l.credit_at = now;
+        ++l.parts;
+        l.left += left;
+        l.taken_at = std::min(l.taken_at, now);
+        l.limit = std::max(l.limit, params_.limit);
+        l.room = room;
+        l.full_at = full_at;
+      }
+      l.records.push_back(record_member(m.record, r->granted, now, left));
+    }
+    return admitted(left + room, full_at - now);
+  }
+
+  /// Puts back the ended lease a failed lease call was to give back (unless the key holds a
+  /// lease again), still ended: its credit and records go with the next call. Dropped, its
+  /// records would be reclaimed at their expiry, crediting tokens this instance had spent.
+  void restore(std::string_view key, std::chrono::nanoseconds now, const Miss& m) const {
+    if (!m.ended) return;
+    const std::lock_guard lock(table_->mutex);
+    auto [it, fresh] = table_->leases.try_emplace(std::string(key), *m.ended);
+    if (!fresh) return;
+    it->second.taken_at = now - shared_->options.lease_duration;  // ended: never spent again
+  }
+
+  /// The record the script writes for a lease of `granted` tokens at `now` that left `left`
+  /// unspent and was recorded as `id` (lua/lease_bucket.lua).
+  std::string record_member(const std::string& id, std::int64_t granted,
+                            std::chrono::nanoseconds now, std::int64_t left) const {
+    return id + ":" + std::to_string(granted * params_.period) + ":" +
+           std::to_string(now.count() / 1000) + ":" + std::to_string(left * params_.period);
+  }
+
+  /// The key of the bucket's lease records (in its hash slot).
+  std::string records_key(std::string_view key) const {
+    return detail::redis_key(shared_->options.redis.key_prefix, key, tail_) + ":l";
+  }
+
+  /// One lease call at `now` (flush): credits `credit` (for `back` unused tokens of the ended
+  /// lease whose records are `records`; nothing if one was reclaimed), reclaims expired
+  /// records. Nothing when Redis could not answer.
+  std::optional<Taken> take(std::string_view key, std::chrono::nanoseconds now, std::int64_t back,
+                            detail::i128 credit, const std::vector<std::string>& records) const {
+    auto& client = *shared_->client;
+    shared_->round_trips.fetch_add(1, std::memory_order_relaxed);
+    auto res = client.execute_one([&] { return take_call(key, now, 0, 0, credit, records, {}); },
+                                  client.deadline_from_now());
+    return taken(res.front(), 0, back);
+  }
+
+  /// The lease call at `now`: credits `credit` for the ended lease whose records are
+  /// `records`, reclaims expired records, leases up to `want` if at least `need` are there
+  /// (recorded as `record` if more than `need`).
+  detail::RedisCall take_call(std::string_view key, std::chrono::nanoseconds now, std::int64_t want,
+                              std::int64_t need, detail::i128 credit,
+                              const std::vector<std::string>& records,
+                              const std::string& record) const {
     const std::int64_t t = now.count();
     const detail::i128 full = detail::i128{params_.limit} * params_.period;
     detail::RedisCall c;
     c.script = &detail::lease_bucket_script();
     c.keys.push_back(detail::redis_key(shared_->options.redis.key_prefix, key, tail_));
+    c.keys.push_back(records_key(key));
+    const auto& o = shared_->options;
+    const std::int64_t expiry_us =
+        t / 1000 + std::chrono::microseconds(o.lease_duration + o.reclaim_grace).count();
     c.argv = {std::to_string(t / 1000),
               std::to_string((t % 1000) * params_.count),
               std::to_string(1000 * params_.count),
@@ -319,8 +439,19 @@ class LeasedBucketBinding {
               std::to_string(want),
               std::to_string(need),
               detail::to_decimal(credit),
-              std::to_string(shared_->options.redis.ttl_margin.count())};
-    const auto v = detail::lease_round_trip(*shared_, std::move(c), 2);
+              std::to_string(shared_->options.redis.ttl_margin.count()),
+              std::to_string(expiry_us),
+              record.empty() ? std::string("-") : record};
+    c.argv.insert(c.argv.end(), records.begin(), records.end());
+    return c;
+  }
+
+  /// What a lease call's result says (it asked for at most `want`, giving back `back`);
+  /// nothing when Redis could not answer or answered otherwise (reported). Counts it.
+  std::optional<Taken> taken(const detail::RedisResult& res, std::int64_t want,
+                             std::int64_t back) const {
+    const detail::i128 full = detail::i128{params_.limit} * params_.period;
+    const auto v = detail::lease_reply(*shared_, res, 3);
     if (!v) return std::nullopt;
     const auto& r = *v;
     if (r[0] > want || r[1] > full + 1) {
@@ -330,6 +461,8 @@ class LeasedBucketBinding {
     }
     shared_->units_leased.fetch_add(static_cast<std::uint64_t>(r[0]), std::memory_order_relaxed);
     shared_->units_returned.fetch_add(static_cast<std::uint64_t>(back), std::memory_order_relaxed);
+    shared_->units_reclaimed.fetch_add(static_cast<std::uint64_t>(r[2] / params_.period),
+                                       std::memory_order_relaxed);
     return Taken{static_cast<std::int64_t>(r[0]), static_cast<std::int64_t>(r[1])};
   }
 
@@ -359,6 +492,10 @@ class LeasedBucketBinding {
   static Decision apply_part(const void* b, std::string_view key, std::chrono::nanoseconds now,
                              const Operation& op) {
     return static_cast<const LeasedBucketBinding*>(b)->apply(key, now, op);
+  }
+  static void apply_part_async(const void* b, std::string_view key, std::chrono::nanoseconds now,
+                               const Operation& op, Completion<Decision> done) {
+    static_cast<const LeasedBucketBinding*>(b)->apply_async(key, now, op, std::move(done));
   }
 
   std::shared_ptr<detail::LeaseShared> shared_;

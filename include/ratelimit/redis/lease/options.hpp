@@ -11,6 +11,7 @@
 #include <cstdint>
 #include <memory>
 #include <optional>
+#include <random>
 #include <span>
 #include <string>
 #include <string_view>
@@ -19,6 +20,7 @@
 #include <vector>
 
 #include "../../core/clock.hpp"
+#include "../../core/completion.hpp"
 #include "../../core/decision.hpp"
 #include "../../core/detail/validate.hpp"
 #include "../../core/storage.hpp"
@@ -45,6 +47,12 @@ struct LeaseOptions {
   std::int64_t lease_divisor = 10;
   /// H: a lease's unused units go back after this long (the instance's clock), 1 ms to 1 h.
   std::chrono::milliseconds lease_duration{1000};
+  /// G: a lease's record in Redis expires H + G after the lease (0 to 1 h). The next decision
+  /// of any instance on the key after that reclaims the units the record holds (a holder that
+  /// died gives nothing back itself). A live holder gives its lease back with its next miss or
+  /// `flush`: call `flush` at least every G, or a reclaimed record's units may be spent twice
+  /// (the window over-admits by at most the units it had spent of them; docs/far.md, Limits).
+  std::chrono::milliseconds reclaim_grace{1000};
   /// Keys holding a lease at most per limiter (1 to 10^7): memory stays bounded under hostile
   /// traffic; beyond it a key is decided with a lease of exactly its cost (one round trip).
   std::size_t max_keys = 100000;
@@ -55,9 +63,10 @@ struct LeaseStats {
   std::uint64_t local = 0;        ///< decisions spent from a lease, no round trip
   std::uint64_t round_trips = 0;  ///< leases asked for (misses and flushes)
   std::uint64_t units_leased = 0;
-  std::uint64_t units_returned = 0;  ///< unused units handed back (a bucket credits fewer)
-  std::uint64_t degraded = 0;        ///< decisions the failure policy made (Redis down)
-  std::uint64_t denied_locally = 0;  ///< denials answered from a remembered one, no round trip
+  std::uint64_t units_returned = 0;   ///< unused units handed back (a bucket credits fewer)
+  std::uint64_t degraded = 0;         ///< decisions the failure policy made (Redis down)
+  std::uint64_t denied_locally = 0;   ///< denials answered from a remembered one, no round trip
+  std::uint64_t units_reclaimed = 0;  ///< units of expired lease records this instance reclaimed
 };
 
 /// One part of a `LeasedStorage::decide_all` (one key). Thread safety: a plain value.
@@ -67,6 +76,10 @@ struct LeasedPart {
   Decision (*apply)(const void* binding, std::string_view key, std::chrono::nanoseconds now,
                     const Operation& op);
   const void* binding;
+  /// Decides the part without blocking: its binding's apply_async (which copies the binding
+  /// and the key before it returns).
+  void (*apply_async)(const void* binding, std::string_view key, std::chrono::nanoseconds now,
+                      const Operation& op, Completion<Decision> done);
 };
 
 class LeasedStorage;
@@ -83,6 +96,9 @@ struct LeaseShared {
               options.lease_duration > std::chrono::hours{1})
             invalid("lease_duration (ms)", options.lease_duration.count(),
                     "must be in [1 ms, 1 h]");
+          if (options.reclaim_grace < std::chrono::milliseconds{0} ||
+              options.reclaim_grace > std::chrono::hours{1})
+            invalid("reclaim_grace (ms)", options.reclaim_grace.count(), "must be in [0, 1 h]");
           if (options.max_keys < 1 || options.max_keys > 10'000'000)
             invalid("max_keys", static_cast<std::int64_t>(options.max_keys),
                     "must be in [1, 10^7]");
@@ -93,7 +109,22 @@ struct LeaseShared {
   /// The per-instance shares of local_fallback.
   InMemoryStorage fallback;
   std::atomic<std::uint64_t> local{0}, round_trips{0}, units_leased{0}, units_returned{0},
-      degraded{0}, denied_locally{0};
+      degraded{0}, denied_locally{0}, units_reclaimed{0};
+  /// This instance's name in lease records: random, so instances never share one.
+  const std::string instance = [] {
+    std::random_device rd;
+    std::uint64_t v = (std::uint64_t{rd()} << 32) ^ rd();
+    std::string s(16, '0');
+    for (int i = 15; i >= 0; --i, v >>= 4)
+      s[static_cast<std::size_t>(i)] = "0123456789abcdef"[v & 15];
+    return s;
+  }();
+  std::atomic<std::uint64_t> next_record{0};
+
+  /// A fresh lease record's id: the instance, then a sequence number.
+  std::string record_id() {
+    return instance + "." + std::to_string(next_record.fetch_add(1, std::memory_order_relaxed));
+  }
 };
 
 /// A denial a lease call got, answered in process until `until` for every request of more
@@ -149,22 +180,17 @@ inline std::chrono::nanoseconds lease_clamp_time(std::chrono::nanoseconds now) n
   return std::clamp(now, std::chrono::nanoseconds{0}, max_clock_time);
 }
 
-/// Runs one lease script call (one round trip). Returns the reply's integers when it has
-/// `size` of them, all >= 0; nothing when Redis could not answer (the client reported it) or
-/// answered otherwise (reported here as a protocol error).
-inline std::optional<std::vector<i128>> lease_round_trip(LeaseShared& shared, RedisCall call,
-                                                         std::size_t size) {
-  std::vector<RedisCall> calls;
-  calls.push_back(std::move(call));
-  auto& client = *shared.client;
-  shared.round_trips.fetch_add(1, std::memory_order_relaxed);
-  auto res = client.execute(std::move(calls), client.deadline_from_now());
-  if (res.front().failure) return std::nullopt;
-  const auto v = reply_ints(*res.front().reply);
+/// The reply of one lease script call: its integers when it has `size` of them, all >= 0;
+/// nothing when Redis could not answer (the client reported it) or answered otherwise
+/// (reported here as a protocol error).
+inline std::optional<std::vector<i128>> lease_reply(LeaseShared& shared, const RedisResult& res,
+                                                    std::size_t size) {
+  if (res.failure) return std::nullopt;
+  const auto v = reply_ints(*res.reply);
   const std::span<const i128> r = v ? std::span<const i128>(*v) : std::span<const i128>{};
   if (r.size() != size ||
       std::any_of(r.begin(), r.end(), [](i128 x) { return x < 0 || x > (i128{1} << 62); })) {
-    client.report({RedisFailureKind::protocol, "unexpected reply from the lease script"});
+    shared.client->report({RedisFailureKind::protocol, "unexpected reply from the lease script"});
     return std::nullopt;
   }
   return std::vector<i128>(r.begin(), r.end());

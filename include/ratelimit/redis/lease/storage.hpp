@@ -3,7 +3,10 @@
 /// Leased quotas for hot keys (docs/far.md): a long-lived instance far from Redis takes L units
 /// of a key in one script and spends them locally, without a round trip, until they run out (a
 /// miss: one round trip, which also gives back what an ended lease left unused) or the lease
-/// ends after H (its unused units go back with the key's next lease, or with `flush`).
+/// ends after H (its unused units go back with the key's next lease, or with `flush`). A lease
+/// that keeps units leaves a record in Redis expiring H + G after it (G: reclaim_grace): a
+/// holder that died never gives it back, and the next decision of any instance past the expiry
+/// reclaims its units.
 ///
 /// Algorithms and bounds:
 /// - the fixed window and the sliding window counter (redis/lease/window.hpp): a window never
@@ -14,12 +17,14 @@
 /// be fixed when it is leased, not when it is spent), the sliding log and the concurrency limit.
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <span>
 #include <string_view>
 #include <type_traits>
 #include <utility>
+#include <vector>
 
 #include "../../algorithms/fixed_window.hpp"
 #include "../../algorithms/leaky_bucket.hpp"
@@ -110,6 +115,35 @@ class LeasedStorage {
     return out[0].allowed;
   }
 
+  /// `decide_all` without blocking on a miss: `done(decisions, all_admitted)` is called
+  /// exactly once, as the part's `apply_async` completes (before this returns when the lease
+  /// answers, Redis is not asked or there is no part; else on the Redis client's I/O thread;
+  /// see core/completion.hpp). Throws as `decide_all` (and then never calls `done`). Thread
+  /// safety: safe from many threads.
+  void decide_all_async(std::span<const Part> parts, std::chrono::nanoseconds now,
+                        std::function<void(std::vector<Decision>&&, bool)> done) const {
+    if (parts.size() > 1)
+      detail::invalid("decide_all: parts (count)", static_cast<std::int64_t>(parts.size()),
+                      "a LeasedStorage decides one key at a time");
+    if (parts.empty()) {
+      std::vector<Decision> none;
+      try {
+        done(std::move(none), true);
+      } catch (...) {  // see core/completion.hpp
+      }
+      return;
+    }
+    parts[0].apply_async(parts[0].binding, parts[0].key, now, parts[0].op,
+                         [done = std::move(done)](Decision d) {
+                           const bool all = d.allowed;
+                           std::vector<Decision> ds{d};
+                           try {
+                             done(std::move(ds), all);
+                           } catch (...) {  // see core/completion.hpp
+                           }
+                         });
+  }
+
   /// Cold start: connects to Redis (TLS and AUTH included) and loads the lease scripts, so that
   /// the first lease is one round trip with no script body (see RedisStorage::warm_up; within
   /// connect_timeout + command_timeout). Call it at start-up. Returns true if Redis answered.
@@ -127,6 +161,7 @@ class LeasedStorage {
     s.units_returned = shared_->units_returned.load(std::memory_order_relaxed);
     s.degraded = shared_->degraded.load(std::memory_order_relaxed);
     s.denied_locally = shared_->denied_locally.load(std::memory_order_relaxed);
+    s.units_reclaimed = shared_->units_reclaimed.load(std::memory_order_relaxed);
     return s;
   }
 

@@ -31,6 +31,7 @@
 
 #include "../../algorithms/fixed_window.hpp"
 #include "../../algorithms/sliding_counter.hpp"
+#include "../../core/completion.hpp"
 #include "../../core/decision.hpp"
 #include "../../core/detail/validate.hpp"
 #include "../../core/storage.hpp"
@@ -71,67 +72,40 @@ class LeasedWindowBinding {
   Decision apply(std::string_view key, std::chrono::nanoseconds now, const Operation& op) const {
     detail::check_cost(op.cost);
     now = detail::lease_clamp_time(now);
-    const std::int64_t t = now.count(), W = params_.window;
-    const std::int64_t k = params_.window_of(t);
-    const std::chrono::nanoseconds to_end{(k + 1) * W - t};
-    std::int64_t give_back = 0;
-    bool keep = true;
-    {
-      const std::lock_guard lock(table_->mutex);
-      const std::string k_str(key);
-      if (auto d = detail::recall_denial(table_->denied, k_str, now, op, params_.limit)) {
-        shared_->denied_locally.fetch_add(1, std::memory_order_relaxed);
-        return *d;
-      }
-      auto it = table_->leases.find(k_str);
-      if (it != table_->leases.end()) {
-        Lease& l = it->second;
-        if (l.window != k) {
-          table_->leases.erase(it);  // its window ended: its count no longer matters
-        } else if (op.cost <= l.left && now - l.taken_at < shared_->options.lease_duration &&
-                   l.limit <= params_.limit) {
-          if (!op.peek) l.left -= op.cost;
-          shared_->local.fetch_add(1, std::memory_order_relaxed);
-          return admitted(l.left + l.room, to_end);
-        } else {
-          // Too little, the lease ended, or it was taken under a higher limit (a copy from
-          // `with_params`, such as a priority's reserve, shares this table): back with the
-          // next lease, which Redis grants within this binding's own limit.
-          give_back = l.left;
-          table_->leases.erase(it);
-        }
-      }
-      keep = table_->leases.size() < shared_->options.max_keys;
+    Miss m;
+    if (auto d = local(key, now, op, m)) return *d;
+    auto& client = *shared_->client;
+    shared_->round_trips.fetch_add(1, std::memory_order_relaxed);
+    auto r = client.execute_one([&] { return call(key, now, op, m); }, client.deadline_from_now());
+    return finish(key, now, op, m, r.front());
+  }
+
+  /// `apply` without blocking the caller on a miss: `done(Decision)` is called exactly once,
+  /// with the decision `apply` would give: before this returns when the lease (or a remembered
+  /// denial) answers, or when Redis is not asked (circuit open, backpressure); else on the Redis
+  /// client's I/O thread once the lease call returns (core/completion.hpp). The key is copied
+  /// and the storage's shared state held until `done` runs. Throws std::invalid_argument for
+  /// cost < 1 (and never calls `done`). Thread safety: safe from many threads.
+  void apply_async(std::string_view key, std::chrono::nanoseconds now, const Operation& op,
+                   Completion<Decision> done) const {
+    detail::check_cost(op.cost);
+    now = detail::lease_clamp_time(now);
+    Miss m;
+    if (auto d = local(key, now, op, m)) {
+      detail::complete_safely(done, std::move(*d));
+      return;
     }
-    if (op.peek) return peek_decision(key, t, give_back, to_end);
-    const std::int64_t want = keep ? std::max(lease_, op.cost) : op.cost;
-    const auto r = take(key, t, std::min(want, params_.limit + 1), op.cost, give_back);
-    if (!r) return degrade(key, now, op, to_end);
-    if (r->granted == 0) {
-      Decision d = model_view(*r, t, op.cost);
-      // The script errs towards denial where its arithmetic is inexact (docs:
-      // lua/lease_window.lua).
-      if (d.allowed || d.retry_after == std::chrono::nanoseconds{0})
-        d.retry_after = std::chrono::milliseconds{1};
-      d.allowed = false;
-      {
-        const std::lock_guard lock(table_->mutex);
-        detail::remember_denial(table_->denied, std::string(key), now, d, params_.limit,
-                                shared_->options.max_keys, shared_->options.lease_duration);
-      }
-      return d;
-    }
-    const std::int64_t left = r->granted - op.cost, room = r->room;
-    if (left > 0 && keep) {
-      const std::lock_guard lock(table_->mutex);
-      Lease& l = table_->leases[std::string(key)];
-      if (l.window != k) l = Lease{k, 0, 0, now, params_.limit};
-      l.left += left;
-      l.limit = std::max(l.limit, params_.limit);  // merged units: spendable under the higher
-      l.room = room;
-      l.taken_at = now;
-    }
-    return admitted(left + room, to_end);
+    auto& client = *shared_->client;
+    shared_->round_trips.fetch_add(1, std::memory_order_relaxed);
+    const auto deadline = client.deadline_from_now();
+    std::string kept(key);
+    const std::size_t held = kept.size() > detail::max_plain_key_bytes ? kept.size() : 0;
+    auto finish_here = [binding = *this, kept = std::move(kept), now, op, m,
+                        done = std::move(done)](std::vector<detail::RedisResult>&& r) {
+      detail::complete_safely(done, binding.finish(kept, now, op, m, r.front()));
+    };
+    client.execute_one_async([&] { return call(key, now, op, m); }, deadline,
+                             std::move(finish_here), held);
   }
 
   /// Gives back every lease that ended by `now` (H after it was taken) or whose window ended,
@@ -154,8 +128,9 @@ class LeasedWindowBinding {
     }
     std::int64_t given = 0;
     for (const auto& [key, l] : ended) {
-      if (l.left <= 0 || params_.window_of(now.count()) != l.window) continue;
-      if (take(key, now.count(), 0, 0, l.left)) given += l.left;
+      if (params_.window_of(now.count()) != l.window) continue;  // its count no longer matters
+      // A spent lease still confirms its records (its units stay counted when they expire).
+      if (take(key, now.count(), 0, 0, l.left, l.records, {})) given += l.left;
     }
     return given;
   }
@@ -167,7 +142,7 @@ class LeasedWindowBinding {
 
   /// The part of a one-key `decide_all`.
   LeasedPart part(std::string_view key, const Operation& op, std::string_view = {}) const {
-    return LeasedPart{key, op, &apply_part, this};
+    return LeasedPart{key, op, &apply_part, this, &apply_part_async};
   }
 
   /// The same keys with other parameters (the lease size follows unless it was given). The
@@ -197,6 +172,8 @@ class LeasedWindowBinding {
     std::chrono::nanoseconds taken_at{0};
     /// The limit the units were leased under: a binding with a lower one never spends them.
     std::int64_t limit = 0;
+    /// Its records in Redis, "<id>:<units>" (two when threads merged leases).
+    std::vector<std::string> records;
   };
   struct Table {
     std::mutex mutex;
@@ -231,27 +208,173 @@ class LeasedWindowBinding {
     std::int64_t prev;     ///< window k - 1's count (sliding counter; else 0)
     std::int64_t room;     ///< units the window can still lease after the grant
   };
+  /// The key of window k's lease records (in the count's hash slot).
+  std::string records_key(std::string_view key, std::int64_t k) const {
+    return count_key(key, k) + ":l";
+  }
 
   std::string count_key(std::string_view key, std::int64_t k) const {
     return detail::redis_key(shared_->options.redis.key_prefix, key, tail_) + ":" +
            std::to_string(k);
   }
 
-  /// One lease call at `t` (ns) on t's window: gives back `give_back`, leases up to `want` if at
-  /// least `need` fit. Nothing when Redis could not answer.
+  /// What a miss sends: the ended lease's give-back and records, and what it asks for.
+  struct Miss {
+    std::int64_t give_back = 0;        ///< unused units of the ended lease
+    std::vector<std::string> records;  ///< the ended lease's records, named in its give-back
+    bool keep = true;                  ///< a lease may be kept (within max_keys)
+    std::string record;                ///< the new lease's record id (empty: none)
+    std::optional<Lease> ended;        ///< the ended lease itself (restored if Redis fails)
+  };
+
+  /// The decision from this instance's lease or a remembered denial, if one answers; else
+  /// nothing, with `m` what the lease call must send.
+  std::optional<Decision> local(std::string_view key, std::chrono::nanoseconds now,
+                                const Operation& op, Miss& m) const {
+    const std::int64_t t = now.count(), k = params_.window_of(t);
+    const std::lock_guard lock(table_->mutex);
+    const std::string k_str(key);
+    if (auto d = detail::recall_denial(table_->denied, k_str, now, op, params_.limit)) {
+      shared_->denied_locally.fetch_add(1, std::memory_order_relaxed);
+      return d;
+    }
+    auto it = table_->leases.find(k_str);
+    if (it != table_->leases.end()) {
+      Lease& l = it->second;
+      if (l.window != k) {
+        table_->leases.erase(it);  // its window ended: its count no longer matters
+      } else if (op.cost <= l.left && now - l.taken_at < shared_->options.lease_duration &&
+                 l.limit <= params_.limit) {
+        if (!op.peek) l.left -= op.cost;
+        shared_->local.fetch_add(1, std::memory_order_relaxed);
+        return admitted(l.left + l.room, to_end(t));
+      } else {
+        // Too little, the lease ended, or it was taken under a higher limit (a copy from
+        // `with_params`, such as a priority's reserve, shares this table): back with the
+        // next lease, which Redis grants within this binding's own limit.
+        m.give_back = l.left;
+        m.ended = l;
+        m.records = std::move(l.records);
+        table_->leases.erase(it);
+      }
+    }
+    m.keep = table_->leases.size() < shared_->options.max_keys;
+    if (!op.peek) m.record = shared_->record_id();
+    return std::nullopt;
+  }
+
+  std::chrono::nanoseconds to_end(std::int64_t t) const {
+    return std::chrono::nanoseconds{(params_.window_of(t) + 1) * params_.window - t};
+  }
+
+  /// The lease call of a miss (a peek leases nothing).
+  detail::RedisCall call(std::string_view key, std::chrono::nanoseconds now, const Operation& op,
+                         const Miss& m) const {
+    if (op.peek) return take_call(key, now.count(), 0, 0, m.give_back, m.records, {});
+    const std::int64_t want = m.keep ? std::max(lease_, op.cost) : op.cost;
+    return take_call(key, now.count(), std::min(want, params_.limit + 1), op.cost, m.give_back,
+                     m.records, m.record);
+  }
+
+  /// The decision of a miss from its lease call's result `res`.
+  Decision finish(std::string_view key, std::chrono::nanoseconds now, const Operation& op,
+                  const Miss& m, const detail::RedisResult& res) const {
+    const std::int64_t t = now.count(), k = params_.window_of(t);
+    const auto r = taken(res, m.give_back);
+    if (!r) {
+      restore(key, now, m);
+      return degrade(key, now, op, to_end(t));
+    }
+    if (op.peek) return model_view(*r, t, 1);
+    if (r->granted == 0) {
+      Decision d = model_view(*r, t, op.cost);
+      // The script errs towards denial where its arithmetic is inexact (docs:
+      // lua/lease_window.lua).
+      if (d.allowed || d.retry_after == std::chrono::nanoseconds{0})
+        d.retry_after = std::chrono::milliseconds{1};
+      d.allowed = false;
+      {
+        const std::lock_guard lock(table_->mutex);
+        detail::remember_denial(table_->denied, std::string(key), now, d, params_.limit,
+                                shared_->options.max_keys, shared_->options.lease_duration);
+      }
+      return d;
+    }
+    const std::int64_t left = r->granted - op.cost, room = r->room;
+    if (left > 0 && m.keep) {
+      const std::lock_guard lock(table_->mutex);
+      Lease& l = table_->leases[std::string(key)];
+      if (l.window != k) l = Lease{k, 0, 0, now, params_.limit, {}};
+      l.left += left;
+      // Merged with another thread's lease: both records go back with the next give-back,
+      // and the older start ends it (its record expires first).
+      l.records.push_back(m.record + ":" + std::to_string(left));
+      l.limit = std::max(l.limit, params_.limit);  // merged units: spendable under the higher
+      l.room = room;
+      l.taken_at = std::min(l.taken_at, now);
+    }
+    return admitted(left + room, to_end(t));
+  }
+
+  /// Puts back the ended lease a failed lease call was to give back (unless the key holds a
+  /// lease again), still ended: its records go with the next call. Dropped, they would be
+  /// reclaimed at their expiry with the units this instance had spent of them.
+  void restore(std::string_view key, std::chrono::nanoseconds now, const Miss& m) const {
+    if (!m.ended) return;
+    const std::lock_guard lock(table_->mutex);
+    auto [it, fresh] = table_->leases.try_emplace(std::string(key), *m.ended);
+    if (!fresh) return;
+    it->second.taken_at = now - shared_->options.lease_duration;  // ended: never spent again
+  }
+
+  /// One lease call at `t` (ns) on t's window: gives back `give_back` of the ended lease whose
+  /// records are `records`, reclaims expired records, leases up to `want` if at least `need`
+  /// fit (recorded as `record` if more than `need`). Nothing when Redis could not answer.
   std::optional<Taken> take(std::string_view key, std::int64_t t, std::int64_t want,
-                            std::int64_t need, std::int64_t give_back) const {
+                            std::int64_t need, std::int64_t give_back,
+                            const std::vector<std::string>& records,
+                            const std::string& record) const {
+    auto& client = *shared_->client;
+    shared_->round_trips.fetch_add(1, std::memory_order_relaxed);
+    auto res = client.execute_one(
+        [&] { return take_call(key, t, want, need, give_back, records, record); },
+        client.deadline_from_now());
+    return taken(res.front(), give_back);
+  }
+
+  detail::RedisCall take_call(std::string_view key, std::int64_t t, std::int64_t want,
+                              std::int64_t need, std::int64_t give_back,
+                              const std::vector<std::string>& records,
+                              const std::string& record) const {
     const std::int64_t W = params_.window, k = params_.window_of(t);
     detail::RedisCall c;
     c.script = &detail::lease_window_script();
     c.keys.push_back(count_key(key, k));
+    c.keys.push_back(records_key(key, k));
     if constexpr (sliding) c.keys.push_back(count_key(key, k - 1));
     const std::int64_t matters = (k + (sliding ? 2 : 1)) * W - t;
     const std::int64_t ttl_ms = matters / 1'000'000 + 1 + shared_->options.redis.ttl_margin.count();
-    c.argv = {std::to_string(params_.limit),     std::to_string(want),   std::to_string(need),
-              std::to_string(give_back),         std::to_string(ttl_ms), std::to_string(W / 1000),
-              std::to_string((t - k * W) / 1000)};
-    const auto v = detail::lease_round_trip(*shared_, std::move(c), 4);
+    const auto& o = shared_->options;
+    const std::int64_t expiry_us =
+        t / 1000 + std::chrono::microseconds(o.lease_duration + o.reclaim_grace).count();
+    c.argv = {std::to_string(params_.limit),
+              std::to_string(want),
+              std::to_string(need),
+              std::to_string(give_back),
+              std::to_string(ttl_ms),
+              std::to_string(W / 1000),
+              std::to_string((t - k * W) / 1000),
+              std::to_string(t / 1000),
+              std::to_string(expiry_us),
+              record.empty() ? std::string("-") : record};
+    c.argv.insert(c.argv.end(), records.begin(), records.end());
+    return c;
+  }
+
+  /// What a lease call's result says, nothing when Redis could not answer or answered
+  /// otherwise (reported); counts it in the stats.
+  std::optional<Taken> taken(const detail::RedisResult& res, std::int64_t give_back) const {
+    const auto v = detail::lease_reply(*shared_, res, 5);
     if (!v) return std::nullopt;
     const auto& r = *v;
     if (r[1] > (1 << 30) || r[2] > (1 << 30)) {
@@ -262,6 +385,7 @@ class LeasedWindowBinding {
     shared_->units_leased.fetch_add(static_cast<std::uint64_t>(r[0]), std::memory_order_relaxed);
     shared_->units_returned.fetch_add(static_cast<std::uint64_t>(give_back),
                                       std::memory_order_relaxed);
+    shared_->units_reclaimed.fetch_add(static_cast<std::uint64_t>(r[4]), std::memory_order_relaxed);
     return Taken{static_cast<std::int64_t>(r[0]), static_cast<std::int64_t>(r[1]),
                  static_cast<std::int64_t>(r[2]), static_cast<std::int64_t>(r[3])};
   }
@@ -285,14 +409,6 @@ class LeasedWindowBinding {
     return d;
   }
 
-  /// A peek with no lease to answer it: the window's count, leasing nothing.
-  Decision peek_decision(std::string_view key, std::int64_t t, std::int64_t give_back,
-                         std::chrono::nanoseconds to_end) const {
-    const auto r = take(key, t, 0, 0, give_back);
-    if (!r) return degrade(key, std::chrono::nanoseconds{t}, Operation{1, true}, to_end);
-    return model_view(*r, t, 1);
-  }
-
   Decision degrade(std::string_view key, std::chrono::nanoseconds now, const Operation& op,
                    std::chrono::nanoseconds to_end) const {
     if (fallback_) return detail::lease_fallback(*shared_, *fallback_, key, now, op);
@@ -304,6 +420,10 @@ class LeasedWindowBinding {
   static Decision apply_part(const void* b, std::string_view key, std::chrono::nanoseconds now,
                              const Operation& op) {
     return static_cast<const LeasedWindowBinding*>(b)->apply(key, now, op);
+  }
+  static void apply_part_async(const void* b, std::string_view key, std::chrono::nanoseconds now,
+                               const Operation& op, Completion<Decision> done) {
+    static_cast<const LeasedWindowBinding*>(b)->apply_async(key, now, op, std::move(done));
   }
 
   std::shared_ptr<detail::LeaseShared> shared_;

@@ -20,7 +20,9 @@
 /// - a client staying in one region at N per W reaches its full limit when U >= N (S + 2d) / W:
 ///   units wait for a claim (up to S) and its acknowledgement (a round trip, 2d).
 /// - a partition: each region goes on with its own count plus U, and says so (listeners:
-///   on_breaker_change "region <name>" open, on_storage_error kind "partition"; stats).
+///   on_breaker_change "region <name>" open, on_storage_error kind "partition"; stats). The
+///   regions that still talk to each other are throttled too: a region admits at most U units
+///   that some region, the cut one included, has not acknowledged.
 ///
 /// Algorithms: the fixed window and the sliding window counter (here), the token bucket and
 /// the leaky bucket (redis/regional/bucket.hpp: over any interval of length D at most
