@@ -3,7 +3,14 @@
 
 gateways.tsv, one row per wrk run: round, setup (alone, noop, inprocess, redis), run (peak: flat
 out; half: paced at half of that round's no-op peak), the rate asked (requests/s, 0 for flat
-out), requests/s done, p50 and p99 in microseconds, non-2xx answers, socket errors, load average.
+out), requests/s done, p50 and p99 in microseconds, non-2xx answers, socket errors, requests,
+load average, the CPU the gateway's NGINX and the check used over the run (clock ticks, user +
+system), clock ticks per second.
+
+CPU per request does not depend on how much of the CPU the other work on a shared machine left
+to the run, where requests/s does: the report also gives, from it, the ratio each goal would
+see on a core of its own (CPU 0 holds the gateway and the check: the peak there is the inverse
+of their CPU per request).
 
 The goals (forward authentication through NGINX): the check in process >= 0.8x the no-op
 endpoint's requests/s, the check on Redis >= 0.7x; the p99 added by the check over the no-op
@@ -30,11 +37,14 @@ def read(path):
     with open(path) as f:
         for line in f:
             p = line.rstrip("\n").split("\t")
-            if len(p) < 10:
+            if len(p) < 14:
                 continue
+            requests = max(int(p[9]), 1)
+            hz = float(p[13])
             rows[(int(p[0]), p[1], p[2])] = {
                 "rate": float(p[3]), "per_s": float(p[4]), "p50": float(p[5]),
-                "p99": float(p[6]), "non2xx": int(p[7]), "errors": int(p[8]), "load": p[9]}
+                "p99": float(p[6]), "non2xx": int(p[7]), "errors": int(p[8]), "load": p[10],
+                "gw_us": int(p[11]) / hz * 1e6 / requests, "ck_us": int(p[12]) / hz * 1e6 / requests}
     return rows
 
 
@@ -88,6 +98,14 @@ def main():
       "between requests: Debian's wrk has no open loop, so the rate achieved is a little under "
       "the one asked, and is in the tables). A 1 s run on each setup first, not recorded.")
     w(f"- Non-2xx answers over all runs: {non2xx}; socket errors: {errors}.")
+    loads = [float(r["load"].split()[0]) for r in rows.values()]
+    cores = int(a.cpu.split()[0]) if a.cpu.split()[0].isdigit() else 0
+    if cores and m(loads) > cores:
+        w(f"- **The machine was busy**: a load average of {min(loads):.1f} to {max(loads):.1f} on "
+          f"{cores} cores. The pinned processes shared their CPUs with other work, so requests/s "
+          "and latencies measure the share of CPU they got as much as the setups: the ratios "
+          "within a round are the usable part, and CPU per request (below), which does not "
+          "depend on that share, tells what each setup costs.")
     w("")
 
     w("## Goals (median of the rounds; the range across rounds beside it)")
@@ -117,6 +135,36 @@ def main():
           f"<= 1 ms | {med} | {rng} | {met} |")
     w("")
 
+    w("## CPU per request on the gateway's CPU (peak runs, median of the rounds)")
+    w("")
+    w("CPU 0 runs the gateway's NGINX and the check: on a core of their own, the peak is "
+      "1 / (their CPU per request), so the ratio of CPU per request estimates each goal's "
+      "ratio without the other work on the machine.")
+    w("")
+    w("| Setup | NGINX (us/request) | Check (us/request) | Both (us/request) |")
+    w("|---|---|---|---|")
+    for setup in ("alone", "noop", "inprocess", "redis"):
+        peaks = [rows[(r, setup, "peak")] for r in rounds if (r, setup, "peak") in rows]
+        if not peaks:
+            continue
+        w(f"| {NAMES[setup]} | {m([p['gw_us'] for p in peaks]):.1f} | "
+          f"{m([p['ck_us'] for p in peaks]):.1f} | "
+          f"{m([p['gw_us'] + p['ck_us'] for p in peaks]):.1f} |")
+    w("")
+    w("| Ratio on a core of its own, from CPU per request | Median | Range | Goal | Met |")
+    w("|---|---|---|---|---|")
+    for setup, ref, goal in GOALS:
+        est = [(rows[(r, ref, "peak")]["gw_us"] + rows[(r, ref, "peak")]["ck_us"]) /
+               (rows[(r, setup, "peak")]["gw_us"] + rows[(r, setup, "peak")]["ck_us"])
+               for r in rounds if (r, setup, "peak") in rows and (r, ref, "peak") in rows]
+        if not est:
+            continue
+        med, rng = spread(est, lambda x: f"{x:.2f}x")
+        met = "-" if goal is None else ("yes" if m(est) >= goal else "no")
+        w(f"| {SHORT[setup]} over {SHORT[ref]} | {med} | {rng} | "
+          f"{'-' if goal is None else f'>= {goal}x'} | {met} |")
+    w("")
+
     w("## Medians per setup")
     w("")
     w("| Setup | Peak requests/s | Range | p50 / p99 at peak (ms) | Half: rate asked | "
@@ -140,13 +188,13 @@ def main():
     w("## Every run, in the order run")
     w("")
     w("| Round | Setup | Run | Rate asked | Requests/s | p50 (ms) | p99 (ms) | Non-2xx | "
-      "Socket errors | Load |")
-    w("|---|---|---|---|---|---|---|---|---|---|")
+      "Socket errors | CPU 0 (us/request) | Load |")
+    w("|---|---|---|---|---|---|---|---|---|---|---|")
     for (rnd, setup, run), r in rows.items():
         asked = "flat out" if r["rate"] == 0 else f"{r['rate']:,.0f}"
         w(f"| {rnd} | {SHORT[setup]} {setup} | {run} | {asked} | {r['per_s']:,.0f} | "
           f"{r['p50'] / 1000:.2f} | {r['p99'] / 1000:.2f} | {r['non2xx']} | {r['errors']} | "
-          f"{r['load']} |")
+          f"{r['gw_us'] + r['ck_us']:.1f} | {r['load']} |")
     print("\n".join(out))
 
 

@@ -9,7 +9,7 @@
 -- about R requests/s, a little less by the answers' own latency (Debian's wrk 4 has no open
 -- loop; the rate achieved is reported beside the one asked).
 --
--- The last line: "wrk REQUESTS_PER_S P50_US P99_US NON_2XX SOCKET_ERRORS".
+-- The last line: "wrk REQUESTS_PER_S P50_US P99_US NON_2XX SOCKET_ERRORS REQUESTS".
 
 local rate = tonumber(os.getenv("WRK_RATE") or "0") or 0
 local connections = tonumber(os.getenv("WRK_CONNECTIONS") or "1") or 1
@@ -28,8 +28,8 @@ end
 
 function done(summary, latency, requests)
   local e = summary.errors
-  io.write(string.format("wrk %.1f %.0f %.0f %d %d\n",
+  io.write(string.format("wrk %.1f %.0f %.0f %d %d %d\n",
                          summary.requests / (summary.duration / 1e6),
                          latency:percentile(50), latency:percentile(99), e.status,
-                         e.connect + e.read + e.write + e.timeout))
+                         e.connect + e.read + e.write + e.timeout, summary.requests))
 end
