@@ -7,8 +7,8 @@ out), requests/s done, p50 and p99 in microseconds, non-2xx answers, socket erro
 load average, the CPU the gateway's NGINX and the check used over the run (clock ticks, user +
 system), clock ticks per second.
 
-CPU per request does not depend on how much of the CPU the other work on a shared machine left
-to the run, where requests/s does: the report also gives, from it, the ratio each goal would
+CPU per request depends much less than requests/s on how much of the CPU the other work on a
+shared machine left to the run: the report also gives, from it, the ratio each goal would
 see on a core of its own (CPU 0 holds the gateway and the check: the peak there is the inverse
 of their CPU per request).
 
@@ -104,8 +104,9 @@ def main():
         w(f"- **The machine was busy**: a load average of {min(loads):.1f} to {max(loads):.1f} on "
           f"{cores} cores. The pinned processes shared their CPUs with other work, so requests/s "
           "and latencies measure the share of CPU they got as much as the setups: the ratios "
-          "within a round are the usable part, and CPU per request (below), which does not "
-          "depend on that share, tells what each setup costs.")
+          "within a round are the usable part, and CPU per request (below), which that share "
+          "disturbs less (context switches still cost more on a busy CPU), tells what each "
+          "setup costs.")
     w("")
 
     w("## Goals (median of the rounds; the range across rounds beside it)")
