@@ -5,8 +5,9 @@
 #
 # Groups: demo (build and run the example), test (everything scripts/test.sh builds and runs,
 # the gateways NGINX, Caddy and HAProxy that the server's gateway test puts in front of it),
-# bench (bench/run), gateway (the HTTP gateway example), all (the default). Any other argument
-# is taken as a Debian package name. Recommends are not installed, so every needed package is
+# bench (bench/run; nginx-light, wrk and curl for its gateway phase, util-linux's taskset to
+# pin), gateway (the HTTP gateway example), all (the default). Any other argument is taken as a
+# Debian package name. Recommends are not installed, so every needed package is
 # listed (libclang-rt-14-dev: clang's sanitizer runtimes, only recommended by clang; openssl:
 # the CLI that makes the TLS tests' certificates, scripts/tls_certs.sh; ninja-build: the test
 # command's generator, which builds several named targets in parallel; podman, libcap2-bin
@@ -20,7 +21,7 @@ set -euo pipefail
 declare -A groups=(
   [demo]="cmake g++ make"
   [test]="cmake ninja-build g++ clang libclang-rt-14-dev clang-format make git pkg-config catch2 libhiredis-dev libssl-dev redis-server redis-tools libbenchmark-dev libyaml-cpp-dev libcpp-httplib-dev libhowardhinnant-date-dev tzdata openssl libgrpc++-dev libprotobuf-dev protobuf-compiler protobuf-compiler-grpc dpkg-dev libmicrohttpd-dev libre2-dev nginx-light caddy haproxy zlib1g-dev memcached podman libcap2-bin iproute2 util-linux nodejs npm"
-  [bench]="cmake g++ make pkg-config libhiredis-dev libssl-dev redis-server redis-tools libbenchmark-dev gnuplot-nox python3 libevent-dev memcached zlib1g-dev"
+  [bench]="cmake g++ make pkg-config libhiredis-dev libssl-dev redis-server redis-tools libbenchmark-dev gnuplot-nox python3 libevent-dev memcached zlib1g-dev libmicrohttpd-dev libre2-dev nginx-light wrk curl util-linux"
   [gateway]="cmake g++ make pkg-config libhiredis-dev libssl-dev libyaml-cpp-dev libcpp-httplib-dev redis-server redis-tools wrk curl"
 )
 groups[all]="${groups[test]} ${groups[bench]} ${groups[gateway]}"

@@ -12,6 +12,10 @@
 //       (redis: this server on the Redis at host:port; redisfloor: the Redis path's floor, a
 //       minimal server that sends each call's Go commands there and answers; memcache: this
 //       server on the memcached at host:port)
+//   ratelimit_server_bench --serve http-noop [threads, default 4]
+//       the forward-auth check's floor for bench/run --gateways: ratelimit_server's HTTP front
+//       (HttpFront, the same options) answering every /check/<domain> 200 "OK\n" at once,
+//       without building descriptors or deciding; prints "port N" like the others
 //   ratelimit_server_bench --drive PORT SECONDS IN_FLIGHT RATE
 //       one client run (RATE 0: flat out, else calls started per second): prints
 //       "calls_per_s p50_us p99_us errors"
@@ -24,6 +28,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <functional>
 #include <memory>
 #include <stdexcept>
 #include <string>
@@ -52,6 +57,7 @@
 
 #include "counters.hpp"
 #include "grpc_server.hpp"
+#include "http_front.hpp"
 #include "rls.grpc.pb.h"
 #include "server_algorithms.hpp"
 #include "service.hpp"
@@ -315,6 +321,24 @@ sigset_t stop_signals() {
 int serve(const std::string& kind, const std::string& redis) {
   const sigset_t set = stop_signals();
   int sig = 0;
+  if (kind == "http-noop") {
+    // The same front and options as ratelimit_server's PORT (RATELIMIT_SERVER_HTTP_THREADS,
+    // default 4), the same route kind (an asynchronous prefix route), answered at once.
+    ratelimit::server::HttpFrontOptions options;
+    if (!redis.empty()) options.threads = static_cast<unsigned>(std::atoi(redis.c_str()));
+    ratelimit::server::HttpRoutes routes;
+    routes.prefix_async("*", "/check/",
+                        [](const ratelimit::server::HttpRequest&,
+                           std::function<void(ratelimit::server::HttpResponse)> reply) {
+                          reply({200, "text/plain", "OK\n", {}});
+                        });
+    ratelimit::server::HttpFront front(std::move(routes), "127.0.0.1", 0, options);
+    std::printf("port %d\n", front.port());
+    std::fflush(stdout);
+    sigwait(&set, &sig);
+    front.stop();
+    return 0;
+  }
   if (kind == "noop") {
     NoopService noop;
     int port = 0;
@@ -357,7 +381,7 @@ int serve(const std::string& kind, const std::string& redis) {
   if (!counters) {
     std::fprintf(stderr,
                  "--serve: noop, inprocess, redis HOST:PORT, redisfloor HOST:PORT (redis needs "
-                 "hiredis, redisfloor libevent too) or memcache HOST:PORT\n");
+                 "hiredis, redisfloor libevent too), memcache HOST:PORT or http-noop [THREADS]\n");
     return 2;
   }
   ratelimit::server::GrpcServer server(service_on(std::move(counters)), "127.0.0.1:0");

@@ -20,8 +20,10 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <chrono>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <iostream>
@@ -592,6 +594,8 @@ TEST_CASE(
                    MSG_NOSIGNAL) == static_cast<ssize_t>(request.size()));
   }
   std::vector<std::string> answers(connections);
+  // How a connection that gave no answer ended (closed, reset, ...), for the failure message.
+  std::vector<std::string> ends(connections);
   std::vector<bool> done(connections, false);
   int remaining = connections;
   Count most = threads();
@@ -611,6 +615,8 @@ TEST_CASE(
       char buf[4096];
       const ssize_t n = ::recv(pfds[k].fd, buf, sizeof buf, 0);
       if (n > 0) answers[i].append(buf, static_cast<std::size_t>(n));
+      if (n == 0) ends[i] = "closed by the server";
+      if (n < 0) ends[i] = std::string("recv: ") + std::strerror(errno);
       // An answer is complete once its body ("OK\n", 3 bytes) follows the head.
       const std::size_t head = answers[i].find("\r\n\r\n");
       if (n <= 0 || (head != std::string::npos && answers[i].size() >= head + 4 + 3)) {
@@ -626,13 +632,17 @@ TEST_CASE(
   const Count during = threads();
   int ok = 0;
   std::map<std::string, int> others;  // what the others began with, for the failure message
-  for (const std::string& a : answers) {
+  for (std::size_t i = 0; i < answers.size(); ++i) {
+    const std::string& a = answers[i];
     if (a.rfind("HTTP/1.1 200", 0) == 0)
       ++ok;
+    else if (!a.empty())
+      ++others["answered '" + a.substr(0, a.find("\r\n")) + "'"];
     else
-      ++others[a.substr(0, a.find("\r\n"))];
+      ++others["no answer: " + (done[i] ? ends[i] : "still open at the deadline")];
   }
-  for (const auto& [first_line, n] : others) UNSCOPED_INFO(n << " answered '" << first_line << "'");
+  for (const auto& [what, n] : others) UNSCOPED_INFO(n << " " << what);
+  if (!others.empty()) UNSCOPED_INFO("the server's log:\n" << server.process->log());
   CHECK(remaining == 0);
   CHECK(ok == connections);  // each client's first request of its 3 a day
   CHECK(during.front == front_threads);
