@@ -7,11 +7,14 @@
 //
 //   ratelimit_server_bench [seconds per run, default 3] [calls in flight, default 64]
 //       all in one process, a table on stdout
-//   ratelimit_server_bench --serve noop|inprocess|redis|redisfloor|memcache [host:port]
+//   ratelimit_server_bench --serve noop|inprocess|statsdoff|statsd|redis|redisfloor|memcache
+//       [host:port]
 //       one server on a free loopback port: prints "port N", serves until SIGTERM or SIGINT
 //       (redis: this server on the Redis at host:port; redisfloor: the Redis path's floor, a
 //       minimal server that sends each call's Go commands there and answers; memcache: this
-//       server on the memcached at host:port)
+//       server on the memcached at host:port; statsdoff and statsd: in process with our
+//       /metrics and the stats as ratelimit_server sets them, USE_STATSD=false, or true with
+//       the statsd daemon at host:port)
 //   ratelimit_server_bench --drive PORT SECONDS IN_FLIGHT RATE
 //       one client run (RATE 0: flat out, else calls started per second): prints
 //       "calls_per_s p50_us p99_us errors"
@@ -35,6 +38,7 @@
 #include <grpcpp/security/server_credentials.h>
 #include <grpcpp/server_builder.h>
 
+#include <ratelimit/metrics/prometheus.hpp>
 #include <ratelimit/rules.hpp>
 
 #ifdef RATELIMIT_SERVER_HAVE_REDIS
@@ -55,6 +59,7 @@
 #include "rls.grpc.pb.h"
 #include "server_algorithms.hpp"
 #include "service.hpp"
+#include "stats/runtime.hpp"
 
 namespace {
 
@@ -173,9 +178,10 @@ void report(const char* name, int port, double seconds, int in_flight, double fl
 }
 
 std::shared_ptr<ratelimit::server::Service> service_on(
-    std::shared_ptr<ratelimit::server::Counters> counters) {
-  auto service = std::make_shared<ratelimit::server::Service>(std::move(counters),
-                                                              ratelimit::server::ServiceSettings{});
+    std::shared_ptr<ratelimit::server::Counters> counters,
+    ratelimit::server::ServiceSettings settings = {}) {
+  auto service =
+      std::make_shared<ratelimit::server::Service>(std::move(counters), std::move(settings));
   const ratelimit::RulesSource sources[] = {
       {"bench.yaml",
        "domain: bench\ndescriptors:\n  - key: client\n    rate_limit: {unit: second, "
@@ -344,6 +350,32 @@ int serve(const std::string& kind, const std::string& redis) {
     return 0;
   }
 #endif
+  // In process as ratelimit_server sets it up (main.cpp): our /metrics' exporter and call
+  // timer, and the stats: statsdoff as USE_STATSD=false, statsd as USE_STATSD=true over TCP to
+  // the daemon at host:port.
+  if (kind == "statsdoff" || (kind == "statsd" && !redis.empty())) {
+    ratelimit::server::stats::Options o;
+    o.use_statsd = kind == "statsd";
+    if (o.use_statsd) {
+      o.statsd_host = redis.substr(0, redis.rfind(':'));
+      o.statsd_port = std::atoi(redis.substr(redis.rfind(':') + 1).c_str());
+    }
+    ratelimit::server::stats::Runtime stats(o);
+    auto exporter = std::make_shared<ratelimit::PrometheusExporter>();
+    ratelimit::server::ServiceSettings settings;
+    settings.listener = exporter;
+    settings.call_timer = [exporter](std::chrono::nanoseconds d) { exporter->record_call(d); };
+    settings.stats = stats.observer();
+    settings.observer = stats.descriptor_observer();
+    ratelimit::server::GrpcServer server(
+        service_on(ratelimit::server::make_memory_counters(), std::move(settings)), "127.0.0.1:0");
+    std::printf("port %d\n", server.port());
+    std::fflush(stdout);
+    sigwait(&set, &sig);
+    server.shutdown(std::chrono::seconds{1});
+    stats.stop();
+    return 0;
+  }
   std::shared_ptr<ratelimit::server::Counters> counters;
   if (kind == "inprocess") {
     counters = ratelimit::server::make_memory_counters();
@@ -356,8 +388,9 @@ int serve(const std::string& kind, const std::string& redis) {
   }
   if (!counters) {
     std::fprintf(stderr,
-                 "--serve: noop, inprocess, redis HOST:PORT, redisfloor HOST:PORT (redis needs "
-                 "hiredis, redisfloor libevent too) or memcache HOST:PORT\n");
+                 "--serve: noop, inprocess, statsdoff, statsd HOST:PORT, redis HOST:PORT, "
+                 "redisfloor HOST:PORT (redis needs hiredis, redisfloor libevent too) or "
+                 "memcache HOST:PORT\n");
     return 2;
   }
   ratelimit::server::GrpcServer server(service_on(std::move(counters)), "127.0.0.1:0");
