@@ -1,8 +1,9 @@
 #!/usr/bin/env python3
 """Writes bench/results/server.md (on stdout) from bench/run's server.tsv.
 
-server.tsv, one row per client run: round, server (noop, inprocess, noopshared, redisfloor,
-redis, memcache, and floor-<server> for each but the no-op ones), run (peak: flat out; half:
+server.tsv, one row per client run: round, server (noop, inprocess, statsdoff, statsd,
+noopshared, redisfloor, redis, memcache, and floor-<server> for inprocess, redisfloor, redis and
+memcache), run (peak: flat out; half:
 open loop at half that server's peak), the rate asked (calls/s, 0 for flat out), calls/s done,
 p50 and p99 in microseconds, errors, load average. noopshared is the no-op server in the Redis
 path's layout (redis-server alone on one CPU, server and client on the other); redisfloor is
@@ -13,6 +14,10 @@ in its layout and >= 0.9x the Redis path's floor; the p99 added over the floor (
 at the same rate) <= 1 ms at half of the server's own peak. A ratio is taken within a round (the
 runs side by side), then the rounds' median is the figure and their range the noise. Memcache is
 reported beside them without a goal.
+
+The stats goal: in process with the stats as ratelimit_server sets them, statsd on (USE_STATSD
+over TCP to a daemon that reads and discards) >= 0.95x the same with statsd off (statsdoff:
+USE_STATSD=false, our /metrics still fed), runs side by side in each round.
 """
 
 import argparse
@@ -21,13 +26,15 @@ import sys
 
 # (server, compared with, goal or None: reported only)
 GOALS = [("inprocess", "noop", 0.9), ("redis", "noopshared", 0.8), ("redis", "redisfloor", 0.9),
-         ("memcache", "noopshared", None)]
+         ("memcache", "noopshared", None), ("statsd", "statsdoff", 0.95)]
 P99_SERVERS = ["inprocess", "redis", "memcache"]
 P99_GOAL_US = 1000.0
 NAMES = {"noop": "no-op gRPC server (floor)", "inprocess": "ratelimit_server, in process",
          "noopshared": "no-op gRPC server, Redis layout",
          "redisfloor": "Redis path's floor (INCRBY+EXPIRE, hiredis async)",
-         "redis": "ratelimit_server, Redis", "memcache": "ratelimit_server, memcache"}
+         "redis": "ratelimit_server, Redis", "memcache": "ratelimit_server, memcache",
+         "statsdoff": "ratelimit_server in process, its stats with USE_STATSD=false",
+         "statsd": "ratelimit_server in process, statsd on (TCP, a daemon that discards)"}
 
 
 def read(path):
@@ -72,7 +79,8 @@ def main():
     w("")
     w(f"- Machine load (uptime) at the start: `{a.load_start}`; at the end: `{a.load_end}`.")
     w(f"- Pinned with taskset: {a.pinned}.")
-    w(f"- {len(rounds)} rounds, each: no-op, in process, no-op in the Redis layout, the Redis "
+    w(f"- {len(rounds)} rounds, each: no-op, in process, in process with the stats as the "
+      "server sets them (statsd off, then on), no-op in the Redis layout, the Redis "
       "path's floor, Redis, memcache, one process per server; "
       f"{a.seconds} s per client run, 64 calls in flight, one descriptor per call "
       "(1,000 client values, a limit never reached).")
@@ -113,7 +121,8 @@ def main():
     w("| Server | Peak calls/s | Range | p50 / p99 at peak (ms) | Half-peak rate | "
       "p50 / p99 at half (ms) | Floor p99 at that rate (ms) |")
     w("|---|---|---|---|---|---|---|")
-    for server in ("noop", "inprocess", "noopshared", "redisfloor", "redis", "memcache"):
+    for server in ("noop", "inprocess", "statsdoff", "statsd", "noopshared", "redisfloor",
+                   "redis", "memcache"):
         peaks = [rows[(r, server, "peak")] for r in rounds if (r, server, "peak") in rows]
         halves = [rows[(r, server, "half")] for r in rounds if (r, server, "half") in rows]
         floors = [rows[(r, "floor-" + server, "half")] for r in rounds

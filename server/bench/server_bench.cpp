@@ -7,11 +7,14 @@
 //
 //   ratelimit_server_bench [seconds per run, default 3] [calls in flight, default 64]
 //       all in one process, a table on stdout
-//   ratelimit_server_bench --serve noop|inprocess|redis|redisfloor|memcache [host:port]
+//   ratelimit_server_bench --serve noop|inprocess|statsdoff|statsd|redis|redisfloor|memcache
+//       [host:port]
 //       one server on a free loopback port: prints "port N", serves until SIGTERM or SIGINT
 //       (redis: this server on the Redis at host:port; redisfloor: the Redis path's floor, a
 //       minimal server that sends each call's Go commands there and answers; memcache: this
-//       server on the memcached at host:port)
+//       server on the memcached at host:port; statsdoff and statsd: in process with our
+//       /metrics and the stats as ratelimit_server sets them, USE_STATSD=false, or true with
+//       the statsd daemon at host:port)
 //   ratelimit_server_bench --serve http-noop [threads, default 4]
 //       the forward-auth check's floor for bench/run --gateways: ratelimit_server's HTTP front
 //       (HttpFront, the same options) answering every /check/<domain> 200 "OK\n" at once,
@@ -40,6 +43,7 @@
 #include <grpcpp/security/server_credentials.h>
 #include <grpcpp/server_builder.h>
 
+#include <ratelimit/metrics/prometheus.hpp>
 #include <ratelimit/rules.hpp>
 
 #ifdef RATELIMIT_SERVER_HAVE_REDIS
@@ -61,6 +65,7 @@
 #include "rls.grpc.pb.h"
 #include "server_algorithms.hpp"
 #include "service.hpp"
+#include "stats/runtime.hpp"
 
 namespace {
 
@@ -179,9 +184,10 @@ void report(const char* name, int port, double seconds, int in_flight, double fl
 }
 
 std::shared_ptr<ratelimit::server::Service> service_on(
-    std::shared_ptr<ratelimit::server::Counters> counters) {
-  auto service = std::make_shared<ratelimit::server::Service>(std::move(counters),
-                                                              ratelimit::server::ServiceSettings{});
+    std::shared_ptr<ratelimit::server::Counters> counters,
+    ratelimit::server::ServiceSettings settings = {}) {
+  auto service =
+      std::make_shared<ratelimit::server::Service>(std::move(counters), std::move(settings));
   const ratelimit::RulesSource sources[] = {
       {"bench.yaml",
        "domain: bench\ndescriptors:\n  - key: client\n    rate_limit: {unit: second, "
@@ -368,6 +374,32 @@ int serve(const std::string& kind, const std::string& redis) {
     return 0;
   }
 #endif
+  // In process as ratelimit_server sets it up (main.cpp): our /metrics' exporter and call
+  // timer, and the stats: statsdoff as USE_STATSD=false, statsd as USE_STATSD=true over TCP to
+  // the daemon at host:port.
+  if (kind == "statsdoff" || (kind == "statsd" && !redis.empty())) {
+    ratelimit::server::stats::Options o;
+    o.use_statsd = kind == "statsd";
+    if (o.use_statsd) {
+      o.statsd_host = redis.substr(0, redis.rfind(':'));
+      o.statsd_port = std::atoi(redis.substr(redis.rfind(':') + 1).c_str());
+    }
+    ratelimit::server::stats::Runtime stats(o);
+    auto exporter = std::make_shared<ratelimit::PrometheusExporter>();
+    ratelimit::server::ServiceSettings settings;
+    settings.listener = exporter;
+    settings.call_timer = [exporter](std::chrono::nanoseconds d) { exporter->record_call(d); };
+    settings.stats = stats.observer();
+    settings.observer = stats.descriptor_observer();
+    ratelimit::server::GrpcServer server(
+        service_on(ratelimit::server::make_memory_counters(), std::move(settings)), "127.0.0.1:0");
+    std::printf("port %d\n", server.port());
+    std::fflush(stdout);
+    sigwait(&set, &sig);
+    server.shutdown(std::chrono::seconds{1});
+    stats.stop();
+    return 0;
+  }
   std::shared_ptr<ratelimit::server::Counters> counters;
   if (kind == "inprocess") {
     counters = ratelimit::server::make_memory_counters();
@@ -380,8 +412,9 @@ int serve(const std::string& kind, const std::string& redis) {
   }
   if (!counters) {
     std::fprintf(stderr,
-                 "--serve: noop, inprocess, redis HOST:PORT, redisfloor HOST:PORT (redis needs "
-                 "hiredis, redisfloor libevent too), memcache HOST:PORT or http-noop [THREADS]\n");
+                 "--serve: noop, inprocess, statsdoff, statsd HOST:PORT, redis HOST:PORT, "
+                 "redisfloor HOST:PORT (redis needs hiredis, redisfloor libevent too), "
+                 "memcache HOST:PORT or http-noop [THREADS]\n");
     return 2;
   }
   ratelimit::server::GrpcServer server(service_on(std::move(counters)), "127.0.0.1:0");

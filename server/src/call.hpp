@@ -72,6 +72,13 @@ struct Call {
   std::vector<Decision> decisions;
   /// Per hit: known over its limit from the over-limit cache (not sent to the storage).
   std::vector<bool> cached;
+  /// Per hit: the counter's count after this call's hits when the storage told it (the Go
+  /// window: the count its hits brought the counter to, admitted or not; a read: the count
+  /// read); nullopt when unknown (the over-limit cache, a library algorithm, all or nothing).
+  std::vector<std::optional<std::int64_t>> counts;
+  /// When this call's decision latency is sampled (`ratelimit::detail::sample_latency`): when
+  /// its counting started, on the steady clock.
+  std::optional<std::chrono::steady_clock::time_point> latency_from;
   /// false when nothing was counted (all or nothing, denied): admissions are dry runs.
   bool counted = true;
   /// RESPONSE_DYNAMIC_METADATA: the request's part of the response's dynamic metadata

@@ -8,6 +8,7 @@
 #include <exception>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <span>
 #include <stdexcept>
 #include <string>
@@ -53,6 +54,17 @@ struct Hit {
   bool get = false;
 };
 
+/// What one hit came to: its decision and, beside it, the counter's count when the storage
+/// knows it. The Go window's count is the count the hit brought its counter to, admitted or
+/// not (INCRBY's reply on Redis, the value read plus the hits on memcache), or for a read the
+/// count read: the reference's stats split a call's hits between within, near and over limit
+/// by it (src/limiter/base_limiter.go), where `Decision::remaining` stops at 0. A library
+/// algorithm has no such count (nullopt). Thread safety: a plain value.
+struct HitResult {
+  Decision decision{};
+  std::optional<std::int64_t> count;
+};
+
 /// How the Go window's counters with a `Hit::go_key` are kept, as the reference keeps them.
 struct GoKeyOptions {
   std::string prefix;  ///< CACHE_KEY_PREFIX, before every key
@@ -67,16 +79,16 @@ class Counters {
  public:
   virtual ~Counters() = default;
   /// Applies each hit in order (a later hit on the same counter sees the earlier ones), at
-  /// `now` (nanoseconds since the Unix epoch). Throws `std::runtime_error` when the storage
-  /// fails.
-  virtual std::vector<Decision> count(std::span<const Hit> hits, std::chrono::nanoseconds now) = 0;
-  /// `count` without blocking: `done(decisions, nullptr)` or `done({}, error)` is called
+  /// `now` (nanoseconds since the Unix epoch): one result per hit (its decision, and the
+  /// Go window's count beside it). Throws `std::runtime_error` when the storage fails.
+  virtual std::vector<HitResult> count(std::span<const Hit> hits, std::chrono::nanoseconds now) = 0;
+  /// `count` without blocking: `done(results, nullptr)` or `done({}, error)` is called
   /// exactly once, on the storage's I/O thread or here before this returns. Hits on one
   /// counter are applied in some order (the Redis storage sends them at once). By default,
   /// `count` here.
   virtual void count_async(std::vector<Hit> hits, std::chrono::nanoseconds now,
-                           std::function<void(std::vector<Decision>, std::exception_ptr)> done) {
-    std::vector<Decision> ds;
+                           std::function<void(std::vector<HitResult>, std::exception_ptr)> done) {
+    std::vector<HitResult> ds;
     try {
       ds = count(hits, now);
     } catch (...) {

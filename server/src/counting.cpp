@@ -15,14 +15,16 @@ namespace {
 /// over-limit cache (src/redis/fixed_cache_impl.go, DoLimit and getHitsAddend): every counter
 /// is first read; those whose count would go over their limit (IsOverLimitThresholdReached:
 /// count + hits > limit) are counted and, if there is one, every other is only read; if there
-/// is none, all are counted. `before` are the reads' decisions: a read is allowed iff count <=
-/// limit, with remaining = limit - count, so count + hits > limit iff denied or remaining <
-/// hits.
-void count_only_those_going_over(std::vector<Hit>& hits, const std::vector<Decision>& before) {
+/// is none, all are counted. `before` are the reads' results: their counts; without one (a
+/// library algorithm) the decision: a read is allowed iff count <= limit, with remaining =
+/// limit - count, so count + hits > limit iff denied or remaining < hits.
+void count_only_those_going_over(std::vector<Hit>& hits, const std::vector<HitResult>& before) {
   std::vector<bool> going_over(hits.size());
   bool any = false;
   for (std::size_t k = 0; k < hits.size(); ++k) {
-    going_over[k] = !before[k].allowed || before[k].remaining < hits[k].hits;
+    const Decision& d = before[k].decision;
+    going_over[k] = before[k].count ? *before[k].count > hits[k].limit - hits[k].hits
+                                    : !d.allowed || d.remaining < hits[k].hits;
     any = any || going_over[k];
   }
   if (!any) return;
@@ -46,10 +48,11 @@ void count_uncached(std::shared_ptr<Counters> counters, OverLimitCache* cache,
   std::vector<Hit> send;
   for (std::size_t k = 0; k < call->hits.size(); ++k)
     if (!call->cached[k]) send.push_back(call->hits[k]);
-  auto take = [cache, call, done](std::vector<Decision> sent, std::exception_ptr err) {
+  auto take = [cache, call, done](std::vector<HitResult> sent, std::exception_ptr err) {
     if (err) return done(err);
     const std::int64_t now_s = seconds_of(call->now);
     call->decisions.resize(call->hits.size());
+    call->counts.assign(call->hits.size(), std::nullopt);
     std::size_t next = 0;
     for (std::size_t k = 0; k < call->hits.size(); ++k) {
       const Hit& h = call->hits[k];
@@ -61,7 +64,8 @@ void count_uncached(std::shared_ptr<Counters> counters, OverLimitCache* cache,
         call->decisions[k] = d;
         continue;
       }
-      call->decisions[k] = sent[next++];
+      call->counts[k] = sent[next].count;
+      call->decisions[k] = sent[next++].decision;
       // As the reference, whatever the hits: its INCRBY 0 over the limit is remembered too.
       if (cache != nullptr && h.algorithm.empty() && !call->decisions[k].allowed)
         cache->remember(h, now_s);
@@ -160,7 +164,7 @@ void count_each(std::shared_ptr<Counters> counters, OverLimitCache* cache, bool 
   auto reads = reads_of(call->hits);
   counters->count_async(
       std::move(reads), call->now,
-      [counters, cache, call, done](std::vector<Decision> before, std::exception_ptr err) {
+      [counters, cache, call, done](std::vector<HitResult> before, std::exception_ptr err) {
         if (err) return done(err);
         count_only_those_going_over(call->hits, before);
         count_uncached(counters, cache, call, done);

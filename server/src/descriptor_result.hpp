@@ -36,9 +36,9 @@ struct DescriptorResult {
   std::int64_t window_s = 1;  ///< the unit, in seconds (the reference's UnitToDivider)
   std::int64_t hits = 0;      ///< the descriptor's hits (0: a read)
   /// The counter before and after this call's hits, when known: the Go window's count is
-  /// always known but from the over-limit cache (after = limit - remaining, negative
-  /// remaining over the limit: go_window.hpp; before = after - hits); a library algorithm's
-  /// only when admitted.
+  /// always known but from the over-limit cache or in all or nothing (after: the count every
+  /// storage returns beside the decision, `HitResult::count`, over the limit too; before =
+  /// after - hits); otherwise only when admitted (after = limit - remaining).
   std::optional<std::int64_t> count_before, count_after;
   LimitStanding standing = LimitStanding::within;
   bool shadow = false;             ///< the limit is in shadow mode

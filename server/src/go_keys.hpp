@@ -45,14 +45,22 @@ inline std::int64_t go_expiry_s(const GoKeyOptions& go, std::int64_t window_s) {
   return window_s + std::uniform_int_distribution<std::int64_t>(0, go.jitter_max_s - 1)(random);
 }
 
-/// The decision on a counter that held `before` hits and now holds `before + hits` (or, for a
-/// read, `before`), as the reference's base_limiter.go decides it: over iff after > limit.
-inline Decision go_decision(const Hit& hit, std::int64_t before, std::chrono::nanoseconds now) {
+/// The result on a counter that held `before` hits and now holds `before + hits` (or, for a
+/// read, `before`): the decision as the reference's base_limiter.go makes it (over iff after >
+/// limit) and that count after, beside it. A negative `before` is taken as 0.
+inline HitResult go_result(const Hit& hit, std::int64_t before, std::chrono::nanoseconds now) {
   const std::int64_t t = unix_seconds(now);
   const std::int64_t start = t - t % hit.window_s;
   GoWindowModel::State s{start + 1, before < 0 ? 0 : before, start + hit.window_s};
   const GoWindowModel::Params p{hit.limit, hit.window_s, hit.hits <= 0, true};
-  return GoWindowModel::apply(p, s, now, Operation{hit.hits > 0 ? hit.hits : 1, false});
+  const std::int64_t from = s.count;
+  HitResult out;
+  out.decision = GoWindowModel::apply(p, s, now, Operation{hit.hits > 0 ? hit.hits : 1, false});
+  // The model saturates the count at INT64_MAX as well; a read leaves it as it was.
+  out.count = hit.hits > 0 && from <= INT64_MAX - hit.hits ? from + hit.hits
+              : hit.hits > 0                               ? INT64_MAX
+                                                           : from;
+  return out;
 }
 
 }  // namespace ratelimit::server::detail

@@ -33,7 +33,7 @@ namespace ratelimit::server {
 /// read (`Params::read`: the reference's `INCRBY key 0` for a descriptor's hits_addend of 0)
 /// is c = 0 whatever the operation's cost: over iff n > N. With `count_denied` false only an
 /// admitted hit is counted.
-/// Decision fields: limit = N; remaining = N - (n + c) (negative when over); reset_after =
+/// Decision fields: limit = N; remaining = max(0, N - (n + c)); reset_after =
 /// retry_after (when over) = the window's end - now, in whole seconds as the reference
 /// reports it. Thread safety: pure functions.
 struct GoWindowModel {
@@ -114,11 +114,9 @@ struct GoWindowModel {
     d.allowed = after <= p.limit;
     if (cost > 0 && !op.peek && (d.allowed || p.count_denied))
       s = State{start + 1, after, std::max(same ? s.end_s : 0, start + p.window_s)};
-    // A dry run reports the counter as it is, as the library's models do. Over the limit,
-    // remaining is negative, limit - (n + c): the response says 0, and the stats read the
-    // count from it (the reference splits a call's hits between within, near and over limit
-    // by its count, src/limiter/base_limiter.go).
-    d.remaining = op.peek ? std::max<std::int64_t>(0, p.limit - before) : p.limit - after;
+    // A dry run reports the counter as it is, as the library's models do. The count itself
+    // is not in the decision: the counters return it beside (counters.hpp, `Counted`).
+    d.remaining = std::max<std::int64_t>(0, p.limit - (op.peek ? before : after));
     d.reset_after = std::chrono::seconds{p.window_s - t % p.window_s};
     d.retry_after = d.allowed ? std::chrono::nanoseconds{0} : d.reset_after;
     return d;

@@ -29,7 +29,6 @@
 #include "settings.hpp"
 #include "startup.hpp"
 #include "stats/runtime.hpp"
-#include "stats/service_hook.hpp"
 #include "xds/xds_client.hpp"
 
 extern char** environ;
@@ -99,11 +98,18 @@ int run(int argc, char** argv) {
   service_settings.over_limit_cache_bytes = static_cast<std::size_t>(settings.local_cache_bytes);
   service_settings.all_or_nothing = settings.all_or_nothing;
   service_settings.stop_increment_when_over = settings.stop_increment_when_over;
+  // Our own /metrics: every counted descriptor's decision and hits, every call's duration,
+  // every Redis round trip (the storage's listener below).
   auto exporter = std::make_shared<ratelimit::PrometheusExporter>();
   service_settings.listener = exporter;
+  service_settings.call_timer = [exporter](std::chrono::nanoseconds d) {
+    exporter->record_call(d);
+  };
   stats::Runtime stats(stats::options_from(settings));
   service_settings.stats = stats.observer();
-  service_settings.observer = stats::descriptor_observer(stats.observer());
+  // The per-descriptor stats (a stat name built per counted descriptor) only when they go
+  // somewhere: statsd, DogStatsD or the Prometheus listener.
+  service_settings.observer = stats.descriptor_observer();
 
   // The reference's health components (src/server/health.go): redis unhealthy until the
   // storage answers, config (when asked) until rules load, sigterm until SIGTERM.

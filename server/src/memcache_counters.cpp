@@ -250,7 +250,7 @@ class MemcacheCounters final : public Counters {
         static_cast<std::size_t>(std::max(2, std::min(options.max_idle_conns, 64))));
   }
 
-  std::vector<Decision> count(std::span<const Hit> hits, std::chrono::nanoseconds now) override {
+  std::vector<HitResult> count(std::span<const Hit> hits, std::chrono::nanoseconds now) override {
     for (const Hit& h : hits)
       if (!h.algorithm.empty())
         throw std::runtime_error("rate_limit.algorithm = \"" + std::string(h.algorithm) +
@@ -260,9 +260,9 @@ class MemcacheCounters final : public Counters {
   }
 
   void count_async(std::vector<Hit> hits, std::chrono::nanoseconds now,
-                   std::function<void(std::vector<Decision>, std::exception_ptr)> done) override {
+                   std::function<void(std::vector<HitResult>, std::exception_ptr)> done) override {
     workers_->post([this, hits = std::move(hits), now, done = std::move(done)]() {
-      std::vector<Decision> ds;
+      std::vector<HitResult> ds;
       try {
         ds = count(hits, now);
       } catch (...) {
@@ -290,8 +290,9 @@ class MemcacheCounters final : public Counters {
     return std::chrono::steady_clock::now() + timeout_;
   }
 
-  /// The reference's DoLimit and increaseAsync, one after the other.
-  std::vector<Decision> decide_and_count(std::span<const Hit> hits, std::chrono::nanoseconds now) {
+  /// The reference's DoLimit and increaseAsync, one after the other: each hit decided, and its
+  /// count reported, as the value read plus its hits (the count the reference's stats use).
+  std::vector<HitResult> decide_and_count(std::span<const Hit> hits, std::chrono::nanoseconds now) {
     const std::int64_t now_s = detail::unix_seconds(now);
     std::vector<std::string> keys;
     keys.reserve(hits.size());
@@ -303,12 +304,12 @@ class MemcacheCounters final : public Counters {
     // GetMulti refuses every key when one is malformed (gomemcache): then all read as 0.
     std::unordered_map<std::string, std::int64_t> values;
     if (all_legal) values = get_multi(keys);
-    std::vector<Decision> out;
+    std::vector<HitResult> out;
     out.reserve(hits.size());
     for (std::size_t i = 0; i < hits.size(); ++i) {
       const auto it = values.find(keys[i]);
       // A value that is not a count reads as 0, as the reference's ParseInt failure.
-      out.push_back(detail::go_decision(hits[i], it == values.end() ? 0 : it->second, now));
+      out.push_back(detail::go_result(hits[i], it == values.end() ? 0 : it->second, now));
     }
     for (std::size_t i = 0; i < hits.size(); ++i)
       if (!hits[i].get && legal_key(keys[i]))

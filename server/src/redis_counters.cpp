@@ -65,16 +65,19 @@ class RedisCounters final : public Counters {
         storage_(std::move(client)),
         per_second_(std::move(per_second)),
         go_(std::move(go)) {
-    if (listener) storage_.attach_listener(std::move(listener));
+    if (!listener) return;
+    // The per-second Redis's round trips, errors and breakers are heard as the main one's.
+    if (per_second_) per_second_->observers.attach(listener, {});
+    storage_.attach_listener(std::move(listener));
   }
 
   /// `count_async` and a wait: the reference's pipeline is the same either way.
-  std::vector<Decision> count(std::span<const Hit> hits, std::chrono::nanoseconds now) override {
+  std::vector<HitResult> count(std::span<const Hit> hits, std::chrono::nanoseconds now) override {
     // Shared: the completion may still be inside set_value when the waiting thread returns.
-    auto promise = std::make_shared<std::promise<std::vector<Decision>>>();
+    auto promise = std::make_shared<std::promise<std::vector<HitResult>>>();
     auto future = promise->get_future();
     count_async(std::vector<Hit>(hits.begin(), hits.end()), now,
-                [promise](std::vector<Decision> ds, std::exception_ptr err) {
+                [promise](std::vector<HitResult> ds, std::exception_ptr err) {
                   if (err)
                     promise->set_exception(std::move(err));
                   else
@@ -131,16 +134,16 @@ class RedisCounters final : public Counters {
   /// the per-second one), each other hit as its script call; `done` runs on an I/O thread when
   /// the last answers.
   void count_async(std::vector<Hit> hits, std::chrono::nanoseconds now,
-                   std::function<void(std::vector<Decision>, std::exception_ptr)> done) override {
+                   std::function<void(std::vector<HitResult>, std::exception_ptr)> done) override {
     struct Gather {
       std::vector<Hit> hits;
       std::vector<Binding> bindings;
-      std::vector<Decision> out;
+      std::vector<HitResult> out;
       std::atomic<std::size_t> left{0};
       std::atomic<bool> failed{false};
       std::mutex mutex;  // guards `error`
       std::string error;
-      std::function<void(std::vector<Decision>, std::exception_ptr)> done;
+      std::function<void(std::vector<HitResult>, std::exception_ptr)> done;
 
       void fail(std::string what) {
         {
@@ -207,8 +210,9 @@ class RedisCounters final : public Counters {
     for (std::size_t j = 0; j < scripted.size(); ++j) {
       const std::size_t i = scripted[j];
       const Hit& h = g->hits[i];
+      // A script's decision only: a library algorithm has no count to report.
       g->bindings[j].apply_async(h.key, now, detail::operation_of(h), [g, i](Decision d) {
-        g->out[i] = d;
+        g->out[i].decision = d;
         if (d.degraded) g->fail(std::string(unanswered));
         g->one_done();
       });
@@ -218,9 +222,9 @@ class RedisCounters final : public Counters {
  private:
   using Binding = detail::AnyBinding<RedisStorage>;
 
-  /// Decides each Go-key hit on its reply: INCRBY's count after the hits, or GET's count (nil:
-  /// 0). A failure (Redis unreachable, an error reply, a value that is not a count) fails the
-  /// call, as the reference's pipeline error does.
+  /// Decides each Go-key hit on its reply, and reports that count beside: INCRBY's count after
+  /// the hits, or GET's count (nil: 0). A failure (Redis unreachable, an error reply, a value that
+  /// is not a count) fails the call, as the reference's pipeline error does.
   template <class Gather>
   static void read_go_replies(Gather& g, const std::vector<ratelimit::detail::RedisResult>& results,
                               const std::vector<std::pair<std::size_t, std::size_t>>& replies,
@@ -241,7 +245,7 @@ class RedisCounters final : public Counters {
         return g.fail("Redis: an unexpected reply to a counter's command");
       }
       const std::int64_t added = h.get || h.hits <= 0 ? 0 : h.hits;
-      g.out[i] = detail::go_decision(h, count - added, now);
+      g.out[i] = detail::go_result(h, count - added, now);
     }
   }
 

@@ -48,15 +48,18 @@ void set_status(pb::RateLimitResponse::DescriptorStatus& st, const PlannedDescri
   }
 }
 
-/// Tells the listener what a counted descriptor came to.
-void report(Listener& listener, const PlannedDescriptor& p, const Decision& d, std::int64_t hits) {
+/// Tells the listener what a counted descriptor came to: one decision of `hits` hits, with the
+/// call's counting time when it is sampled.
+void report(Listener& listener, const Call& call, const PlannedDescriptor& p, const Decision& d,
+            std::int64_t hits) {
   DecisionEvent e{};
   e.name = p.metric;
   e.decision = d;
   if (p.shadow && !d.allowed) e.decision.shadow_denied = true;
   e.outcome = outcome_of(e.decision);
   e.cost = hits;
-  e.latency = std::chrono::nanoseconds{-1};
+  e.latency = call.latency_from ? std::chrono::steady_clock::now() - *call.latency_from
+                                : std::chrono::nanoseconds{-1};
   try {
     listener.on_decision(e);
   } catch (...) {  // a listener's failure never fails the call
@@ -79,12 +82,16 @@ DescriptorResult result_of(const Call& call, const PlannedDescriptor& p, const D
   r.from_local_cache = cached;
   r.counted = call.counted;
   r.library_algorithm = p.library;
-  // The Go window's remaining is limit - count, negative over the limit (go_window.hpp); a
-  // read from the over-limit cache has no count.
-  if (d.allowed || (!p.library && !cached)) {
+  // The count the storage returned beside the decision (the Go window's, on every storage);
+  // else, when admitted, limit - remaining; a denial from the over-limit cache or by a library
+  // algorithm has none.
+  const std::optional<std::int64_t> count =
+      p.hit && *p.hit < call.counts.size() ? call.counts[*p.hit] : std::nullopt;
+  if (count && !cached)
+    r.count_after = *count;
+  else if (d.allowed)
     r.count_after = p.limit - d.remaining;
-    r.count_before = *r.count_after - (call.counted ? p.hits : 0);
-  }
+  if (r.count_after) r.count_before = *r.count_after - (call.counted ? p.hits : 0);
   // base_limiter.go: over iff after > limit; near iff after > floor(limit * ratio) (float32).
   const auto near_threshold =
       static_cast<std::int64_t>(std::floor(static_cast<float>(p.limit) * near_ratio));
@@ -127,7 +134,7 @@ void build_response(const Call& call, const ServiceSettings& settings) {
       // A call that counted nothing (all or nothing) reports only its denials: the others'
       // admissions were dry runs.
       if (settings.listener && p.hit && call.hits[*p.hit].hits > 0 && (call.counted || !d.allowed))
-        report(*settings.listener, p, d, call.hits[*p.hit].hits);
+        report(*settings.listener, call, p, d, call.hits[*p.hit].hits);
       if (settings.observer) {
         try {
           settings.observer(

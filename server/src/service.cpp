@@ -104,14 +104,17 @@ grpc::Status Service::should_rate_limit(const pb::RateLimitRequest& request,
 void Service::should_rate_limit_async(const pb::RateLimitRequest& request,
                                       pb::RateLimitResponse& response,
                                       std::function<void(grpc::Status)> done) {
-  if (!settings_.stats) return decide_async(request, response, std::move(done));
-  // The reference's interceptor (src/metrics/metrics.go): every call counted and timed.
+  if (!settings_.stats && !settings_.call_timer)
+    return decide_async(request, response, std::move(done));
+  // The reference's interceptor (src/metrics/metrics.go): every call counted and timed; our
+  // /metrics times every call too.
   const auto start = std::chrono::steady_clock::now();
-  decide_async(request, response,
-               [stats = settings_.stats, start, done = std::move(done)](grpc::Status st) {
-                 stats->on_call("ShouldRateLimit", std::chrono::steady_clock::now() - start);
-                 done(std::move(st));
-               });
+  decide_async(request, response, [this, start, done = std::move(done)](grpc::Status st) {
+    const auto elapsed = std::chrono::steady_clock::now() - start;
+    if (settings_.stats) settings_.stats->on_call("ShouldRateLimit", elapsed);
+    if (settings_.call_timer) settings_.call_timer(elapsed);
+    done(std::move(st));
+  });
 }
 
 void Service::decide_async(const pb::RateLimitRequest& request, pb::RateLimitResponse& response,
@@ -128,6 +131,10 @@ void Service::decide_async(const pb::RateLimitRequest& request, pb::RateLimitRes
     return done(st);
   }
   call->now = now_();
+  // The listener's decision latency, sampled as the library samples it (1 in 64 per thread):
+  // from here to the answer, the counting's own time.
+  if (settings_.listener && ratelimit::detail::sample_latency())
+    call->latency_from = std::chrono::steady_clock::now();
   auto answer = [this, call, done = std::move(done)](std::exception_ptr err) {
     // The reference returns the storage's error (a RedisError) to grpc-go: UNKNOWN, its text.
     if (err) {

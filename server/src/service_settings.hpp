@@ -2,7 +2,9 @@
 /// @file service_settings.hpp
 /// What the service does beyond the rules files (the reference's environment settings).
 
+#include <chrono>
 #include <cstddef>
+#include <functional>
 #include <memory>
 #include <string>
 
@@ -60,6 +62,10 @@ struct ServiceSettings {
   /// reference names its stats ("<domain>.<key>_<value>...", see `RuleSet::metric_name`; a
   /// limit override is "<domain>.override"), e.g. a `PrometheusExporter`.
   std::shared_ptr<Listener> listener;
+  /// When set, called with every call's duration, from its arrival at the service to its
+  /// answer (not sampled), e.g. `PrometheusExporter::record_call`. Must be quick and must not
+  /// throw; called on the thread that completes the call.
+  std::function<void(std::chrono::nanoseconds)> call_timer;
   /// When set, called with each decided descriptor's `DescriptorResult` (the stats hook).
   DescriptorObserver observer;
   /// When set, hears of what the reference's stats count beyond the descriptors

@@ -106,10 +106,12 @@ TEST_CASE("A broken rules file on reload keeps the previous configuration", "[se
 TEST_CASE("HTTP: /json answers the request as JSON, 429 when over; /healthcheck; /metrics",
           "[server]") {
   // Source: the reference's HTTP endpoints (src/server/server_impl.go: /json, /healthcheck).
-  // /metrics: ours, the library's Prometheus exporter fed with every counted descriptor.
+  // /metrics: ours, the library's Prometheus exporter fed with every counted descriptor and
+  // every call's duration.
   auto exporter = std::make_shared<ratelimit::PrometheusExporter>();
   rs::ServiceSettings settings;
   settings.listener = exporter;
+  settings.call_timer = [exporter](std::chrono::nanoseconds d) { exporter->record_call(d); };
   auto service = std::make_shared<rs::Service>(rs::make_memory_counters(), settings);
   const ratelimit::RulesSource sources[] = {{"a.yaml", one_per_minute}};
   service->reload(
@@ -128,14 +130,28 @@ TEST_CASE("HTTP: /json answers the request as JSON, 429 when over; /healthcheck;
   REQUIRE(second);
   CHECK(second->status == 429);
   CHECK_THAT(second->body, Catch::Contains("\"overallCode\":\"OVER_LIMIT\""));
+  // A descriptor of 3 hits (its hits_addend): 2 + 3 = 5 > 1, limited.
+  const auto third = client.Post(
+      "/json",
+      R"({"domain":"d","descriptors":[{"entries":[{"key":"k","value":"v"}],"hitsAddend":3}]})",
+      "application/json");
+  REQUIRE(third);
+  CHECK(third->status == 429);
   const auto metrics = client.Get("/metrics");
   REQUIRE(metrics);
   CHECK(metrics->status == 200);
-  // One allowed and one limited decision of the rule named "d.k" (domain, then its key).
+  // Of the rule named "d.k" (domain, then its key): one allowed and two limited decisions;
+  // hits, as the reference counts total_hits: allowed 1, limited 1 + 3 = 4.
   CHECK_THAT(metrics->body,
              Catch::Contains("ratelimit_decisions_total{name=\"d.k\",outcome=\"allowed\"} 1"));
   CHECK_THAT(metrics->body,
-             Catch::Contains("ratelimit_decisions_total{name=\"d.k\",outcome=\"limited\"} 1"));
+             Catch::Contains("ratelimit_decisions_total{name=\"d.k\",outcome=\"limited\"} 2"));
+  CHECK_THAT(metrics->body,
+             Catch::Contains("ratelimit_hits_total{name=\"d.k\",outcome=\"allowed\"} 1\n"));
+  CHECK_THAT(metrics->body,
+             Catch::Contains("ratelimit_hits_total{name=\"d.k\",outcome=\"limited\"} 4\n"));
+  // Every call timed: the three calls.
+  CHECK_THAT(metrics->body, Catch::Contains("ratelimit_call_duration_seconds_count 3\n"));
   const auto bad = client.Post("/json", "{not json", "application/json");
   REQUIRE(bad);
   CHECK(bad->status == 400);

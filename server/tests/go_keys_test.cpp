@@ -26,6 +26,7 @@
 
 #include <catch2/catch.hpp>
 
+#include <ratelimit/metrics/prometheus.hpp>
 #include <ratelimit/ratelimit.hpp>
 #include <ratelimit/rules.hpp>
 
@@ -284,7 +285,9 @@ TEST_CASE("Go keys: per-second limits go to the per-second Redis, the others to 
   per_second.redis = std::make_shared<ratelimit::RedisOptions>(rltest::test_redis_options("ps"));
   per_second.redis->host = node.host;
   per_second.redis->port = node.port;
-  Server s(ratelimit::server::make_redis_counters(rltest::test_redis_options("gk"), nullptr, go,
+  // Our /metrics hears every round trip, the per-second Redis's too.
+  auto exporter = std::make_shared<ratelimit::PrometheusExporter>();
+  Server s(ratelimit::server::make_redis_counters(rltest::test_redis_options("gk"), exporter, go,
                                                   per_second),
            R"(
 domain: go
@@ -307,6 +310,9 @@ descriptors:
   // A Go replica's per-second hit on the per-second Redis: the server then sees 2 + 1 > 2.
   CHECK(fast.add(a, 1, 1) == 2);
   CHECK(s.call("go", {{{{"a", "x"}}}}).overall_code() == Code::OVER_LIMIT);
+  // Round trips: the first call one pipeline to each Redis (2), the second one to the
+  // per-second Redis (1): 3.
+  CHECK_THAT(exporter->render(), Catch::Contains("\nratelimit_redis_round_trip_seconds_count 3\n"));
 }
 #endif
 
@@ -566,6 +572,64 @@ TEST_CASE("Go keys: a memcached that does not answer counts as 0 and fails no ca
     CHECK(r.overall_code() == Code::OK);
     CHECK(r.statuses(0).limit_remaining() == 2);
   }
+}
+
+TEST_CASE("Go keys: a denied hit's count comes beside its decision, exact on every storage",
+          "[server][go_keys][stats]") {
+  // The reference's stats split a call's hits between within, near and over limit by the
+  // count its INCRBY returns (src/limiter/base_limiter.go), over the limit too; the response
+  // says 0 remaining (a uint32).
+  const ratelimit::server::GoKeyOptions go{fresh_prefix(), 0};
+  std::shared_ptr<ratelimit::server::Counters> counters;
+  std::string storage = "memory";
+#if defined(RATELIMIT_SERVER_HAVE_REDIS)
+  storage = on_cluster() ? "redis" : GENERATE(as<std::string>{}, "memory", "redis", "memcache");
+  if (storage == "redis") counters = on_redis(go).first;
+#else
+  storage = GENERATE(as<std::string>{}, "memory", "memcache");
+#endif
+  if (storage == "memcache") {
+    ratelimit::server::MemcacheOptions options;
+    options.servers = memcached_servers();
+    options.timeout = std::chrono::seconds{5};
+    counters = ratelimit::server::make_memcache_counters(options, go);
+  }
+  if (!counters) counters = ratelimit::server::make_memory_counters(go);
+  INFO(storage);
+  struct Seen {
+    std::optional<std::int64_t> before, after;
+    ratelimit::server::LimitStanding standing;
+  };
+  auto seen = std::make_shared<std::vector<Seen>>();
+  auto mutex = std::make_shared<std::mutex>();
+  ratelimit::server::ServiceSettings settings;
+  settings.observer = [seen, mutex](const ratelimit::server::DescriptorResult& r) {
+    const std::lock_guard lock(*mutex);
+    seen->push_back({r.count_before, r.count_after, r.standing});
+  };
+  Server s(counters, users, settings);  // 3 a minute
+  s.clock.advance(std::chrono::seconds{90});
+  using St = ratelimit::server::LimitStanding;
+  const auto call = [&](std::int64_t hits) {
+    const auto res = s.call("go", {{{{"user", "dora"}}, -1, 2, hits}});
+    const std::lock_guard lock(*mutex);
+    REQUIRE(!seen->empty());
+    Seen last = seen->back();
+    return std::make_pair(res, last);
+  };
+  // 2 hits: 0 -> 2 of 3, remaining 1.
+  auto [r1, s1] = call(2);
+  CHECK(r1.statuses(0).limit_remaining() == 1);
+  CHECK((s1.before == 0 && s1.after == 2 && s1.standing != St::over));
+  // 3 hits: 2 -> 5 > 3, over; remaining 0, never less.
+  auto [r2, s2] = call(3);
+  CHECK(r2.overall_code() == Code::OVER_LIMIT);
+  CHECK(r2.statuses(0).limit_remaining() == 0);
+  CHECK((s2.before == 2 && s2.after == 5 && s2.standing == St::over));
+  // 1 hit: 5 -> 6, over again.
+  auto [r3, s3] = call(1);
+  CHECK(r3.statuses(0).limit_remaining() == 0);
+  CHECK((s3.before == 5 && s3.after == 6 && s3.standing == St::over));
 }
 
 }  // namespace gk

@@ -451,6 +451,26 @@ TEST_CASE("Stats settings are the reference's variables", "[stats]") {
   CHECK_THROWS_WITH(read(), Catch::Contains("DOG_STATSD_MOGRIFIER_HITS_NAME"));
 }
 
+TEST_CASE("The per-descriptor stats hook is installed only when a sink is on", "[stats]") {
+  // With no sink nothing would read a descriptor's stat name: no call builds one.
+  st::Options off;
+  off.use_statsd = false;
+  st::Runtime none(off);
+  CHECK_FALSE(none.has_sink());
+  CHECK_FALSE(none.descriptor_observer());
+  st::Options disabled;  // USE_STATSD is on by default; DISABLE_STATS wins
+  disabled.disable_stats = true;
+  st::Runtime also_none(disabled);
+  CHECK_FALSE(also_none.descriptor_observer());
+  st::Options on;  // statsd over UDP to a port nobody reads: a sink all the same
+  on.statsd_host = "127.0.0.1";
+  on.statsd_port = free_port();
+  on.statsd_udp = true;
+  st::Runtime statsd(on);
+  CHECK(statsd.has_sink());
+  CHECK(statsd.descriptor_observer());
+}
+
 TEST_CASE("Through the statsd daemon: the reference's names with the calls' hit counts",
           "[stats][statsd]") {
   StatsdDaemon daemon;

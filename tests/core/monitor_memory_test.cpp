@@ -5,6 +5,7 @@
 #include <catch2/catch.hpp>
 
 #include <algorithm>
+#include <chrono>
 #include <cstddef>
 #include <memory>
 #include <stdexcept>
@@ -117,4 +118,54 @@ TEST_CASE("Bad exporter options are refused naming the field and value", "[monit
   o = {};
   o.max_label_bytes = 31;
   CHECK(refused(o, "PrometheusOptions.max_label_bytes = 31"));
+}
+
+TEST_CASE("The exporter counts hits beside decisions and times every call it is given",
+          "[monitor][prometheus]") {
+  ratelimit::PrometheusExporter exporter;
+  ratelimit::DecisionEvent e{};
+  e.name = "d.k";
+  e.latency = std::chrono::nanoseconds{-1};  // not sampled
+  const auto decide = [&](ratelimit::Outcome o, std::int64_t cost) {
+    e.outcome = o;
+    e.cost = cost;
+    exporter.on_decision(e);
+  };
+  decide(ratelimit::Outcome::allowed, 3);  // a rule's hits_addend of 3
+  decide(ratelimit::Outcome::allowed, 1);
+  decide(ratelimit::Outcome::limited, 5);
+  decide(ratelimit::Outcome::allowed, 0);      // a read: a decision, no hit
+  e.latency = std::chrono::nanoseconds{1000};  // one sampled decision
+  decide(ratelimit::Outcome::shadow_limited, 2);
+  exporter.record_call(std::chrono::nanoseconds{1500});
+  exporter.record_call(std::chrono::milliseconds{2});
+  exporter.record_call(std::chrono::seconds{20});
+  for (int i = 0; i < 3; ++i)
+    exporter.on_round_trip({"127.0.0.1:6379", std::chrono::microseconds{100}, true});
+  const std::string text = exporter.render();
+  const auto has = [&](const std::string& line) {
+    INFO(line);
+    CHECK(text.find("\n" + line + "\n") != std::string::npos);
+  };
+  // Decisions: allowed 3 (the events of cost 3, 1 and 0), limited 1, shadow_limited 1.
+  has("ratelimit_decisions_total{name=\"d.k\",outcome=\"allowed\"} 3");
+  has("ratelimit_decisions_total{name=\"d.k\",outcome=\"limited\"} 1");
+  // Hits: allowed 3 + 1 + 0 = 4, limited 5, shadow_limited 2, degraded 0.
+  has("ratelimit_hits_total{name=\"d.k\",outcome=\"allowed\"} 4");
+  has("ratelimit_hits_total{name=\"d.k\",outcome=\"limited\"} 5");
+  has("ratelimit_hits_total{name=\"d.k\",outcome=\"shadow_limited\"} 2");
+  has("ratelimit_hits_total{name=\"d.k\",outcome=\"degraded\"} 0");
+  // The latency histogram holds the one sampled decision only.
+  has("ratelimit_decision_latency_seconds_count 1");
+  // Every call: 1,500 ns <= 2,500 ns; 2 ms <= 2.5 ms; 20 s over the last bound (10 s).
+  has("ratelimit_call_duration_seconds_bucket{le=\"0.000001\"} 0");
+  has("ratelimit_call_duration_seconds_bucket{le=\"0.0000025\"} 1");
+  has("ratelimit_call_duration_seconds_bucket{le=\"0.0025\"} 2");
+  has("ratelimit_call_duration_seconds_bucket{le=\"10.0\"} 2");
+  has("ratelimit_call_duration_seconds_bucket{le=\"+Inf\"} 3");
+  has("ratelimit_call_duration_seconds_count 3");
+  // 1,500 + 2,000,000 + 20,000,000,000 ns = 20.0020015 s.
+  has("ratelimit_call_duration_seconds_sum 20.0020015");
+  has("ratelimit_redis_round_trip_seconds_count 3");
+  CHECK(text.size() <= exporter.max_bytes());
 }

@@ -222,16 +222,25 @@ constexpr std::uint64_t fnv1a(std::string_view s) noexcept {
 /// | metric | type | labels |
 /// |---|---|---|
 /// | `_decisions_total` | counter | name (limiter, or rule metric name), outcome (allowed, limited,
-/// shadow_limited, degraded; refunded, penalized, locked_out once a name has had one) | |
-/// `_decision_latency_seconds` | histogram | (sampled: about 1 in 64 decisions) | |
-/// `_top_limited_requests` | gauge | name, client: the `top_clients` most limited, counts from the
-/// space-saving sketch (overestimates) | | `_redis_errors_total` | counter | kind (connect,
-/// timeout, io, reply, protocol, circuit_open, overloaded, warning) | |
-/// `_redis_round_trip_seconds` | histogram | | | `_redis_connect_seconds` | histogram | | |
-/// `_redis_tls_handshake_seconds` | histogram | | | `_redis_first_decision_seconds` | histogram |
-/// | | `_redis_start_to_first_decision_seconds` | histogram | | | `_redis_breaker_open` | gauge |
-/// node (1 open, 0 closed) | | `_redis_breaker_changes_total` | counter | node | |
-/// `_redis_over_limit_cache_hits_total` | counter | |
+/// shadow_limited, degraded; refunded, penalized, locked_out once a name has had one): one per
+/// decision |
+/// | `_hits_total` | counter | name, outcome: the units the decisions asked for (their `cost`:
+/// a rule's hits_addend, 1 by default), as Envoy's rate limit service counts `total_hits` |
+/// | `_decision_latency_seconds` | histogram | (sampled: about 1 in 64 decisions) |
+/// | `_call_duration_seconds` | histogram | every call the owner times with `record_call` (e.g.
+/// a server's whole call, from arrival to answer) |
+/// | `_top_limited_requests` | gauge | name, client: the `top_clients` most limited, counts from
+/// the space-saving sketch (overestimates) |
+/// | `_redis_errors_total` | counter | kind (connect, timeout, io, reply, protocol, circuit_open,
+/// overloaded, warning) |
+/// | `_redis_round_trip_seconds` | histogram | (every round trip) |
+/// | `_redis_connect_seconds` | histogram | |
+/// | `_redis_tls_handshake_seconds` | histogram | |
+/// | `_redis_first_decision_seconds` | histogram | |
+/// | `_redis_start_to_first_decision_seconds` | histogram | |
+/// | `_redis_breaker_open` | gauge | node (1 open, 0 closed) |
+/// | `_redis_breaker_changes_total` | counter | node |
+/// | `_redis_over_limit_cache_hits_total` | counter | |
 ///
 /// Label values are escaped as the format requires (backslash, quote, newline), and every other
 /// byte outside printable ASCII as the text `\xHH` (a literal backslash then shows as two), so
@@ -252,11 +261,15 @@ class PrometheusExporter final : public Listener {
         breakers_(options_.max_nodes),
         sketch_(options_.tracked_clients) {}
 
-  /// Counts the decision under its name and outcome, its latency if sampled, and a limited
-  /// client (when the event has a key) in the top list.
+  /// Counts the decision and its hits (`cost`, negative taken as 0) under its name and
+  /// outcome, its latency if sampled, and a limited client (when the event has a key) in the
+  /// top list.
   void on_decision(const DecisionEvent& e) override {
     auto& counts = decisions_.at(cut(e.name, name_buffer()));
-    counts[static_cast<std::size_t>(e.outcome)].fetch_add(1, std::memory_order_relaxed);
+    const auto o = static_cast<std::size_t>(e.outcome);
+    counts[o].fetch_add(1, std::memory_order_relaxed);
+    counts[hits_at + o].fetch_add(static_cast<std::uint64_t>(std::max<std::int64_t>(0, e.cost)),
+                                  std::memory_order_relaxed);
     if (e.latency.count() >= 0) latency_.record(e.latency);
     if (!e.key.empty() && options_.top_clients > 0 &&
         (e.outcome == Outcome::limited || e.outcome == Outcome::shadow_limited)) {
@@ -283,6 +296,9 @@ class PrometheusExporter final : public Listener {
   void on_over_limit_cache_hit(const CacheHitEvent&) override {
     cache_hits_.fetch_add(1, std::memory_order_relaxed);
   }
+  /// Records one call's duration (`_call_duration_seconds`; negative taken as 0): every call,
+  /// not a sample. Costs two relaxed atomic increments. Thread safety: safe from many threads.
+  void record_call(std::chrono::nanoseconds elapsed) noexcept { calls_.record(elapsed); }
   /// Records the round trip's latency.
   void on_round_trip(const RoundTripEvent& e) override { round_trip_.record(e.latency); }
   /// Records a new connection's TCP connect and (TLS only) handshake times.
@@ -315,8 +331,20 @@ class PrometheusExporter final : public Listener {
         out += "\"} " + std::to_string(n) + '\n';
       }
     });
+    head(out, p + "_hits_total", "counter",
+         "Hits (units asked for: a rule's hits_addend, 1 by default) per name and outcome.");
+    decisions_.for_each([&](std::string_view name, const auto& v) {
+      for (const Outcome o :
+           {Outcome::allowed, Outcome::limited, Outcome::shadow_limited, Outcome::degraded}) {
+        out += p + "_hits_total{name=\"" + escape(name) + "\",outcome=\"";
+        out += to_string(o);
+        out += "\"} " + std::to_string(v[hits_at + static_cast<std::size_t>(o)].load()) + '\n';
+      }
+    });
     histogram(out, p + "_decision_latency_seconds",
               "The limiter's own time per decision, sampled (about 1 in 64).", latency_);
+    histogram(out, p + "_call_duration_seconds",
+              "Every call's duration, from its arrival to its answer (not sampled).", calls_);
     head(out, p + "_top_limited_requests", "gauge",
          "Limited requests of the most limited clients (space-saving estimate, an upper bound).");
     {
@@ -360,14 +388,16 @@ class PrometheusExporter final : public Listener {
   /// An upper bound of `render().size()` under these options, whatever the events: each
   /// escaped label value is at most 4 x max_label_bytes + 20 bytes (a byte escapes to at most
   /// 4 bytes), each line at most 2 such values plus 160 bytes of names,
-  /// numbers and punctuation (a counter has at most 20 digits), the header lines 2,400 bytes.
+  /// numbers and punctuation (a counter has at most 20 digits), the header lines 2,800 bytes
+  /// (14 families, each named twice in them).
   std::size_t max_bytes() const noexcept {
     const std::size_t label = 4 * options_.max_label_bytes + 20;
     const std::size_t line = options_.prefix.size() + 160 + 2 * label;
-    const std::size_t lines = outcome_count * (options_.max_names + 1) + options_.top_clients +
-                              3 * (options_.max_nodes + 1) +
-                              6 * (detail::DurationHistogram::bounds.size() + 3) + 1;
-    return 2400 + 12 * 2 * options_.prefix.size() + lines * line;
+    // Per name: up to outcome_count decision lines and 4 hits lines.
+    const std::size_t lines = (outcome_count + 4) * (options_.max_names + 1) +
+                              options_.top_clients + 3 * (options_.max_nodes + 1) +
+                              7 * (detail::DurationHistogram::bounds.size() + 3) + 1;
+    return 2800 + 14 * 2 * options_.prefix.size() + lines * line;
   }
 
   /// The options in use.
@@ -463,11 +493,15 @@ class PrometheusExporter final : public Listener {
     return buffer;
   }
 
+  /// Per name: decisions per outcome at [0, outcome_count), hits per outcome at
+  /// [hits_at, hits_at + outcome_count) (rendered for the four outcomes of a take).
+  static constexpr std::size_t hits_at = outcome_count;
   PrometheusOptions options_;
-  detail::LabeledCounters<outcome_count> decisions_;
+  detail::LabeledCounters<2 * outcome_count> decisions_;
   detail::LabeledCounters<1> errors_;
   detail::LabeledCounters<2> breakers_;
   detail::DurationHistogram latency_;
+  detail::DurationHistogram calls_;
   detail::DurationHistogram round_trip_;
   detail::DurationHistogram connect_;
   detail::DurationHistogram tls_handshake_;

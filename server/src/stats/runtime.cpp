@@ -106,6 +106,11 @@ Runtime::Runtime(Options options) : settings_(std::move(options)) {
 
 Runtime::~Runtime() { stop(); }
 
+DescriptorObserver Runtime::descriptor_observer() const {
+  if (!has_sink()) return nullptr;
+  return stats::descriptor_observer(observer_);
+}
+
 void Runtime::start_listeners(std::function<std::shared_ptr<const RulesConfig>()> config) {
   if (prometheus_) {
     const auto [host, port] = listen_address("PROMETHEUS_ADDR", settings_.prometheus_addr);

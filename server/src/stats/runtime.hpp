@@ -17,6 +17,7 @@
 #include "settings.hpp"
 #include "stats/go_stats.hpp"
 #include "stats/prometheus_sink.hpp"
+#include "stats/service_hook.hpp"
 #include "stats/store.hpp"
 
 namespace ratelimit::server::stats {
@@ -64,6 +65,13 @@ class Runtime {
 
   const std::shared_ptr<GoStats>& observer() const noexcept { return observer_; }
   const std::shared_ptr<Store>& store() const noexcept { return store_; }
+  /// Whether the stats go somewhere (statsd, DogStatsD or the Prometheus listener): false with
+  /// DISABLE_STATS or every sink off, when only the debug listener's /stats shows them.
+  bool has_sink() const noexcept { return store_->sink() != nullptr; }
+  /// The service's per-descriptor hook (`ServiceSettings::observer`) reporting to `observer()`
+  /// when the stats go somewhere (`has_sink`); else empty, so that no call builds a stat name
+  /// per counted descriptor for nothing.
+  DescriptorObserver descriptor_observer() const;
   /// The Prometheus sink, when USE_PROMETHEUS.
   const std::shared_ptr<PrometheusSink>& prometheus() const noexcept { return prometheus_; }
 
