@@ -368,10 +368,12 @@ if configure gcc -DCMAKE_CXX_COMPILER=g++ -DCMAKE_BUILD_TYPE=Release \
     -DRATELIMIT_BUILD_TESTS=ON -DRATELIMIT_BUILD_BENCH=ON \
     -DRATELIMIT_BUILD_EXAMPLES=ON && build gcc; then
   record PASS "g++ build (tests, bench, examples)" $((SECONDS - s))
+  gcc_built=1
   note "build 2/3 starts in the background: clang++ ASan+UBSan (build/asan.build.log)"
   in_background asan asan_build
   s=$SECONDS
-  gcc_select=(-LE "cluster${exclude_redis}")
+  # The gateways tests run last, once no build is compiling beside them (see below).
+  gcc_select=(-LE "cluster|gateways${exclude_redis}")
   if run_ctest gcc "${gcc_select[@]}"; then
     record PASS "g++ ctest (all labels but cluster)" $((SECONDS - s))
   else
@@ -412,6 +414,21 @@ if finish_background tsan; then
     record PASS "TSan ctest (concurrent)" $((SECONDS - s))
   else
     record FAIL "TSan ctest (concurrent)" $((SECONDS - s))
+  fi
+fi
+
+# --- the gateways tests, on a machine no build shares ---------------------------------------------
+
+# The 1,000 keep-alive connections case of gateways_test has failed, rarely, while a build was
+# compiling beside it (some connections got no 200 answer): a known fault not yet understood.
+# Until it is, those tests run here, after every build, as they did before the builds overlapped.
+if [[ -n "${gcc_built:-}" ]]; then
+  note "g++ ctest -L gateways (NGINX, Caddy and HAProxy in front of the server)"
+  s=$SECONDS
+  if run_ctest gcc -L gateways; then
+    record PASS "g++ ctest -L gateways" $((SECONDS - s))
+  else
+    record FAIL "g++ ctest -L gateways" $((SECONDS - s))
   fi
 fi
 

@@ -641,8 +641,12 @@ TEST_CASE(
     else
       ++others["no answer: " + (done[i] ? ends[i] : "still open at the deadline")];
   }
-  for (const auto& [what, n] : others) UNSCOPED_INFO(n << " " << what);
-  if (!others.empty()) UNSCOPED_INFO("the server's log:\n" << server.process->log());
+  // INFO, not UNSCOPED_INFO: the message must reach every failing check below, not only the
+  // next assertion (which may pass).
+  std::string why;
+  for (const auto& [what, n] : others) why += std::to_string(n) + " " + what + "\n";
+  if (!others.empty()) why += "the server's log:\n" + server.process->log();
+  INFO(why);
   CHECK(remaining == 0);
   CHECK(ok == connections);  // each client's first request of its 3 a day
   CHECK(during.front == front_threads);
