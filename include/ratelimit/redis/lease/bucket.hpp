@@ -71,6 +71,7 @@
 #include "../detail/client.hpp"
 #include "../detail/keys.hpp"
 #include "../detail/script.hpp"
+#include "decide.hpp"
 #include "options.hpp"
 
 namespace ratelimit {
@@ -97,14 +98,7 @@ class LeasedBucketBinding {
   /// lease; reset_after = until the shared bucket, as the last lease left it, is full; a
   /// denial's retry_after = until the shared bucket holds `op.cost` (the token bucket's own).
   Decision apply(std::string_view key, std::chrono::nanoseconds now, const Operation& op) const {
-    detail::check_cost(op.cost);
-    now = detail::lease_clamp_time(now);
-    Miss m;
-    if (auto d = local(key, now, op, m)) return *d;
-    auto& client = *shared_->client;
-    shared_->round_trips.fetch_add(1, std::memory_order_relaxed);
-    auto r = client.execute_one([&] { return call(key, now, op, m); }, client.deadline_from_now());
-    return finish(key, now, op, m, r.front());
+    return detail::LeaseDecide<LeasedBucketBinding>::apply(*this, key, now, op);
   }
 
   /// `apply` without blocking the caller on a miss: `done(Decision)` is called exactly once,
@@ -115,24 +109,7 @@ class LeasedBucketBinding {
   /// cost < 1 (and never calls `done`). Thread safety: safe from many threads.
   void apply_async(std::string_view key, std::chrono::nanoseconds now, const Operation& op,
                    Completion<Decision> done) const {
-    detail::check_cost(op.cost);
-    now = detail::lease_clamp_time(now);
-    Miss m;
-    if (auto d = local(key, now, op, m)) {
-      detail::complete_safely(done, std::move(*d));
-      return;
-    }
-    auto& client = *shared_->client;
-    shared_->round_trips.fetch_add(1, std::memory_order_relaxed);
-    const auto deadline = client.deadline_from_now();
-    std::string kept(key);
-    const std::size_t held = kept.size() > detail::max_plain_key_bytes ? kept.size() : 0;
-    auto finish_here = [binding = *this, kept = std::move(kept), now, op, m,
-                        done = std::move(done)](std::vector<detail::RedisResult>&& r) {
-      detail::complete_safely(done, binding.finish(kept, now, op, m, r.front()));
-    };
-    client.execute_one_async([&] { return call(key, now, op, m); }, deadline,
-                             std::move(finish_here), held);
+    detail::LeaseDecide<LeasedBucketBinding>::apply_async(*this, key, now, op, std::move(done));
   }
 
   /// Gives back every lease older than H at `now` (one round trip per key whose decayed credit
@@ -194,6 +171,7 @@ class LeasedBucketBinding {
 
  private:
   friend class LeasedStorage;
+  friend struct detail::LeaseDecide<LeasedBucketBinding>;
 
   struct Lease {
     std::int64_t left = 0;  ///< tokens leased and not spent

@@ -39,6 +39,7 @@
 #include "../detail/client.hpp"
 #include "../detail/keys.hpp"
 #include "../detail/script.hpp"
+#include "decide.hpp"
 #include "options.hpp"
 
 namespace ratelimit {
@@ -70,14 +71,7 @@ class LeasedWindowBinding {
   /// N; remaining = what the lease still holds plus the window's unleased units at the last
   /// lease; retry_after and reset_after = the window's end.
   Decision apply(std::string_view key, std::chrono::nanoseconds now, const Operation& op) const {
-    detail::check_cost(op.cost);
-    now = detail::lease_clamp_time(now);
-    Miss m;
-    if (auto d = local(key, now, op, m)) return *d;
-    auto& client = *shared_->client;
-    shared_->round_trips.fetch_add(1, std::memory_order_relaxed);
-    auto r = client.execute_one([&] { return call(key, now, op, m); }, client.deadline_from_now());
-    return finish(key, now, op, m, r.front());
+    return detail::LeaseDecide<LeasedWindowBinding>::apply(*this, key, now, op);
   }
 
   /// `apply` without blocking the caller on a miss: `done(Decision)` is called exactly once,
@@ -88,24 +82,7 @@ class LeasedWindowBinding {
   /// cost < 1 (and never calls `done`). Thread safety: safe from many threads.
   void apply_async(std::string_view key, std::chrono::nanoseconds now, const Operation& op,
                    Completion<Decision> done) const {
-    detail::check_cost(op.cost);
-    now = detail::lease_clamp_time(now);
-    Miss m;
-    if (auto d = local(key, now, op, m)) {
-      detail::complete_safely(done, std::move(*d));
-      return;
-    }
-    auto& client = *shared_->client;
-    shared_->round_trips.fetch_add(1, std::memory_order_relaxed);
-    const auto deadline = client.deadline_from_now();
-    std::string kept(key);
-    const std::size_t held = kept.size() > detail::max_plain_key_bytes ? kept.size() : 0;
-    auto finish_here = [binding = *this, kept = std::move(kept), now, op, m,
-                        done = std::move(done)](std::vector<detail::RedisResult>&& r) {
-      detail::complete_safely(done, binding.finish(kept, now, op, m, r.front()));
-    };
-    client.execute_one_async([&] { return call(key, now, op, m); }, deadline,
-                             std::move(finish_here), held);
+    detail::LeaseDecide<LeasedWindowBinding>::apply_async(*this, key, now, op, std::move(done));
   }
 
   /// Gives back every lease that ended by `now` (H after it was taken) or whose window ended,
@@ -164,6 +141,7 @@ class LeasedWindowBinding {
 
  private:
   friend class LeasedStorage;
+  friend struct detail::LeaseDecide<LeasedWindowBinding>;
 
   struct Lease {
     std::int64_t window = -1;  ///< the window k the units belong to
