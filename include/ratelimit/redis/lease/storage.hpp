@@ -33,6 +33,7 @@
 #include "../../core/decision.hpp"
 #include "../../core/detail/validate.hpp"
 #include "../../core/listener.hpp"
+#include "../detail/one_key.hpp"
 #include "../options.hpp"
 #include "bucket.hpp"
 #include "options.hpp"
@@ -104,15 +105,7 @@ class LeasedStorage {
   /// One part only. Throws std::invalid_argument for more parts, or `out` too short.
   bool decide_all(std::span<const Part> parts, std::chrono::nanoseconds now,
                   std::span<Decision> out) const {
-    if (parts.size() > 1)
-      detail::invalid("decide_all: parts (count)", static_cast<std::int64_t>(parts.size()),
-                      "a LeasedStorage decides one key at a time");
-    if (out.size() < parts.size())
-      detail::invalid("decide_all: out (size)", static_cast<std::int64_t>(out.size()),
-                      "must hold one decision per part");
-    if (parts.empty()) return true;
-    out[0] = parts[0].apply(parts[0].binding, parts[0].key, now, parts[0].op);
-    return out[0].allowed;
+    return detail::decide_one_key(parts, now, out, "LeasedStorage");
   }
 
   /// `decide_all` without blocking on a miss: `done(decisions, all_admitted)` is called
@@ -122,26 +115,7 @@ class LeasedStorage {
   /// safety: safe from many threads.
   void decide_all_async(std::span<const Part> parts, std::chrono::nanoseconds now,
                         std::function<void(std::vector<Decision>&&, bool)> done) const {
-    if (parts.size() > 1)
-      detail::invalid("decide_all: parts (count)", static_cast<std::int64_t>(parts.size()),
-                      "a LeasedStorage decides one key at a time");
-    if (parts.empty()) {
-      std::vector<Decision> none;
-      try {
-        done(std::move(none), true);
-      } catch (...) {  // see core/completion.hpp
-      }
-      return;
-    }
-    parts[0].apply_async(parts[0].binding, parts[0].key, now, parts[0].op,
-                         [done = std::move(done)](Decision d) {
-                           const bool all = d.allowed;
-                           std::vector<Decision> ds{d};
-                           try {
-                             done(std::move(ds), all);
-                           } catch (...) {  // see core/completion.hpp
-                           }
-                         });
+    detail::decide_one_key_async(parts, now, std::move(done), "LeasedStorage");
   }
 
   /// Cold start: connects to Redis (TLS and AUTH included) and loads the lease scripts, so that

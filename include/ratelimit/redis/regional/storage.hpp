@@ -51,6 +51,7 @@
 #include "../../core/wire.hpp"
 #include "../../memory/in_memory_storage.hpp"
 #include "../detail/keys.hpp"
+#include "../detail/one_key.hpp"
 #include "bucket.hpp"
 #include "decide.hpp"
 #include "exchange.hpp"
@@ -296,15 +297,7 @@ class RegionalStorage {
   /// atomicity across regions). Throws std::invalid_argument for more parts, or `out` too short.
   bool decide_all(std::span<const Part> parts, std::chrono::nanoseconds now,
                   std::span<Decision> out) const {
-    if (parts.size() > 1)
-      detail::invalid("decide_all: parts (count)", static_cast<std::int64_t>(parts.size()),
-                      "a RegionalStorage decides one key at a time");
-    if (out.size() < parts.size())
-      detail::invalid("decide_all: out (size)", static_cast<std::int64_t>(out.size()),
-                      "must hold one decision per part");
-    if (parts.empty()) return true;
-    out[0] = parts[0].apply(parts[0].binding, parts[0].key, now, parts[0].op);
-    return out[0].allowed;
+    return detail::decide_one_key(parts, now, out, "RegionalStorage");
   }
 
   /// `decide_all` without blocking: `done(decisions, all_admitted)` is called exactly once,
@@ -314,26 +307,7 @@ class RegionalStorage {
   /// `done`). Thread safety: safe from many threads.
   void decide_all_async(std::span<const Part> parts, std::chrono::nanoseconds now,
                         std::function<void(std::vector<Decision>&&, bool)> done) const {
-    if (parts.size() > 1)
-      detail::invalid("decide_all: parts (count)", static_cast<std::int64_t>(parts.size()),
-                      "a RegionalStorage decides one key at a time");
-    if (parts.empty()) {
-      std::vector<Decision> none;
-      try {
-        done(std::move(none), true);
-      } catch (...) {  // see core/completion.hpp
-      }
-      return;
-    }
-    parts[0].apply_async(parts[0].binding, parts[0].key, now, parts[0].op,
-                         [done = std::move(done)](Decision d) {
-                           const bool all = d.allowed;
-                           std::vector<Decision> ds{d};
-                           try {
-                             done(std::move(ds), all);
-                           } catch (...) {  // see core/completion.hpp
-                           }
-                         });
+    detail::decide_one_key_async(parts, now, std::move(done), "RegionalStorage");
   }
 
   /// One exchange round at `now` (the clock's reading; it only dates the partition reports):
