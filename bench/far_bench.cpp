@@ -192,12 +192,15 @@ double ping_ms(int port) {
   return pct(v, 0.5);
 }
 
-/// Units admitted per window (key: the window's number) by one flooding thread per region on
-/// one fixed-window key, for `seconds`; `fault` runs once on its own thread `at` after the start.
+/// Units admitted per window (key: the window's number; the last, partial window left out) by
+/// one flooding thread per region on one fixed-window key, for `seconds`; `fault`, if any, runs
+/// once on its own thread `at` after the start. The regions keep the default failure policy
+/// when `default_policy`, else fail closed (see `regions`).
 std::map<std::int64_t, std::int64_t> flood_windows(
     const std::vector<std::vector<std::unique_ptr<rltest::DelayProxy>>>& proxies, const char* tag,
-    int seconds, std::chrono::milliseconds at, const std::function<void()>& fault) {
-  auto st = regions(proxies, prefix_of(tag), true);
+    int seconds, std::chrono::milliseconds at = {}, const std::function<void()>& fault = {},
+    bool default_policy = true) {
+  auto st = regions(proxies, prefix_of(tag), default_policy);
   std::vector<std::unique_ptr<ratelimit::RegionalExchanger<>>> ex;
   for (auto& s : st) ex.push_back(std::make_unique<ratelimit::RegionalExchanger<>>(s));
   std::mutex m;
@@ -215,6 +218,7 @@ std::map<std::int64_t, std::int64_t> flood_windows(
         }
     });
   std::thread faulty([&] {
+    if (!fault) return;
     std::this_thread::sleep_for(at);
     fault();
   });
@@ -402,24 +406,8 @@ int main(int argc, char** argv) {
 
   // 1. Over-admission under a flood spread over the regions.
   {
-    auto st = regions(proxies, prefix_of("attack"));
-    std::vector<std::unique_ptr<ratelimit::RegionalExchanger<>>> ex;
-    for (auto& s : st) ex.push_back(std::make_unique<ratelimit::RegionalExchanger<>>(s));
-    std::mutex m;
-    std::map<std::int64_t, std::int64_t> per_window;
-    align_to_window();
-    const std::int64_t end = now_ns() + windows * 1'000'000'000LL;
-    std::vector<std::thread> threads;
-    for (std::size_t r = 0; r < 3; ++r)
-      threads.emplace_back([&, r] {
-        auto b = st[r].bind<ratelimit::FixedWindowModel>("api", {N, 1'000'000'000});
-        for (std::int64_t t = now_ns(); t < end; t = now_ns())
-          if (b.apply("k", std::chrono::nanoseconds{t}, ratelimit::Operation{1}).allowed) {
-            const std::lock_guard lock(m);
-            ++per_window[t / 1'000'000'000];
-          }
-      });
-    for (auto& t : threads) t.join();
+    const auto per_window = flood_windows(proxies, "attack", windows, {}, {},
+                                          /*default_policy=*/false);
     std::int64_t worst = 0;
     std::printf(
         "## Over-admission: one flooding thread per region\n\n| window | admitted | "
