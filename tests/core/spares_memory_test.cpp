@@ -14,23 +14,15 @@
 #include <ratelimit/memory/detail/table.hpp>
 #include <ratelimit/ratelimit.hpp>
 
+#include "support/sanitized.hpp"
+
 namespace spares_memory_test {
 
 using namespace std::chrono_literals;
 using ratelimit::Operation;
 using ratelimit::TokenBucketModel;
 
-#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
-constexpr bool sanitized = true;
-#elif defined(__has_feature)
-#if __has_feature(address_sanitizer) || __has_feature(thread_sanitizer)
-constexpr bool sanitized = true;
-#else
-constexpr bool sanitized = false;
-#endif
-#else
-constexpr bool sanitized = false;
-#endif
+using rltest::sanitized;
 
 /// A field of /proc/self/status in bytes ("VmSize:", "VmRSS:"; the file gives kB), or -1.
 long long status_bytes(const std::string& field) {

@@ -28,6 +28,8 @@
 #include "listener.hpp"
 #include "redis_admin.hpp"
 #include "support/redis_backend.hpp"
+#include "support/run_queue.hpp"
+#include "support/sanitized.hpp"
 #include "traffic.hpp"
 
 using namespace std::chrono_literals;
@@ -39,25 +41,12 @@ using rltest::ms;
 
 using Bucket = ratelimit::TokenBucket<ratelimit::ManualClock, ratelimit::RedisStorage>;
 
-// Sanitizer builds (g++ says __SANITIZE_ADDRESS__, clang __has_feature).
-#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
-#define RLTEST_SANITIZED 1
-#elif defined(__has_feature)
-#if __has_feature(address_sanitizer) || __has_feature(thread_sanitizer)
-#define RLTEST_SANITIZED 1
-#endif
-#endif
-
 /// How late a decision may come back after its deadline (see the file comment): 50 ms, or
 /// 150 ms in a sanitizer build. There the calling thread's own work, which counts against the
 /// deadline (formatting a 20,000-entry batch, copying 4 MiB keys, then reading 20,000
 /// decisions back), runs several times slower, and CI runs that build beside other tests on 2
 /// cores: it came back 166 to 203 ms late there once, 109 to 134 ms in other runs.
-#ifdef RLTEST_SANITIZED
-constexpr auto margin = 150ms;
-#else
-constexpr auto margin = 50ms;
-#endif
+constexpr std::chrono::milliseconds margin = rltest::sanitized ? 150ms : 50ms;
 
 /// Options for a server at `port` that will not answer in time: a 100 ms deadline, fail
 /// closed, and the shortest breaker back-off (1 ms), so that the server is probed again as
@@ -191,11 +180,17 @@ TEST_CASE("A 20,000-entry batch returns by its deadline on a healthy and on a st
   const auto run_batch = [&](const char* tag) {
     ratelimit::RedisBatch batch(storage);
     for (int i = 0; i < 20'000; ++i) batch.add(tb, std::string(tag) + std::to_string(i));
+    const auto waited0 = rltest::run_queue_wait();
     const auto t0 = std::chrono::steady_clock::now();
     const auto d = batch.run();
     const auto took = std::chrono::steady_clock::now() - t0;
+    // The caller formats 20,000 commands and reads 20,000 decisions back itself: on a busy
+    // machine its threads then wait for a core, which no deadline can help. That wait is the
+    // machine's, not the library's: the bound allows it on top of the margin. (In a sanitizer
+    // build beside a compile, the batch once took 353 ms for 100 ms + 150 ms.)
+    const auto machine = rltest::run_queue_wait() - waited0;
     CHECK(d.size() == 20'000u);
-    CHECK(took < 100ms + margin);
+    CHECK(took < 100ms + margin + machine);
     std::int64_t degraded = 0;
     for (const auto& x : d) degraded += x.degraded ? 1 : 0;
     std::string why;
@@ -203,8 +198,8 @@ TEST_CASE("A 20,000-entry batch returns by its deadline on a healthy and on a st
       const std::lock_guard lock(failure_mutex);
       why.swap(first_failure);
     }
-    WARN(tag << " batch of 20,000: " << ms(took) << " ms, " << degraded << " degraded (" << why
-             << ")");
+    WARN(tag << " batch of 20,000: " << ms(took) << " ms (" << ms(machine)
+             << " ms waiting for a core), " << degraded << " degraded (" << why << ")");
     return degraded;
   };
   // Healthy: all decided, or (if Redis is slower than 100 ms for 20,000 scripts) all degraded
