@@ -17,6 +17,7 @@
 #include <grpcpp/security/tls_credentials_options.h>
 #include <grpcpp/server_builder.h>
 
+#include "ascii.hpp"
 #include "health.hpp"
 #include "rls.grpc.pb.h"
 
@@ -41,11 +42,6 @@ struct GrpcServer::Handler final : pb::RateLimitService::CallbackService {
 
 namespace {
 
-std::string lower_case(std::string v) {
-  for (char& c : v) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-  return v;
-}
-
 /// An IP address in its binary form ("" when `text` is not one), so that "::1" and
 /// "0:0:0:0:0:0:0:1" compare equal.
 std::string ip_bytes(std::string text) {
@@ -60,8 +56,8 @@ std::string ip_bytes(std::string text) {
 /// Go's crypto/x509 matchHostnames: labels compared without case, a leading "*" label of the
 /// pattern matching one label of the host, a trailing dot of the host ignored.
 bool host_matches(std::string pattern, std::string host) {
-  pattern = lower_case(std::move(pattern));
-  host = lower_case(std::move(host));
+  pattern = ascii_lower(pattern);
+  host = ascii_lower(host);
   if (!host.empty() && host.back() == '.') host.pop_back();
   if (pattern.empty() || host.empty()) return false;
   std::vector<std::string> p, h;

@@ -13,16 +13,11 @@
 
 #include <microhttpd.h>
 
+#include "ascii.hpp"
+
 namespace ratelimit::server {
 
 namespace {
-
-bool iequals(std::string_view a, std::string_view b) {
-  return a.size() == b.size() && std::equal(a.begin(), a.end(), b.begin(), [](char x, char y) {
-           return std::tolower(static_cast<unsigned char>(x)) ==
-                  std::tolower(static_cast<unsigned char>(y));
-         });
-}
 
 /// The peer's address as text; an IPv4-mapped IPv6 address as its IPv4 form.
 std::string peer_address(MHD_Connection* connection) {
@@ -48,7 +43,7 @@ std::string peer_address(MHD_Connection* connection) {
 
 const std::string* HttpRequest::header(std::string_view name) const {
   for (const auto& [k, v] : headers)
-    if (iequals(k, name)) return &v;
+    if (ascii_iequals(k, name)) return &v;
   return nullptr;
 }
 

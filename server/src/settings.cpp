@@ -1,5 +1,6 @@
 #include "settings.hpp"
 
+#include "ascii.hpp"
 #include "counters.hpp"
 
 #ifdef RATELIMIT_SERVER_HAVE_REDIS
@@ -31,13 +32,7 @@ using S = Settings;
   throw std::invalid_argument(name + " = \"" + v + "\": " + why);
 }
 
-char lower(char c) { return static_cast<char>(std::tolower(static_cast<unsigned char>(c))); }
 bool is_digit(char c) { return c >= '0' && c <= '9'; }
-
-std::string lower_case(std::string v) {
-  for (char& c : v) c = lower(c);
-  return v;
-}
 
 bool parse_bool(const std::string& name, const std::string& v) {
   // Go's strconv.ParseBool, which envconfig uses.
@@ -56,14 +51,14 @@ bool underscore_ok(std::string_view s) {
   if (!s.empty() && (s[0] == '-' || s[0] == '+')) s.remove_prefix(1);
   bool hex = false;
   if (s.size() >= 2 && s[0] == '0' &&
-      (lower(s[1]) == 'b' || lower(s[1]) == 'o' || lower(s[1]) == 'x')) {
+      (ascii_lower(s[1]) == 'b' || ascii_lower(s[1]) == 'o' || ascii_lower(s[1]) == 'x')) {
     i = 2;
     saw = '0';
-    hex = lower(s[1]) == 'x';
+    hex = ascii_lower(s[1]) == 'x';
   }
   for (; i < s.size(); ++i) {
     const char c = s[i];
-    if (is_digit(c) || (hex && lower(c) >= 'a' && lower(c) <= 'f')) {
+    if (is_digit(c) || (hex && ascii_lower(c) >= 'a' && ascii_lower(c) <= 'f')) {
       saw = '0';
       continue;
     }
@@ -95,13 +90,13 @@ std::int64_t parse_int(const std::string& name, const std::string& v, int base) 
   if (base0) {
     base = 10;
     if (s[0] == '0') {
-      if (s.size() >= 3 && lower(s[1]) == 'b') {
+      if (s.size() >= 3 && ascii_lower(s[1]) == 'b') {
         base = 2;
         s.remove_prefix(2);
-      } else if (s.size() >= 3 && lower(s[1]) == 'o') {
+      } else if (s.size() >= 3 && ascii_lower(s[1]) == 'o') {
         base = 8;
         s.remove_prefix(2);
-      } else if (s.size() >= 3 && lower(s[1]) == 'x') {
+      } else if (s.size() >= 3 && ascii_lower(s[1]) == 'x') {
         base = 16;
         s.remove_prefix(2);
       } else {
@@ -121,8 +116,8 @@ std::int64_t parse_int(const std::string& name, const std::string& v, int base) 
     int d = 0;
     if (is_digit(c))
       d = c - '0';
-    else if (lower(c) >= 'a' && lower(c) <= 'z')
-      d = lower(c) - 'a' + 10;
+    else if (ascii_lower(c) >= 'a' && ascii_lower(c) <= 'z')
+      d = ascii_lower(c) - 'a' + 10;
     else
       bad(name, v, why);
     if (d >= base) bad(name, v, why);
@@ -148,7 +143,7 @@ double parse_float(const std::string& name, const std::string& v, int bits) {
   for (const char c : v)
     if (c != '_') plain.push_back(c);
   if (plain.size() != v.size() && !underscore_ok(v)) bad(name, v, why);
-  const std::string l = lower_case(plain);
+  const std::string l = ascii_lower(plain);
   const std::string_view unsigned_part =
       (!l.empty() && (l[0] == '+' || l[0] == '-')) ? std::string_view(l).substr(1) : l;
   if (unsigned_part.substr(0, 3) == "nan" && unsigned_part != "nan") bad(name, v, why);
@@ -885,7 +880,7 @@ Settings read_settings(const std::function<std::optional<std::string>(const std:
   if ((s.use_statsd || s.use_dog_statsd) && !s.disable_stats && !is_port(s.statsd_port))
     bad("STATSD_PORT", std::to_string(s.statsd_port), "not a port (0 to 65535)");
   {
-    const std::string l = lower_case(s.log_level);
+    const std::string l = ascii_lower(s.log_level);
     if (l != "panic" && l != "fatal" && l != "error" && l != "warn" && l != "warning" &&
         l != "info" && l != "debug" && l != "trace")
       bad("LOG_LEVEL", s.log_level,
@@ -914,7 +909,7 @@ Settings read_settings(const std::function<std::optional<std::string>(const std:
           "the Go service");
     s.stop_increment_when_over = false;
   }
-  s.redis_persecond_type = lower_case(s.redis_persecond_type);
+  s.redis_persecond_type = ascii_lower(s.redis_persecond_type);
   if (s.redis_persecond) {
     if (s.redis_persecond_type != "single" && s.redis_persecond_type != "sentinel" &&
         s.redis_persecond_type != "cluster")
@@ -928,7 +923,7 @@ Settings read_settings(const std::function<std::optional<std::string>(const std:
   }
   if (s.config_type != "FILE" && s.config_type != "GRPC_XDS_SOTW")
     bad("CONFIG_TYPE", s.config_type, "expected FILE or GRPC_XDS_SOTW");
-  s.redis_type = lower_case(s.redis_type);
+  s.redis_type = ascii_lower(s.redis_type);
   if (s.redis_type != "single" && s.redis_type != "sentinel" && s.redis_type != "cluster")
     bad("REDIS_TYPE", s.redis_type, "expected single, sentinel or cluster");
   if (s.redis_socket_type != "tcp" && s.redis_socket_type != "tcp4" &&

@@ -14,22 +14,11 @@
 #include <re2/re2.h>
 #include <yaml-cpp/yaml.h>
 
+#include "ascii.hpp"
+
 namespace ratelimit::server::check {
 
 namespace {
-
-std::string lower(std::string_view s) {
-  std::string out(s);
-  for (char& c : out) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-  return out;
-}
-
-bool iequals(std::string_view a, std::string_view b) {
-  return a.size() == b.size() && std::equal(a.begin(), a.end(), b.begin(), [](char x, char y) {
-           return std::tolower(static_cast<unsigned char>(x)) ==
-                  std::tolower(static_cast<unsigned char>(y));
-         });
-}
 
 /// Every value of header `name` (lower case) of the request, pseudo-headers included.
 std::vector<std::string_view> header_values(const OriginalRequest& r, std::string_view name) {
@@ -39,7 +28,7 @@ std::vector<std::string_view> header_values(const OriginalRequest& r, std::strin
   if (name == ":scheme") return {r.scheme};
   std::vector<std::string_view> out;
   for (const auto& [k, v] : r.headers)
-    if (iequals(k, name)) out.emplace_back(v);
+    if (ascii_iequals(k, name)) out.emplace_back(v);
   return out;
 }
 
@@ -153,8 +142,8 @@ struct StringMatch {
   bool matches(std::string_view v) const {
     if (kind == Kind::regex)
       return re2::RE2::FullMatch(re2::StringPiece(v.data(), v.size()), *regex);
-    const std::string a = ignore_case ? lower(v) : std::string(v);
-    const std::string b = ignore_case ? lower(value) : value;
+    const std::string a = ignore_case ? ascii_lower(v) : std::string(v);
+    const std::string b = ignore_case ? ascii_lower(value) : value;
     switch (kind) {
       case Kind::exact:
         return a == b;
@@ -257,7 +246,7 @@ HeaderMatch header_match(const std::string& file, const YAML::Node& n, const std
         "treat_missing_header_as_empty"});
   if (!n.IsMap()) fail(file, n, field, "must be a map");
   HeaderMatch m;
-  m.name = lower(text(file, n, field, "name", true));
+  m.name = ascii_lower(text(file, n, field, "name", true));
   int kinds = 0;
   for (const auto& [name, kind] : {std::pair{"exact_match", StringMatch::Kind::exact},
                                    {"prefix_match", StringMatch::Kind::prefix},
@@ -452,7 +441,7 @@ Action action(const std::string& file, const YAML::Node& n, const std::string& f
   if (type == "request_headers") {
     only(file, body, f, {"header_name", "descriptor_key", "skip_if_absent"});
     a.kind = Action::Kind::request_headers;
-    a.name = lower(text(file, body, f, "header_name", true));
+    a.name = ascii_lower(text(file, body, f, "header_name", true));
     a.key = text(file, body, f, "descriptor_key", true);
     a.skip_if_absent = flag(file, body, f, "skip_if_absent", false);
   } else if (type == "remote_address") {

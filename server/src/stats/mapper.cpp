@@ -134,7 +134,7 @@ std::string regex_of_glob(const std::string& glob) {
 
 /// `$n` and `${n}` replaced by group n (empty when there is none), as Go's Regexp.Expand and
 /// statsd_exporter's glob formatter do for numbered groups.
-std::string expand(const std::string& tpl, const std::smatch& m) {
+std::string expand_template(const std::string& tpl, const std::smatch& m) {
   std::string out;
   for (std::size_t i = 0; i < tpl.size(); ++i) {
     if (tpl[i] != '$' || i + 1 >= tpl.size()) {
@@ -339,8 +339,8 @@ std::optional<Mapped> Mapper::map(std::string_view metric, MetricKind kind) cons
     if (!std::regex_search(s, m, r.re)) continue;
     Mapped out;
     out.drop = r.drop;
-    out.name = expand(r.name, m);
-    for (const auto& [key, tpl] : r.labels) out.labels.emplace_back(key, expand(tpl, m));
+    out.name = expand_template(r.name, m);
+    for (const auto& [key, tpl] : r.labels) out.labels.emplace_back(key, expand_template(tpl, m));
     out.histogram = r.histogram;
     out.scale = r.scale;
     out.buckets = r.buckets;

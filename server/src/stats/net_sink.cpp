@@ -15,7 +15,7 @@ namespace {
 
 /// The reference's makePatternHandler: each `$n` becomes group n of the match, kept as written
 /// when there is no such group.
-std::string expand(const std::string& pattern, const std::smatch& m) {
+std::string expand_pattern(const std::string& pattern, const std::smatch& m) {
   std::string out;
   for (std::size_t i = 0; i < pattern.size(); ++i) {
     if (pattern[i] == '$' && i + 1 < pattern.size() &&
@@ -68,8 +68,9 @@ std::pair<std::string, std::vector<std::string>> NetSink::mogrify(
   for (const Mogrifier& m : mogrifiers) {
     std::smatch match;
     if (!std::regex_search(short_name, match, m.pattern)) continue;
-    std::string renamed = expand(m.name, match);
-    for (const auto& [key, value] : m.tags) tags.push_back(key + ":" + expand(value, match));
+    std::string renamed = expand_pattern(m.name, match);
+    for (const auto& [key, value] : m.tags)
+      tags.push_back(key + ":" + expand_pattern(value, match));
     return {std::move(renamed), std::move(tags)};
   }
   return {std::move(short_name), std::move(tags)};

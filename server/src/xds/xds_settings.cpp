@@ -5,6 +5,7 @@
 #include <limits>
 #include <stdexcept>
 
+#include "ascii.hpp"
 #include "settings.hpp"
 
 namespace ratelimit::server {
@@ -19,9 +20,7 @@ XdsSettings xds_settings(const Settings& s) {
   x.connect_retry_interval = s.xds_server_connect_retry_interval;
   // gRPC metadata keys are lower case (Go's metadata.New lower-cases them too).
   for (const auto& [name, value] : s.xds_client_additional_headers) {
-    std::string key = name;
-    for (char& c : key) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-    x.additional_headers[key] = value;
+    x.additional_headers[ascii_lower(name)] = value;
   }
   x.use_tls = s.xds_server_use_tls;
   x.client_cert = s.xds_client_tls_cert;
