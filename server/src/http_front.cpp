@@ -198,7 +198,12 @@ HttpFront::HttpFront(HttpRoutes routes, const std::string& host, int port, HttpF
   impl_->routes = std::move(routes);
   impl_->options = options;
   sockaddr_storage addr{};
-  unsigned flags = MHD_USE_EPOLL_INTERNAL_THREAD | MHD_ALLOW_SUSPEND_RESUME;
+  // poll(), not epoll: libmicrohttpd's epoll loop takes the ready connections 128 at a time
+  // and, after a full batch, waits again (with the idle timeout as its limit) before serving
+  // the batch; when exactly 128 requests were ready at once (a burst on a loaded machine),
+  // they stay unread until some other socket stirs, or are closed unanswered by the idle
+  // timeout. poll() is level-triggered and every wait serves all the ready connections.
+  unsigned flags = MHD_USE_POLL_INTERNAL_THREAD | MHD_ALLOW_SUSPEND_RESUME;
   auto* in = reinterpret_cast<sockaddr_in*>(&addr);
   auto* in6 = reinterpret_cast<sockaddr_in6*>(&addr);
   if (inet_pton(AF_INET, host.c_str(), &in->sin_addr) == 1) {

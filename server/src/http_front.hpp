@@ -8,7 +8,7 @@
 /// Why libmicrohttpd and not cpp-httplib: cpp-httplib gives each accepted connection a thread
 /// of its pool for as long as the connection stays open, so a gateway holding 1,000 keep-alive
 /// connections needs 1,000 threads or has all but `pool` of them wait unserved. libmicrohttpd
-/// with epoll and a fixed thread pool multiplexes any number of connections on `threads`
+/// with poll() and a fixed thread pool multiplexes any number of connections on `threads`
 /// threads, and can suspend a connection while its answer waits for the storage (Redis), so a
 /// thread is never held by a call in flight (server/README.md has the measurement).
 

@@ -22,6 +22,7 @@
 
 #include <cerrno>
 #include <chrono>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
@@ -653,5 +654,99 @@ TEST_CASE(
   CHECK(most.front == front_threads);
   // Far from a thread per connection: gRPC's pools (a dozen threads at most here) and ours.
   CHECK(most.all < 64);
+  for (int fd : fds) ::close(fd);
+}
+
+namespace {
+
+/// Connections waiting in the accept queue of the IPv4 listener on loopback port `port` (the
+/// receive-queue column of its LISTEN row in /proc/net/tcp), or -1 when there is no such row.
+long accept_queue(int port) {
+  std::ifstream tcp("/proc/net/tcp");
+  std::string line;
+  std::getline(tcp, line);  // the column names
+  char local[64], remote[64];
+  unsigned state = 0;
+  unsigned long tx = 0, rx = 0;
+  while (std::getline(tcp, line)) {
+    if (std::sscanf(line.c_str(), " %*d: %63s %63s %x %lx:%lx", local, remote, &state, &tx, &rx) !=
+        5)
+      continue;
+    const char* colon = std::strchr(local, ':');
+    // 0x0A: TCP_LISTEN (include/net/tcp_states.h).
+    if (state == 0x0A && colon != nullptr && std::strtol(colon + 1, nullptr, 16) == port)
+      return static_cast<long>(rx);
+  }
+  return -1;
+}
+
+}  // namespace
+
+TEST_CASE("The HTTP front answers a burst of requests that reach its thread all at once",
+          "[gateways]") {
+  TempDir dir;
+  // One thread, so that every connection is its; DEBUG_PORT=0 as above.
+  Limiter server(
+      dir, "burst", "",
+      {{"RATELIMIT_SERVER_HTTP_THREADS", "1"}, {"DEBUG_PORT", "0"}, {"DEBUG_HOST", "127.0.0.1"}});
+  // 128: the batch in which libmicrohttpd's epoll loop takes ready connections (MAX_EVENTS in
+  // src/microhttpd/daemon.c); a burst of exactly one batch was left unread until the idle
+  // timeout (120 s) closed it, when the front used that loop.
+  constexpr int connections = 128;
+  std::vector<int> fds;
+  for (int i = 0; i < connections; ++i) {
+    const int fd = connect_from("127.0.0.1", server.port);
+    REQUIRE(fd >= 0);
+    fds.push_back(fd);
+  }
+  // Every connection accepted (the listener's queue empty), so that the requests below find
+  // them all in the front's event loop.
+  const auto accepted = std::chrono::steady_clock::now() + 30s;
+  while (accept_queue(server.port) != 0 && std::chrono::steady_clock::now() < accepted)
+    std::this_thread::sleep_for(20ms);  // polling a condition, not timing anything
+  REQUIRE(accept_queue(server.port) == 0);
+  // The server stopped while the requests arrive, as a loaded machine may leave its thread
+  // unscheduled: when it runs again, all 128 are ready at once.
+  const pid_t pid = server.process->pid();
+  struct Continue {
+    pid_t pid;
+    ~Continue() { ::kill(pid, SIGCONT); }
+  } resume{pid};
+  REQUIRE(::kill(pid, SIGSTOP) == 0);
+  for (int i = 0; i < connections; ++i) {
+    const std::string request =
+        "GET /check/edge HTTP/1.1\r\nHost: ratelimit\r\nX-Forwarded-Method: GET\r\n"
+        "X-Forwarded-Uri: /items\r\nX-Forwarded-For: 10.1.0." +
+        std::to_string(i) + "\r\n\r\n";
+    REQUIRE(::send(fds[static_cast<std::size_t>(i)], request.data(), request.size(),
+                   MSG_NOSIGNAL) == static_cast<ssize_t>(request.size()));
+  }
+  REQUIRE(::kill(pid, SIGCONT) == 0);
+  // Each answer read in full ("OK\n", 3 bytes, after the head); the deadline is generous, and
+  // below the idle timeout (120 s), after which a request left unread would end closed.
+  int ok = 0;
+  std::map<std::string, int> others;
+  const auto deadline = std::chrono::steady_clock::now() + 60s;
+  for (int fd : fds) {
+    std::string answer;
+    while (std::chrono::steady_clock::now() < deadline) {
+      pollfd p{fd, POLLIN, 0};
+      if (::poll(&p, 1, 1000) <= 0) continue;
+      char buf[4096];
+      const ssize_t n = ::recv(fd, buf, sizeof buf, 0);
+      if (n <= 0) break;
+      answer.append(buf, static_cast<std::size_t>(n));
+      const std::size_t head = answer.find("\r\n\r\n");
+      if (head != std::string::npos && answer.size() >= head + 4 + 3) break;
+    }
+    if (answer.rfind("HTTP/1.1 200", 0) == 0)
+      ++ok;
+    else
+      ++others[answer.empty() ? "no answer" : answer.substr(0, answer.find("\r\n"))];
+  }
+  std::string why;
+  for (const auto& [what, n] : others) why += std::to_string(n) + " " + what + "\n";
+  INFO(why);
+  CHECK(ok == connections);  // each client's first request of its 3 a day
   for (int fd : fds) ::close(fd);
 }
