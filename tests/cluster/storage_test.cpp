@@ -1,6 +1,7 @@
 // The cluster storage's routing. Slots as the specification computes them, validation,
 // keys spread over every primary with exact decisions, the batch split by node, and a slot with
 // live keys moved under traffic (ASK while it migrates, MOVED after) with decisions still exact.
+// The far storages on the cluster: leased windows and buckets, regional windows and buckets.
 #include <array>
 #include <atomic>
 #include <chrono>
@@ -17,6 +18,7 @@
 #include <ratelimit/ratelimit.hpp>
 #include <ratelimit/redis.hpp>
 #include <ratelimit/redis/detail/commands.hpp>
+#include <ratelimit/redis/lease/storage.hpp>
 
 #include "cluster_admin.hpp"
 #include "support/expect.hpp"
@@ -380,4 +382,152 @@ TEST_CASE("An ACL user granted the documented commands decides on every primary"
     CHECK(storage.stats().degraded_decisions == 0);
   }
   for (const auto& n : nodes) rltest::Admin(n.address).run({"ACL", "DELUSER", user});
+}
+
+// Leased quotas (redis/lease/storage.hpp) on the cluster: each lease call is one script on the
+// primary of its key's slot (the count, its lease records and the previous window's count share
+// the client key's hash tag). Time is passed to each decision (ManualClock time, no sleeps).
+namespace {
+
+ratelimit::LeaseOptions lease_on_cluster(const std::string& prefix) {
+  const auto c = rltest::test_cluster_options("lease");
+  ratelimit::LeaseOptions o;
+  o.cluster_seeds = c.seeds;
+  o.redis = c.redis;  // fail_closed: a failure never passes for an expected decision
+  o.redis.key_prefix = prefix;
+  o.lease_duration = 100ms;
+  return o;
+}
+
+/// Keys of `prefix` on each live primary.
+std::vector<std::int64_t> keys_per_primary(const std::string& prefix) {
+  std::vector<std::int64_t> n;
+  for (const auto& p : rltest::live_primaries()) n.push_back(rltest::count_keys(p.address, prefix));
+  return n;
+}
+
+}  // namespace
+
+TEMPLATE_TEST_CASE(
+    "Leased windows on a cluster spend exactly N across instances, for keys on every primary",
+    "[cluster][lease]", ratelimit::FixedWindowModel, ratelimit::SlidingCounterModel) {
+  const auto prefix = rltest::cluster_unique_prefix("lease");
+  ratelimit::LeasedStorage a_store(lease_on_cluster(prefix)), b_store(lease_on_cluster(prefix));
+  const ratelimit::detail::WindowParams n50{50, std::chrono::nanoseconds{1s}.count()};
+  auto a = a_store.template bind<TestType>("api", n50, 8);
+  auto b = b_store.template bind<TestType>("api", n50, 8);
+  const ratelimit::Operation one{1};
+  constexpr int keys = 12;
+  for (int k = 0; k < keys; ++k) {
+    const std::string key = "user-" + std::to_string(k);
+    INFO(key);
+    REQUIRE(a.apply(key, 1ms, one).allowed);  // a leases 8, spends 1: 7 held
+    // b gets what is not leased: 50 - 8 = 42 (leases of 8, 8, 8, 8, 8, then the 2 left).
+    std::int64_t got = 0;
+    for (int i = 0; i < 60; ++i) got += b.apply(key, 2ms, one).allowed ? 1 : 0;
+    CHECK(got == 42);
+  }
+  // a's leases end at 1 ms + H = 101 ms: its flush gives back 7 per key, one call per key, each
+  // to its key's primary.
+  CHECK(a.flush(101ms) == 7 * keys);
+  for (int k = 0; k < keys; ++k) {
+    const std::string key = "user-" + std::to_string(k);
+    INFO(key);
+    std::int64_t got = 0;
+    for (int i = 0; i < 10; ++i) got += b.apply(key, 102ms, one).allowed ? 1 : 0;
+    // 1 (a) + 42 + 7 (b) = 50 = N: every unit spent once, none twice.
+    CHECK(got == 7);
+  }
+  CHECK(a_store.stats().degraded == 0);
+  CHECK(b_store.stats().degraded == 0);
+  // 12 keys over three primaries' slots: every primary holds some of their counts.
+  for (const auto n : keys_per_primary(prefix)) CHECK(n > 0);
+}
+
+TEST_CASE("A leased bucket on a cluster over-admits at most r H, for keys on every primary",
+          "[cluster][lease][token_bucket]") {
+  const auto prefix = rltest::cluster_unique_prefix("lease");
+  auto o = lease_on_cluster(prefix);
+  o.lease_duration = 500ms;
+  ratelimit::LeasedStorage a_store(o), b_store(o);
+  // C = 100 tokens refilled at 100 per second (one every 10 ms), leases of L = 100, H = 500 ms.
+  const auto params = ratelimit::TokenBucketModel::make_params({100, ratelimit::per_second(100)});
+  auto a = a_store.bind<ratelimit::TokenBucketModel>("api", params, 100);
+  auto b = b_store.bind<ratelimit::TokenBucketModel>("api", params, 100);
+  for (int k = 0; k < 12; ++k) {
+    const std::string key = "user-" + std::to_string(k);
+    INFO(key);
+    // t = 0: a leases all 100 (the bucket is full) and spends 1; at H - 1 ns it spends its 99.
+    REQUIRE(a.apply(key, 0ms, ratelimit::Operation{1}).allowed);
+    REQUIRE(a.apply(key, 500ms - 1ns, ratelimit::Operation{99}).allowed);
+    // t2 = 1 s: the bucket refilled 100 x 1 s = 100 since 0 (capped at C): b spends all 100.
+    const auto d = b.apply(key, 1s, ratelimit::Operation{100});
+    REQUIRE(d.allowed);
+    CHECK(d.remaining == 0);
+    // In [H - 1 ns, 1 s], D = 500 ms + 1 ns: 99 + 100 = 199 <= C + r (D + H) = 200.0000001.
+    // Nothing more at 1 s: the bucket holds 0 and both leases are spent.
+    CHECK_FALSE(b.apply(key, 1s, ratelimit::Operation{1}).allowed);
+    CHECK_FALSE(a.apply(key, 1s, ratelimit::Operation{1}).allowed);
+  }
+  CHECK(a_store.stats().degraded == 0);
+  CHECK(b_store.stats().degraded == 0);
+  for (const auto n : keys_per_primary(prefix)) CHECK(n > 0);
+}
+
+TEST_CASE("A leased key whose slot moves between two leases keeps its count (ASK, then MOVED)",
+          "[cluster][lease][resharding]") {
+  const auto prefix = rltest::cluster_unique_prefix("lease");
+  auto o = lease_on_cluster(prefix);
+  o.lease_duration = 1h;  // leases never end here: only the count in Redis matters
+  ratelimit::LeasedStorage a_store(o), b_store(o), c_store(o);
+  const ratelimit::detail::WindowParams n50{50, std::chrono::nanoseconds{1h}.count()};
+  auto a = a_store.bind<ratelimit::FixedWindowModel>("api", n50, 10);
+  auto b = b_store.bind<ratelimit::FixedWindowModel>("api", n50, 10);
+  auto c = c_store.bind<ratelimit::FixedWindowModel>("api", n50, 10);
+  const std::string key = "moving";
+  const ratelimit::Operation one{1};
+  REQUIRE(a.apply(key, 1ms, one).allowed);  // a leases 10 of 50 (count 10)
+  // The slot of the key's count (its hash tag is the client key's).
+  const std::string count_key =
+      ratelimit::detail::redis_key(prefix, key, ratelimit::detail::redis_key_tail("lfw", "api")) +
+      ":0";
+  const int slot = ratelimit::detail::redis_key_slot(count_key);
+  rltest::ClusterNodeInfo src, dst;
+  bool found = false;
+  for (const auto& p : rltest::live_primaries()) {
+    // Only the slot's owner holds keys of it (another node would answer MOVED to EXISTS).
+    if (rltest::Admin(p.address)
+            .run({"CLUSTER", "COUNTKEYSINSLOT", std::to_string(slot)})
+            ->integer > 0) {
+      src = p;
+      found = true;
+    }
+  }
+  REQUIRE(found);
+  for (const auto& p : rltest::live_primaries())
+    if (p.id != src.id) dst = p;
+  rltest::Admin(dst.address).run({"CLUSTER", "SETSLOT", std::to_string(slot), "IMPORTING", src.id});
+  rltest::Admin(src.address).run({"CLUSTER", "SETSLOT", std::to_string(slot), "MIGRATING", dst.id});
+  migrate_every_key(slot, src.address, dst.address);
+  // Migrating, the keys on the target: b's lease goes there through ASK and sees count 10, so
+  // it gets 10 (count 20).
+  std::int64_t got = 0;
+  for (int i = 0; i < 10; ++i) got += b.apply(key, 2ms, one).allowed ? 1 : 0;
+  CHECK(got == 10);
+  setslot_everywhere(slot, dst.id, dst.address, src.address);
+  // The target owns the slot: c follows MOVED and gets the 30 left, of 40 attempts.
+  got = 0;
+  for (int i = 0; i < 40; ++i) got += c.apply(key, 3ms, one).allowed ? 1 : 0;
+  CHECK(got == 30);
+  CHECK(rltest::Admin(dst.address).run({"GET", count_key})->str == std::string("50"));
+  CHECK(a_store.stats().degraded + b_store.stats().degraded + c_store.stats().degraded == 0);
+}
+
+TEST_CASE("A leased storage refuses a bad cluster seed, naming it", "[cluster][lease]") {
+  auto o = lease_on_cluster(rltest::cluster_unique_prefix("lease"));
+  o.cluster_seeds = {rltest::cluster_seed(), "no-port"};
+  CHECK_THROWS_WITH(ratelimit::LeasedStorage(o), Catch::Contains("cluster_seeds[1]"));
+  o.cluster_seeds = {rltest::cluster_seed()};
+  o.redis.db = 2;
+  CHECK_THROWS_WITH(ratelimit::LeasedStorage(o), Catch::Contains("db"));
 }

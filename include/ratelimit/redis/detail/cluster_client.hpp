@@ -463,4 +463,19 @@ class RedisClusterClient final : public RedisClient {
   std::atomic<std::uint64_t> failed_refreshes_{0};
 };
 
+/// A client for `options`: on the one Redis it names when `cluster_seeds` is empty, else on the
+/// Redis Cluster those nodes ("host:port") belong to, routed by slot (`options` then applies per
+/// node: host and port unused, db 0; at most 5 redirections per call). The far storages build
+/// their clients with it. Throws std::invalid_argument naming `field` (as `field`[i]) for a bad
+/// seed, or the bad option.
+inline std::shared_ptr<RedisClient> make_redis_client(RedisOptions options,
+                                                      const std::vector<std::string>& cluster_seeds,
+                                                      const std::string& field) {
+  if (cluster_seeds.empty()) return std::make_shared<RedisClient>(std::move(options));
+  std::vector<RedisNode> seeds;
+  for (std::size_t i = 0; i < cluster_seeds.size(); ++i)
+    seeds.push_back(parse_redis_node(cluster_seeds[i], field + "[" + std::to_string(i) + "]"));
+  return std::make_shared<RedisClusterClient>(std::move(seeds), std::move(options), 5);
+}
+
 }  // namespace ratelimit::detail

@@ -26,6 +26,7 @@
 #include "../../core/storage.hpp"
 #include "../../memory/in_memory_storage.hpp"
 #include "../detail/client.hpp"
+#include "../detail/cluster_client.hpp"
 #include "../detail/decimal.hpp"
 #include "../options.hpp"
 
@@ -56,6 +57,13 @@ struct LeaseOptions {
   /// Keys holding a lease at most per limiter (1 to 10^7): memory stays bounded under hostile
   /// traffic; beyond it a key is decided with a lease of exactly its cost (one round trip).
   std::size_t max_keys = 100000;
+  /// Empty (the default): the shared Redis is the one `redis` names. Otherwise it is a Redis
+  /// Cluster, learned from these nodes ("host:port", any of them; docs/cluster.md): `redis`
+  /// applies per node (host and port unused, db 0), each lease call goes to the primary of its
+  /// key's slot (a key's count, its lease records and the previous window's count share the
+  /// client key's hash tag: one slot), with MOVED, ASK and failover handled as for
+  /// RedisClusterStorage.
+  std::vector<std::string> cluster_seeds;
 };
 
 /// Counters since construction, shared by copies. Thread safety: a plain value.
@@ -102,7 +110,7 @@ struct LeaseShared {
           if (options.max_keys < 1 || options.max_keys > 10'000'000)
             invalid("max_keys", static_cast<std::int64_t>(options.max_keys),
                     "must be in [1, 10^7]");
-          return std::make_shared<RedisClient>(options.redis);
+          return make_redis_client(options.redis, options.cluster_seeds, "cluster_seeds");
         }()) {}
   LeaseOptions options;
   std::shared_ptr<RedisClient> client;
