@@ -17,7 +17,9 @@
 --          hash that expired, or that every region has acknowledged whole, leaves the set. A
 --          hash some region has not acknowledged whole is kept at least `hold` more (and the
 --          set with it): a bucket's unseen units must not be forgotten while a partition lasts.
---          Returns { hash, its PTTL (ms), d_1, ..., d_m, ... } for the hashes with a d_r > 0.
+--          Returns { hash, its PTTL (ms), d_1, ..., d_m, ... } for the hashes with a d_r > 0,
+--          then, when ARGV[8 + m] is '1' (a set of one Redis Cluster slot, of which the
+--          exchange claims those still non-empty again), the set's size after the claim.
 -- add      on this region's Redis. KEYS: a hash. ARGV: 'add' | field | d | s:<r> | c:<r>.
 --          HINCRBY field d if the hash still exists (an acknowledgement: s:<r> += d; an undone
 --          claim after a failed push: c:<r> -= d), then s:<r> = min(s:<r>, c:<r>): a claim
@@ -91,6 +93,7 @@ if mode == 'claim' then
       end
     end
   end
+  if ARGV[8 + m] == '1' then out[#out + 1] = redis.call('SCARD', KEYS[1]) end
   return out
 elseif mode == 'add' then
   if redis.call('EXISTS', KEYS[1]) == 0 then return 0 end

@@ -19,8 +19,10 @@
 #include <ratelimit/redis.hpp>
 #include <ratelimit/redis/detail/commands.hpp>
 #include <ratelimit/redis/lease/storage.hpp>
+#include <ratelimit/redis/regional/storage.hpp>
 
 #include "cluster_admin.hpp"
+#include "redis/redis_admin.hpp"
 #include "support/expect.hpp"
 
 using namespace std::chrono_literals;
@@ -530,4 +532,235 @@ TEST_CASE("A leased storage refuses a bad cluster seed, naming it", "[cluster][l
   o.cluster_seeds = {rltest::cluster_seed()};
   o.redis.db = 2;
   CHECK_THROWS_WITH(ratelimit::LeasedStorage(o), Catch::Contains("db"));
+}
+
+// Regional counters (redis/regional/storage.hpp) with region r0 on the cluster and region r1 on
+// a plain redis-server of the test's own: r0's decisions and claims go to the primary of each
+// key's slot (its dirty set is per slot, beside the hashes), r1's pushes to r0 likewise. Time
+// is the ManualClock's; exchanges are explicit steps at chosen times, as in tests/far.
+namespace {
+
+class ClusterAndPlain {
+ public:
+  /// Region i's options (r0: the cluster; r1: the plain Redis), exchange interval S = 100 ms.
+  ratelimit::RegionalOptions options(std::size_t i) const {
+    ratelimit::RegionalOptions o;
+    o.region = i == 0 ? "r0" : "r1";
+    o.exchange_interval = 100ms;
+    o.one_way_delay = 40ms;
+    ratelimit::RemoteRegion other;
+    other.name = i == 0 ? "r1" : "r0";
+    if (i == 0) {
+      o.local = cluster_redis();
+      o.local_cluster_seeds = {rltest::cluster_seed()};
+      other.redis = plain_redis();
+    } else {
+      o.local = plain_redis();
+      other.redis = cluster_redis();
+      other.cluster_seeds = {rltest::cluster_seed()};
+    }
+    o.remotes.push_back(std::move(other));
+    return o;
+  }
+  std::vector<ratelimit::RegionalStorage> storages() const {
+    std::vector<ratelimit::RegionalStorage> s;
+    s.emplace_back(options(0));
+    s.emplace_back(options(1));
+    return s;
+  }
+  const std::string& prefix() const { return prefix_; }
+
+ private:
+  ratelimit::RedisOptions cluster_redis() const {
+    ratelimit::RedisOptions o = rltest::test_cluster_options("regional").redis;  // fail_closed
+    o.key_prefix = prefix_;
+    return o;
+  }
+  ratelimit::RedisOptions plain_redis() const {
+    ratelimit::RedisOptions o = cluster_redis();
+    o.host = plain_.endpoint().host;
+    o.port = plain_.endpoint().port;
+    return o;
+  }
+  rltest::ThrowawayRedis plain_;
+  std::string prefix_ = rltest::cluster_unique_prefix("regional");
+};
+
+void exchange_both(const std::vector<ratelimit::RegionalStorage>& s, std::chrono::nanoseconds t) {
+  for (const auto& r : s) REQUIRE(r.exchange(t).failed.empty());
+}
+
+std::string user(int k) { return "user-" + std::to_string(k); }
+
+}  // namespace
+
+TEMPLATE_TEST_CASE(
+    "Regional windows with a region on a cluster reach N + (R - 1) U and never more, on keys "
+    "of every primary",
+    "[cluster][regional]", ratelimit::FixedWindowModel, ratelimit::SlidingCounterModel) {
+  // N = 20, U = 5, R = 2: the bound is 20 + 5 = 25 per window. It is reached when both regions
+  // have seen N - U = 15 and then each admits U = 5 the other has not seen (docs/far.md).
+  ClusterAndPlain regions;
+  auto s = regions.storages();
+  constexpr std::int64_t N = 20, U = 5;
+  const ratelimit::detail::WindowParams params{N, std::chrono::nanoseconds{1s}.count()};
+  std::vector<ratelimit::RegionalBinding<TestType>> b;
+  for (auto& r : s) b.push_back(r.template bind<TestType>("api", params, U));
+  const auto t = 10ms;  // one window: the sliding counter's previous window is empty
+  constexpr int keys = 12;
+  std::vector<std::int64_t> admitted(keys, 0);
+  // r0 (the cluster) admits 15 of each key in three steps of U, both regions exchanging after
+  // each step (it may not hold more than U unseen).
+  for (int step = 0; step < 3; ++step) {
+    for (int k = 0; k < keys; ++k) {
+      INFO(user(k));
+      for (int i = 0; i < 5; ++i) admitted[k] += b[0].apply(user(k), t, {1}).allowed ? 1 : 0;
+      // A sixth is over the unseen bound: denied, degraded, retry after S; nothing spent, so
+      // remaining is N less what r0 counts, 20 - 5 (step + 1).
+      const auto over = b[0].apply(user(k), t, {1});
+      CHECK_FALSE(over.allowed);
+      CHECK(over.degraded);
+      CHECK(over.retry_after == 100ms);
+      CHECK(over.remaining == N - 5 * (step + 1));
+    }
+    exchange_both(s, t);
+  }
+  for (int k = 0; k < keys; ++k) {
+    INFO(user(k));
+    REQUIRE(admitted[k] == 15);
+    // r1 (plain) received r0's 15: 20 - 15 = 5 left there.
+    CHECK(b[1].apply(user(k), t, {1, true}).remaining == 5);
+    // Each region admits U = 5 more, unseen by the other: 15 + 5 + 5 = 25 = N + U.
+    for (std::size_t r = 0; r < 2; ++r)
+      for (int i = 0; i < 10; ++i) admitted[k] += b[r].apply(user(k), t, {1}).allowed ? 1 : 0;
+    CHECK(admitted[k] == N + U);
+  }
+  // Once the exchange catches up, both regions count 25 and deny by the limit.
+  exchange_both(s, t);
+  for (int k = 0; k < keys; ++k) {
+    INFO(user(k));
+    for (std::size_t r = 0; r < 2; ++r) {
+      const auto d = b[r].apply(user(k), t, {1});
+      CHECK_FALSE(d.allowed);
+      CHECK_FALSE(d.degraded);
+      CHECK(d.remaining == 0);
+    }
+  }
+  CHECK(s[0].stats().degraded == 0);
+  CHECK(s[0].local_stats().failures == 0);
+  for (const auto n : keys_per_primary(regions.prefix())) CHECK(n > 0);
+}
+
+TEMPLATE_TEST_CASE(
+    "Regional buckets with a region on a cluster reach C + (R - 1) U at one instant, then "
+    "pay the debt back, on keys of every primary",
+    "[cluster][regional][bucket]", ratelimit::TokenBucketModel, ratelimit::LeakyBucketModel) {
+  // C = 20, r = 20 per second (50 ms a unit), U = 5, every request at t = 10 ms (no refill):
+  // the bound over an instant is C + 0 + (R - 1) U = 25 with R = 2.
+  ClusterAndPlain regions;
+  auto s = regions.storages();
+  constexpr std::int64_t C = 20, U = 5;
+  const auto params = TestType::make_params({C, ratelimit::per_second(20)});
+  std::vector<ratelimit::RegionalBucketBinding<TestType>> b;
+  for (auto& r : s) b.push_back(r.template bind<TestType>("api", params, U));
+  const auto t = 10ms;
+  constexpr int keys = 12;
+  std::vector<std::int64_t> admitted(keys, 0);
+  for (int step = 0; step < 3; ++step) {
+    for (int k = 0; k < keys; ++k) {
+      INFO(user(k));
+      for (int i = 0; i < 5; ++i) admitted[k] += b[0].apply(user(k), t, {1}).allowed ? 1 : 0;
+      const auto over = b[0].apply(user(k), t, {1});
+      CHECK_FALSE(over.allowed);
+      CHECK(over.degraded);
+      CHECK(over.retry_after == 100ms);             // S
+      CHECK(over.remaining == C - 5 * (step + 1));  // nothing spent by the denial
+    }
+    exchange_both(s, t);
+  }
+  for (int k = 0; k < keys; ++k) {
+    INFO(user(k));
+    REQUIRE(admitted[k] == 15);
+    for (std::size_t r = 0; r < 2; ++r)
+      for (int i = 0; i < 10; ++i) admitted[k] += b[r].apply(user(k), t, {1}).allowed ? 1 : 0;
+    CHECK(admitted[k] == C + U);
+  }
+  // Once the exchange catches up each region debits the other's 5 more, forced: each holds
+  // 20 - 25 = -5 tokens. One unit needs 6 refills, 6 x 50 ms = 300 ms.
+  exchange_both(s, t);
+  for (int k = 0; k < keys; ++k) {
+    INFO(user(k));
+    for (std::size_t r = 0; r < 2; ++r) {
+      const auto d = b[r].apply(user(k), t, {1});
+      CHECK_FALSE(d.allowed);
+      CHECK_FALSE(d.degraded);
+      CHECK(d.remaining == 0);
+      CHECK(d.retry_after == 300ms);
+    }
+    CHECK_FALSE(b[0].apply(user(k), t + 299ms, {1}).allowed);
+    CHECK(b[0].apply(user(k), t + 300ms, {1}).allowed);
+  }
+  CHECK(s[0].stats().degraded == 0);
+  for (const auto n : keys_per_primary(regions.prefix())) CHECK(n > 0);
+}
+
+TEST_CASE("A regional instance's exchange finds, by its sweep, what another instance left",
+          "[cluster][regional]") {
+  // Instance A of r0 (the cluster) admits 3 and stops before any exchange (as a process that
+  // died). Instance B of r0 never decided that key, so no decision of its own marks the key's
+  // slot: its rounds find the hash by the sweep, 256 slots a round from slot 0, so in round
+  // slot / 256 + 1 (every slot within 16384 / 256 = 64 rounds).
+  ClusterAndPlain regions;
+  const ratelimit::detail::WindowParams params{10, std::chrono::nanoseconds{1s}.count()};
+  const auto t = 5ms;
+  {
+    ratelimit::RegionalStorage a(regions.options(0));
+    auto fw = a.bind<ratelimit::FixedWindowModel>("api", params, 10);
+    for (int i = 0; i < 3; ++i) REQUIRE(fw.apply("left", t, {1}).allowed);
+  }
+  ratelimit::RegionalStorage b(regions.options(0)), r1(regions.options(1));
+  (void)b.bind<ratelimit::FixedWindowModel>("api", params, 10);  // its dirty sets are claimed
+  auto seen = r1.bind<ratelimit::FixedWindowModel>("api", params, 10);
+  // The hash of window 0 of "left" (t = 5 ms), and its slot.
+  const std::string hash =
+      ratelimit::detail::redis_key(regions.prefix(), "left",
+                                   ratelimit::detail::redis_key_tail("rfw", "api")) +
+      ":0";
+  const int slot = ratelimit::detail::redis_key_slot(hash);
+  CHECK(seen.apply("left", t, {1, true}).remaining == 10);  // r1 has seen nothing yet
+  int rounds = 0;
+  std::uint64_t pushed = 0;
+  while (pushed == 0 && rounds < 64) {
+    ++rounds;
+    pushed = b.exchange(t).units_pushed;
+  }
+  CHECK(rounds == slot / 256 + 1);
+  CHECK(pushed == 3);
+  CHECK(seen.apply("left", t, {1, true}).remaining == 7);  // 10 - 3
+}
+
+TEST_CASE("A regional storage refuses a bad cluster seed, naming the field",
+          "[cluster][regional]") {
+  ClusterAndPlain regions;
+  auto o = regions.options(0);
+  o.local_cluster_seeds = {"no-port"};
+  CHECK_THROWS_WITH(ratelimit::RegionalStorage(o), Catch::Contains("local_cluster_seeds[0]"));
+  o = regions.options(1);
+  o.remotes[0].cluster_seeds.push_back("h:0");
+  CHECK_THROWS_WITH(ratelimit::RegionalStorage(o), Catch::Contains("remotes[0].cluster_seeds[1]"));
+}
+
+TEST_CASE("Every slot's dirty-set tag hashes to that slot, as the cluster computes it",
+          "[cluster][regional][slot]") {
+  for (int slot = 0; slot < ratelimit::detail::redis_cluster_slots; ++slot) {
+    const std::string& tag = ratelimit::detail::redis_slot_tag(slot);
+    REQUIRE(!tag.empty());
+    REQUIRE(tag.size() <= 6);
+    REQUIRE((ratelimit::detail::crc16(tag) & 16383) == slot);
+  }
+  rltest::Admin admin(rltest::seed_node());
+  for (const int slot : {0, 1, 8191, 16383}) {
+    const std::string key = "p:{" + ratelimit::detail::redis_slot_tag(slot) + "}rg-dirtyrfw2:x";
+    CHECK(admin.run({"CLUSTER", "KEYSLOT", key})->integer == slot);
+  }
 }

@@ -11,7 +11,7 @@ namespace ratelimit::lua {
 
 /// Every Redis command the scripts call, as an ACL names it (lower case), sorted, each
 /// once: what a restricted user needs to run them, beside the client's own commands.
-inline constexpr std::array<std::string_view, 22> required_commands = {
+inline constexpr std::array<std::string_view, 23> required_commands = {
     "decrby",
     "del",
     "exists",
@@ -23,6 +23,7 @@ inline constexpr std::array<std::string_view, 22> required_commands = {
     "pexpire",
     "pttl",
     "sadd",
+    "scard",
     "set",
     "srandmember",
     "srem",

@@ -10,6 +10,7 @@
 
 #include <array>
 #include <cstdint>
+#include <string>
 #include <string_view>
 
 #include "keys.hpp"
@@ -45,6 +46,29 @@ static_assert(crc16("123456789") == 0x31C3, "CRC16 must match the cluster specif
 /// The hash slot of a full Redis key, in [0, 16383].
 inline int redis_key_slot(std::string_view redis_key) noexcept {
   return crc16(redis_hash_tag(redis_key)) & (redis_cluster_slots - 1);
+}
+
+/// A short hash tag of `slot` (in [0, 16383]): CRC16 of it mod 16384 is `slot`, so a key
+/// "...{<tag>}..." lives in that slot. The regional storage names one dirty set per slot with
+/// it, beside the hashes of that slot, so that one script touches both. Decimal numbers, the
+/// smallest of each slot, at most 6 digits: the table is searched once per process, on first
+/// use (a few 10^5 CRCs of short strings, about 20 ms), and then read only. Thread safety: safe
+/// from many threads.
+inline const std::string& redis_slot_tag(int slot) {
+  static const std::array<std::string, redis_cluster_slots> tags = [] {
+    std::array<std::string, redis_cluster_slots> t{};
+    int left = redis_cluster_slots;
+    for (std::uint64_t n = 0; left > 0; ++n) {
+      std::string s = std::to_string(n);
+      auto& tag = t[static_cast<std::size_t>(crc16(s) & (redis_cluster_slots - 1))];
+      if (tag.empty()) {
+        tag = std::move(s);
+        --left;
+      }
+    }
+    return t;
+  }();
+  return tags[static_cast<std::size_t>(slot) & (redis_cluster_slots - 1)];
 }
 
 }  // namespace ratelimit::detail

@@ -149,7 +149,8 @@ class RegionalBucketBinding : public detail::RegionalDecisions<RegionalBucketBin
     if (unseen && (*unseen < 1 || *unseen > max_unseen))
       detail::invalid("unseen_limit", *unseen, "must be in [1, 10^15]");
     dirty_ = state_->options().local.key_prefix + "{rg-dirty}" + tail_;
-    state_->add_dirty_set(dirty_, hold_ms(state_->options(), *state_), unit_ns(params));
+    dirty_slots_ =
+        state_->add_dirty_set(dirty_, hold_ms(state_->options(), *state_), unit_ns(params));
     if (state_->options().local.failure_policy == FailurePolicy::local_fallback)
       fallback_.emplace(fallback.template bind<M>(name, fallback_params(params)));
   }
@@ -173,7 +174,8 @@ class RegionalBucketBinding : public detail::RegionalDecisions<RegionalBucketBin
     const std::int64_t t_us = detail::wire_time_us(now);
     detail::RedisCall call;
     call.script = &detail::regional_bucket_script();
-    call.keys = {dirty_, detail::redis_key(state_->options().local.key_prefix, key, tail_)};
+    std::string h = detail::redis_key(state_->options().local.key_prefix, key, tail_);
+    call.keys = {state_->dirty_key(dirty_, h), std::move(h)};
     M::Wire::args(bound_, params_, std::to_string(t_us), op, hold_ms_, call.argv);
     const std::size_t m = state_->remote_count();
     call.argv.push_back(state_->options().region);
@@ -189,6 +191,10 @@ class RegionalBucketBinding : public detail::RegionalDecisions<RegionalBucketBin
   /// Redis failed or the reply is not the script's. `apply` and `apply_async` both end here.
   Decision finish(const detail::RedisResult& result, std::string_view key,
                   std::chrono::nanoseconds now, const Operation& op) const {
+    // On a cluster, the next exchange claims this key's slot (after the script: see DirtySlots).
+    if (state_->local_is_cluster() && !op.peek)
+      dirty_slots_->mark(detail::redis_key_slot(
+          detail::redis_key(state_->options().local.key_prefix, key, tail_)));
     if (result.failure) return this->degrade(key, now, op);
     const auto d = decode(*result.reply, op);
     if (!d) {
@@ -236,6 +242,7 @@ class RegionalBucketBinding : public detail::RegionalDecisions<RegionalBucketBin
   typename M::Wire::BoundArgs bound_;
   std::string tail_;
   std::string dirty_;
+  std::shared_ptr<detail::DirtySlots> dirty_slots_;  ///< the slots decisions touched (cluster)
   std::int64_t unseen_limit_;
   bool explicit_unseen_;
   std::string hold_ms_;  ///< the script's "TTL beyond full", formatted once

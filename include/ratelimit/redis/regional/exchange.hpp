@@ -11,6 +11,7 @@
 /// applied it is pushed again, and counted twice there: the error only ever denies more.
 
 #include <algorithm>
+#include <array>
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
@@ -29,6 +30,8 @@
 #include "../../lua/regional_exchange.hpp"
 #include "../../lua/regional_window.hpp"
 #include "../detail/client.hpp"
+#include "../detail/cluster_client.hpp"
+#include "../detail/cluster_slot.hpp"
 #include "../detail/decimal.hpp"
 #include "../detail/script.hpp"
 #include "options.hpp"
@@ -82,6 +85,17 @@ inline const RedisScript& regional_exchange_script() {
   return s;
 }
 
+/// On a Redis Cluster, the slots whose dirty sets an exchange round must claim: one bit per
+/// slot, set by each decision after its script ran (so a round that clears the bit either sees
+/// the decision's SADD or leaves the bit for the next round). Thread safety: atomic.
+struct DirtySlots {
+  std::array<std::atomic<std::uint64_t>, redis_cluster_slots / 64> bits{};
+  void mark(int slot) noexcept {
+    bits[static_cast<std::size_t>(slot) / 64].fetch_or(std::uint64_t{1} << (slot % 64),
+                                                       std::memory_order_relaxed);
+  }
+};
+
 /// One other region: its client and whether the last round reached it.
 struct RegionalRemote {
   std::string name;
@@ -95,19 +109,35 @@ class RegionalState {
  public:
   explicit RegionalState(RegionalOptions o)
       : options_((check_regional_options(o), std::move(o))),
-        local_(std::make_shared<RedisClient>(options_.local)) {
-    for (const RemoteRegion& r : options_.remotes) {
+        local_(
+            make_redis_client(options_.local, options_.local_cluster_seeds, "local_cluster_seeds")),
+        cluster_(!options_.local_cluster_seeds.empty()) {
+    for (std::size_t i = 0; i < options_.remotes.size(); ++i) {
+      const RemoteRegion& r = options_.remotes[i];
       RedisOptions ro = r.redis;
       ro.key_prefix = options_.local.key_prefix;
       auto remote = std::make_unique<RegionalRemote>();
       remote->name = r.name;
-      remote->client = std::make_shared<RedisClient>(std::move(ro));
+      remote->client = make_redis_client(std::move(ro), r.cluster_seeds,
+                                         "remotes[" + std::to_string(i) + "].cluster_seeds");
       remotes_.push_back(std::move(remote));
     }
+    if (cluster_) (void)redis_slot_tag(0);  // the tag table: built here, not by a decision
   }
 
   const RegionalOptions& options() const noexcept { return options_; }
   RedisClient& local() const noexcept { return *local_; }
+  /// Whether this region's Redis is a Redis Cluster (one dirty set per slot).
+  bool local_is_cluster() const noexcept { return cluster_; }
+
+  /// The dirty set a decision on `hash` adds it to: `set` on one Redis; on a cluster, the
+  /// set's copy for the hash's slot, named with that slot's tag (redis_slot_tag), so that the
+  /// decision's script and the exchange's claim each touch one slot. `set` is
+  /// "<prefix>{rg-dirty}<tail>"; the copy is "<prefix>{<slot tag>}rg-dirty<tail>".
+  std::string dirty_key(const std::string& set, std::string_view hash) const {
+    if (!cluster_) return set;
+    return cluster_dirty_name(set, redis_key_slot(hash));
+  }
   std::size_t remote_count() const noexcept { return remotes_.size(); }
   const std::string& remote_name(std::size_t i) const noexcept { return remotes_[i]->name; }
 
@@ -141,11 +171,15 @@ class RegionalState {
   /// (its unseen units must outlast a partition) and `unit_ns` (period / count, rounded up) is
   /// what one unit takes to refill, by which a push lengthens the other region's hash (see
   /// lua/regional_exchange.lua); windows pass 0 for both (their hashes end with the window).
-  void add_dirty_set(const std::string& set, std::int64_t hold_ms = 0, std::int64_t unit_ns = 0) {
+  /// Returns the set's slot marks (used on a cluster only: a decision marks its key's slot).
+  std::shared_ptr<DirtySlots> add_dirty_set(const std::string& set, std::int64_t hold_ms = 0,
+                                            std::int64_t unit_ns = 0) {
     const std::lock_guard lock(mutex_);
     auto& s = dirty_sets_[set];
     s.hold_ms = std::max(s.hold_ms, hold_ms);
     s.unit_ns = std::max(s.unit_ns, unit_ns);
+    if (!s.slots) s.slots = std::make_shared<DirtySlots>();
+    return s.slots;
   }
 
   /// ms of the callers' clock: the longest from an admission to its acknowledgement by every
@@ -168,27 +202,42 @@ class RegionalState {
     return s;
   }
 
-  /// Claims, in this region's Redis, what every dirty set holds unpushed.
+  /// Claims, in this region's Redis, what every dirty set holds unpushed. On a cluster, from
+  /// the sets of the slots decisions marked since the last round, of the slots whose set the
+  /// last claim left non-empty, and of `sweep_slots` more in turn (every slot within 16384 /
+  /// sweep_slots rounds: what an instance that died before its exchange left is found).
   ExchangeRound claim(std::chrono::nanoseconds now) {
     ExchangeRound round;
     round.at_ = now;
     if (remotes_.empty()) return round;
     std::vector<RedisCall> calls;
-    std::vector<DirtySet> kinds;  // each call's set's
+    std::vector<DirtySet> kinds;                   // each call's set's
+    std::vector<std::pair<DirtySet*, int>> slots;  // each call's set and slot (cluster)
     {
       const std::lock_guard lock(mutex_);
-      for (const auto& [set, kind] : dirty_sets_) {
-        kinds.push_back(kind);
-        RedisCall c;
-        c.script = &regional_exchange_script();
-        c.keys.push_back(set);
-        c.argv = {"claim", options_.region, std::to_string(options_.exchange_batch),
-                  std::to_string(remotes_.size())};
-        for (const auto& r : remotes_) c.argv.push_back(r->name);
-        c.argv.push_back(std::to_string(wire_time_us(now) / 1000));
-        c.argv.push_back(std::to_string(claim_expiry_ms()));
-        c.argv.push_back(std::to_string(kind.hold_ms));
-        calls.push_back(std::move(c));
+      for (auto& [set, kind] : dirty_sets_) {
+        const auto claim_call = [&](const std::string& name) {
+          RedisCall c;
+          c.script = &regional_exchange_script();
+          c.keys.push_back(name);
+          c.argv = {"claim", options_.region, std::to_string(options_.exchange_batch),
+                    std::to_string(remotes_.size())};
+          for (const auto& r : remotes_) c.argv.push_back(r->name);
+          c.argv.push_back(std::to_string(wire_time_us(now) / 1000));
+          c.argv.push_back(std::to_string(claim_expiry_ms()));
+          c.argv.push_back(std::to_string(kind.hold_ms));
+          if (cluster_) c.argv.push_back("1");  // the set's size after the claim, last
+          kinds.push_back(kind);
+          calls.push_back(std::move(c));
+        };
+        if (!cluster_) {
+          claim_call(set);
+          continue;
+        }
+        for (const int slot : slots_to_claim(kind)) {
+          claim_call(cluster_dirty_name(set, slot));
+          slots.emplace_back(&kind, slot);
+        }
       }
     }
     if (calls.empty()) return round;
@@ -196,11 +245,18 @@ class RegionalState {
     for (std::size_t i = 0; i < results.size(); ++i) {
       // This region's Redis is down, or the reply was lost after the script ran: a claim
       // that is then never acknowledged is claimed again by a round after claim_expiry_ms.
-      if (results[i].failure) continue;
-      read_claims(*results[i].reply, kinds[i], round);
+      if (results[i].failure) {
+        if (cluster_) keep_slot(slots[i], true);
+        continue;
+      }
+      const bool left = read_claims(*results[i].reply, kinds[i], round, cluster_);
+      if (cluster_) keep_slot(slots[i], left);
     }
     return round;
   }
+
+  /// Slots a cluster round claims beside the marked and kept ones, in turn.
+  static constexpr int sweep_slots = 256;
 
   /// Pushes `round`'s units to every other region at once (the round lasts one round trip to
   /// the farthest, not the sum of them), then acknowledges or undoes them here.
@@ -323,16 +379,65 @@ class RegionalState {
   struct DirtySet {
     std::int64_t hold_ms = 0;
     std::int64_t unit_ns = 0;
+    std::shared_ptr<DirtySlots> slots;  ///< marked by decisions (cluster)
+    std::vector<char> kept;             ///< per slot: its set was left non-empty (cluster)
+    int sweep = 0;                      ///< the next slot the sweep claims (cluster)
   };
 
-  /// Reads claim's reply { hash, ttl, d_1..d_m, ... } into `round` (`kind`: its set's).
-  void read_claims(const redisReply& reply, const DirtySet& kind, ExchangeRound& round) {
-    const std::size_t m = remotes_.size(), stride = 2 + m;
-    if (reply.type != REDIS_REPLY_ARRAY || reply.elements % stride != 0) {
-      local_->report({RedisFailureKind::protocol, "unexpected reply from the exchange's claim"});
-      return;
+  /// "<prefix>{<slot tag>}rg-dirty<tail>" for `set` = "<prefix>{rg-dirty}<tail>".
+  std::string cluster_dirty_name(const std::string& set, int slot) const {
+    const std::size_t p = options_.local.key_prefix.size();
+    std::string name = set.substr(0, p);
+    name += '{';
+    name += redis_slot_tag(slot);
+    name += "}rg-dirty";
+    name.append(set, p + std::string_view("{rg-dirty}").size());
+    return name;
+  }
+
+  /// The slots whose sets this round claims (cluster): marked, kept, and the sweep's next
+  /// `sweep_slots`. Clears the marks. Call with mutex_ held.
+  static std::vector<int> slots_to_claim(DirtySet& kind) {
+    if (kind.kept.empty()) kind.kept.assign(redis_cluster_slots, 0);
+    std::vector<char> take(kind.kept);
+    for (std::size_t w = 0; w < kind.slots->bits.size(); ++w) {
+      const std::uint64_t bits = kind.slots->bits[w].exchange(0, std::memory_order_relaxed);
+      for (int b = 0; b < 64; ++b)
+        if ((bits >> b) & 1U) take[w * 64 + static_cast<std::size_t>(b)] = 1;
     }
-    for (std::size_t at = 0; at < reply.elements; at += stride) {
+    for (int i = 0; i < sweep_slots; ++i)
+      take[static_cast<std::size_t>((kind.sweep + i) % redis_cluster_slots)] = 1;
+    kind.sweep = (kind.sweep + sweep_slots) % redis_cluster_slots;
+    std::vector<int> out;
+    for (int s = 0; s < redis_cluster_slots; ++s)
+      if (take[static_cast<std::size_t>(s)] != 0) out.push_back(s);
+    return out;
+  }
+
+  /// Records whether a claimed slot's set was left non-empty (or its claim failed): it is then
+  /// claimed again next round (a bucket's held hashes are kept alive by each claim).
+  void keep_slot(const std::pair<DirtySet*, int>& at, bool keep) {
+    const std::lock_guard lock(mutex_);
+    at.first->kept[static_cast<std::size_t>(at.second)] = keep ? 1 : 0;
+  }
+
+  /// Reads claim's reply { hash, ttl, d_1..d_m, ..., [the set's size] } into `round` (`kind`:
+  /// its set's; `counted`: the size comes last). Returns whether the set was left non-empty
+  /// (true when unknown).
+  bool read_claims(const redisReply& reply, const DirtySet& kind, ExchangeRound& round,
+                   bool counted) {
+    const std::size_t m = remotes_.size(), stride = 2 + m;
+    const std::size_t n = reply.elements - (counted && reply.elements > 0 ? 1 : 0);
+    if (reply.type != REDIS_REPLY_ARRAY || n % stride != 0 || (counted && reply.elements == 0)) {
+      local_->report({RedisFailureKind::protocol, "unexpected reply from the exchange's claim"});
+      return true;
+    }
+    bool left = true;
+    if (counted) {
+      const auto size = reply_int(reply, n);
+      left = !size || *size > 0;
+    }
+    for (std::size_t at = 0; at < n; at += stride) {
       const redisReply* h = reply.element[at];
       if (h == nullptr || h->type != REDIS_REPLY_STRING) continue;
       ExchangeRound::Claim claim;
@@ -347,6 +452,7 @@ class RegionalState {
       }
       round.claims_.push_back(std::move(claim));
     }
+    return left;
   }
 
   /// Records whether `remote` was reached; tells the listeners when that changes (and of each
@@ -371,6 +477,7 @@ class RegionalState {
 
   RegionalOptions options_;
   std::shared_ptr<RedisClient> local_;
+  bool cluster_;
   std::vector<std::unique_ptr<RegionalRemote>> remotes_;
   std::mutex mutex_;
   std::map<std::string, DirtySet> dirty_sets_;  ///< see add_dirty_set

@@ -125,7 +125,7 @@ class RegionalBinding : public detail::RegionalDecisions<RegionalBinding<M>> {
     if (!unseen)
       check_default_fits(state_->options(), state_->remote_count(), params, unseen_limit_);
     dirty_ = state_->options().local.key_prefix + "{rg-dirty}" + tail_;
-    state_->add_dirty_set(dirty_);
+    dirty_slots_ = state_->add_dirty_set(dirty_);
     if (state_->options().local.failure_policy == FailurePolicy::local_fallback)
       fallback_.emplace(fallback.template bind<M>(name, fallback_params(params)));
   }
@@ -173,7 +173,8 @@ class RegionalBinding : public detail::RegionalDecisions<RegionalBinding<M>> {
     const std::int64_t k = t / w, e = t - k * w;
     detail::RedisCall call;
     call.script = &detail::regional_window_script();
-    call.keys = {dirty_, hash_of(key, k)};
+    std::string h = hash_of(key, k);
+    call.keys = {state_->dirty_key(dirty_, h), std::move(h)};
     if constexpr (sliding) call.keys.push_back(hash_of(key, k - 1));
     const std::int64_t matters_us = (k + (sliding ? 2 : 1)) * w - t;
     const std::int64_t ttl_ms =
@@ -196,6 +197,10 @@ class RegionalBinding : public detail::RegionalDecisions<RegionalBinding<M>> {
   /// Redis failed or the reply is not the script's. `apply` and `apply_async` both end here.
   Decision finish(const detail::RedisResult& result, std::string_view key,
                   std::chrono::nanoseconds now, const Operation& op) const {
+    // On a cluster, the next exchange claims this key's slot (after the script: see DirtySlots).
+    if (state_->local_is_cluster() && !op.peek)
+      dirty_slots_->mark(detail::redis_key_slot(
+          detail::redis_key(state_->options().local.key_prefix, key, tail_)));
     if (result.failure) return this->degrade(key, now, op);
     const auto d = decode(*result.reply, detail::wire_time_us(now) * 1000, op);
     if (!d) {
@@ -245,6 +250,7 @@ class RegionalBinding : public detail::RegionalDecisions<RegionalBinding<M>> {
   typename M::Params params_;
   std::string tail_;
   std::string dirty_;
+  std::shared_ptr<detail::DirtySlots> dirty_slots_;  ///< the slots decisions touched (cluster)
   std::int64_t unseen_limit_;
   bool explicit_unseen_;
   using Fallback = decltype(std::declval<InMemoryStorage&>().template bind<M>(
