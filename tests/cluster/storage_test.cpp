@@ -764,3 +764,54 @@ TEST_CASE("Every slot's dirty-set tag hashes to that slot, as the cluster comput
     CHECK(admin.run({"CLUSTER", "KEYSLOT", key})->integer == slot);
   }
 }
+
+TEST_CASE("A regional key whose slot moves keeps its counts and exchange (ASK, then MOVED)",
+          "[cluster][regional][resharding]") {
+  ClusterAndPlain regions;
+  auto s = regions.storages();
+  // N = 20 per hour, U = 20 (no unseen denial here): only the counts matter.
+  const ratelimit::detail::WindowParams params{20, std::chrono::nanoseconds{1h}.count()};
+  auto r0 = s[0].bind<ratelimit::FixedWindowModel>("api", params, 20);
+  auto r1 = s[1].bind<ratelimit::FixedWindowModel>("api", params, 20);
+  const std::string key = "moving";
+  const auto t = 5ms;
+  for (int i = 0; i < 3; ++i) REQUIRE(r0.apply(key, t, {1}).allowed);
+  // The slot of the key's hash (window 0), its owner, and another primary to move it to.
+  const std::string hash =
+      ratelimit::detail::redis_key(regions.prefix(), key,
+                                   ratelimit::detail::redis_key_tail("rfw", "api")) +
+      ":0";
+  const int slot = ratelimit::detail::redis_key_slot(hash);
+  rltest::ClusterNodeInfo src, dst;
+  bool found = false;
+  for (const auto& p : rltest::live_primaries())
+    if (rltest::Admin(p.address)
+            .run({"CLUSTER", "COUNTKEYSINSLOT", std::to_string(slot)})
+            ->integer > 0) {
+      src = p;
+      found = true;
+    }
+  REQUIRE(found);
+  for (const auto& p : rltest::live_primaries())
+    if (p.id != src.id) dst = p;
+  rltest::Admin(dst.address).run({"CLUSTER", "SETSLOT", std::to_string(slot), "IMPORTING", src.id});
+  rltest::Admin(src.address).run({"CLUSTER", "SETSLOT", std::to_string(slot), "MIGRATING", dst.id});
+  // The hash and the slot's dirty set move together (one MIGRATE): the decision and the claim
+  // follow ASK to the target. r0 counts 3 + 2 = 5: 15 left.
+  migrate_every_key(slot, src.address, dst.address);
+  for (int i = 0; i < 2; ++i) REQUIRE(r0.apply(key, t, {1}).allowed);
+  CHECK(r0.apply(key, t, {1, true}).remaining == 15);
+  exchange_both(s, t);
+  CHECK(r1.apply(key, t, {1, true}).remaining == 15);  // r1 received r0's 5
+  // The target owns the slot: r0's decisions and r1's pushes to r0 follow MOVED.
+  setslot_everywhere(slot, dst.id, dst.address, src.address);
+  REQUIRE(r1.apply(key, t, {4}).allowed);  // r1: 5 + 4 = 9 counted, 11 left
+  exchange_both(s, t);
+  CHECK(r0.apply(key, t, {1, true}).remaining == 11);  // r0 received r1's 4
+  REQUIRE(r0.apply(key, t, {11}).allowed);
+  exchange_both(s, t);
+  // 5 + 4 + 11 = 20 = N in both regions.
+  CHECK_FALSE(r1.apply(key, t, {1}).allowed);
+  CHECK_FALSE(r0.apply(key, t, {1}).allowed);
+  CHECK(s[0].stats().degraded + s[1].stats().degraded == 0);
+}
