@@ -9,9 +9,11 @@
 /// tag. `redis_hash_tag` (redis_keys.hpp) applies exactly that rule.
 
 #include <array>
+#include <cstddef>
 #include <cstdint>
 #include <string>
 #include <string_view>
+#include <utility>
 
 #include "keys.hpp"
 

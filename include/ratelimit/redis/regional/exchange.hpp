@@ -20,6 +20,7 @@
 #include <memory>
 #include <mutex>
 #include <string>
+#include <string_view>
 #include <utility>
 #include <vector>
 
@@ -215,7 +216,9 @@ class RegionalState {
     std::vector<std::pair<DirtySet*, int>> slots;  // each call's set and slot (cluster)
     {
       const std::lock_guard lock(mutex_);
-      for (auto& [set, kind] : dirty_sets_) {
+      for (auto& entry : dirty_sets_) {
+        const std::string& set = entry.first;
+        DirtySet& kind = entry.second;  // a plain reference: lambdas cannot capture bindings
         const auto claim_call = [&](const std::string& name) {
           RedisCall c;
           c.script = &regional_exchange_script();
