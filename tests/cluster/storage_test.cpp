@@ -796,13 +796,20 @@ TEST_CASE("A regional key whose slot moves keeps its counts and exchange (ASK, t
     if (p.id != src.id) dst = p;
   rltest::Admin(dst.address).run({"CLUSTER", "SETSLOT", std::to_string(slot), "IMPORTING", src.id});
   rltest::Admin(src.address).run({"CLUSTER", "SETSLOT", std::to_string(slot), "MIGRATING", dst.id});
-  // The hash and the slot's dirty set move together (one MIGRATE): the decision and the claim
-  // follow ASK to the target. r0 counts 3 + 2 = 5: 15 left.
+  // The hash moves first, its slot's dirty set not yet (a reshard moves keys in batches): the
+  // claim on the source cannot read the hash (the source would redirect it), so the round
+  // pushes nothing and forgets nothing; r1 still counts nothing of r0's.
+  rltest::Admin(src.address)
+      .run({"MIGRATE", dst.address.host, std::to_string(dst.address.port), hash, "0", "5000"});
+  CHECK(s[0].exchange(t).units_pushed == 0);
+  CHECK(r1.apply(key, t, {1, true}).remaining == 20);
+  // The rest of the slot (the dirty set) moves: the decision and the claim follow ASK to the
+  // target. r0 counts 3 + 2 = 5: 15 left.
   migrate_every_key(slot, src.address, dst.address);
   for (int i = 0; i < 2; ++i) REQUIRE(r0.apply(key, t, {1}).allowed);
   CHECK(r0.apply(key, t, {1, true}).remaining == 15);
   exchange_both(s, t);
-  CHECK(r1.apply(key, t, {1, true}).remaining == 15);  // r1 received r0's 5
+  CHECK(r1.apply(key, t, {1, true}).remaining == 15);  // r1 received r0's 5, the first 3 too
   // The target owns the slot: r0's decisions and r1's pushes to r0 follow MOVED.
   setslot_everywhere(slot, dst.id, dst.address, src.address);
   REQUIRE(r1.apply(key, t, {4}).allowed);  // r1: 5 + 4 = 9 counted, 11 left
