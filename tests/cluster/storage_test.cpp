@@ -22,8 +22,8 @@
 #include <ratelimit/redis/regional/storage.hpp>
 
 #include "cluster_admin.hpp"
-#include "redis/redis_admin.hpp"
 #include "support/expect.hpp"
+#include "support/redis_backend.hpp"
 
 using namespace std::chrono_literals;
 using ratelimit::Decision;
@@ -535,9 +535,10 @@ TEST_CASE("A leased storage refuses a bad cluster seed, naming it", "[cluster][l
 }
 
 // Regional counters (redis/regional/storage.hpp) with region r0 on the cluster and region r1 on
-// a plain redis-server of the test's own: r0's decisions and claims go to the primary of each
-// key's slot (its dirty set is per slot, beside the hashes), r1's pushes to r0 likewise. Time
-// is the ManualClock's; exchanges are explicit steps at chosen times, as in tests/far.
+// the test command's plain redis-server (RATELIMIT_TEST_REDIS; the key prefix is the test's own):
+// r0's decisions and claims go to the primary of each key's slot (its dirty set is per slot, beside
+// the hashes), r1's pushes to r0 likewise. Time is the ManualClock's; exchanges are explicit steps
+// at chosen times, as in tests/far.
 namespace {
 
 class ClusterAndPlain {
@@ -578,11 +579,10 @@ class ClusterAndPlain {
   }
   ratelimit::RedisOptions plain_redis() const {
     ratelimit::RedisOptions o = cluster_redis();
-    o.host = plain_.endpoint().host;
-    o.port = plain_.endpoint().port;
+    o.host = rltest::redis_endpoint().host;
+    o.port = rltest::redis_endpoint().port;
     return o;
   }
-  rltest::ThrowawayRedis plain_;
   std::string prefix_ = rltest::cluster_unique_prefix("regional");
 };
 
