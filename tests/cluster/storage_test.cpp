@@ -6,6 +6,8 @@
 #include <atomic>
 #include <chrono>
 #include <cstdint>
+#include <future>
+#include <memory>
 #include <set>
 #include <stdexcept>
 #include <string>
@@ -821,4 +823,46 @@ TEST_CASE("A regional key whose slot moves keeps its counts and exchange (ASK, t
   CHECK_FALSE(r1.apply(key, t, {1}).allowed);
   CHECK_FALSE(r0.apply(key, t, {1}).allowed);
   CHECK(s[0].stats().degraded + s[1].stats().degraded == 0);
+}
+
+TEST_CASE("Asynchronous regional and leased decisions on a cluster equal the blocking ones",
+          "[cluster][regional][lease][async]") {
+  // The same history on key "<k>-sync" (apply) and "<k>-async" (apply_async, waited for), on
+  // 6 keys of each kind: the decisions must be equal field for field. Regional: N = 20, U = 5,
+  // so decisions 1-5 are admitted and 6-7 denied by the unseen bound; leased: N = 6, L = 4, so
+  // decisions 1-6 are admitted (leases of 4 and 2) and 7 denied by the limit.
+  const auto wait = [](auto&& start) {
+    auto done = std::make_shared<std::promise<Decision>>();
+    auto got = done->get_future();
+    start([done](Decision d) { done->set_value(d); });
+    REQUIRE(got.wait_for(30s) == std::future_status::ready);
+    return got.get();
+  };
+  ClusterAndPlain regions;
+  auto s = regions.storages();
+  REQUIRE(s[0].warm_up());  // loads the scripts on every primary
+  const ratelimit::detail::WindowParams regional{20, std::chrono::nanoseconds{1s}.count()};
+  auto r0 = s[0].bind<ratelimit::FixedWindowModel>("api", regional, 5);
+  ratelimit::LeasedStorage leased(lease_on_cluster(regions.prefix()));
+  REQUIRE(leased.warm_up());
+  const ratelimit::detail::WindowParams six{6, std::chrono::nanoseconds{1s}.count()};
+  auto l = leased.bind<ratelimit::FixedWindowModel>("lease", six, 4);
+  const auto t = 10ms;
+  for (int k = 0; k < 6; ++k) {
+    const std::string sync = user(k) + "-sync", async = user(k) + "-async";
+    for (int i = 1; i <= 7; ++i) {
+      INFO(user(k) << ", decision " << i);
+      const Decision a = r0.apply(sync, t, {1});
+      const Decision b = wait([&](auto done) { r0.apply_async(async, t, {1}, std::move(done)); });
+      CHECK(a == b);
+      CHECK(b.allowed == (i <= 5));
+      CHECK(b.degraded == (i > 5));
+      const Decision c = l.apply(sync, t, {1});
+      const Decision d = wait([&](auto done) { l.apply_async(async, t, {1}, std::move(done)); });
+      CHECK(c == d);
+      CHECK(d.allowed == (i <= 6));
+    }
+  }
+  CHECK(s[0].stats().degraded == 0);
+  CHECK(leased.stats().degraded == 0);
 }
