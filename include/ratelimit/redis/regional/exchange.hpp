@@ -230,7 +230,10 @@ class RegionalState {
           c.argv.push_back(std::to_string(claim_expiry_ms()));
           c.argv.push_back(std::to_string(kind.hold_ms));
           if (cluster_) c.argv.push_back("1");  // the set's size after the claim, last
-          kinds.push_back(kind);
+          DirtySet k;  // its hold and unit only: not the cluster's per-slot tables
+          k.hold_ms = kind.hold_ms;
+          k.unit_ns = kind.unit_ns;
+          kinds.push_back(std::move(k));
           calls.push_back(std::move(c));
         };
         if (!cluster_) {
