@@ -42,7 +42,8 @@ struct Operation {
   /// cost 1; `decide_all` dry-runs every part with the real cost before it commits any.
   bool peek = false;
   /// Leaky bucket only: deny unless the request would also be *served* (queue delay included)
-  /// within this time. `Decision::never` (the default) means no bound.
+  /// within this time. For a `reserve` (both buckets), the most its units may be due after it.
+  /// `Decision::never` (the default) means no bound.
   std::chrono::nanoseconds max_wait = Decision::never;
   /// See `Kind`.
   Kind kind = Kind::spend;
