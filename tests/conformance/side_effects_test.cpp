@@ -201,6 +201,10 @@ TEMPLATE_LIST_TEST_CASE(
     CHECK(r.reserved_at == 0ms);
     CHECK(r.delay() == row.reserved.delay);
     CHECK(r.delay_from(row.reserved.delay / 2) == row.reserved.delay - row.reserved.delay / 2);
+    ratelimit::Reservation far = r;  // built by hand: due_at saturates rather than overflow
+    far.reserved_at = Decision::never;
+    CHECK(far.due_at() == Decision::never);
+    CHECK(far.delay_from(0ms) == Decision::never);
     const Decision debt = limiter.peek("k");
     const auto late = limiter.reserve("k", limit, row.late_wait);
     CHECK(late.decision == row.late);

@@ -29,8 +29,14 @@ struct Reservation {
   bool ok() const noexcept { return decision.allowed; }
 
   /// ns on the limiter's clock: when the units are due (`reserved_at` + the delay). Meaningful
-  /// only if `ok()`.
-  std::chrono::nanoseconds due_at() const noexcept { return reserved_at + decision.delay; }
+  /// only if `ok()`. Saturates at `Decision::never` (and reads negative fields as 0), so a
+  /// value built by hand cannot overflow it.
+  std::chrono::nanoseconds due_at() const noexcept {
+    constexpr std::chrono::nanoseconds zero{0};
+    const auto at = reserved_at < zero ? zero : reserved_at;
+    const auto wait = decision.delay < zero ? zero : decision.delay;
+    return wait > Decision::never - at ? Decision::never : at + wait;
+  }
 
   /// How long after the reservation the units are due (x/time/rate's `Delay`): the decision's
   /// delay, or `Decision::never` if not `ok()`.
