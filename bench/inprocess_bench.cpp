@@ -423,6 +423,37 @@ void BM_OneKeyTakeRefund(benchmark::State& state) {
   state.SetItemsProcessed(2 * state.iterations());
 }
 
+// One key, a reservation of one unit per step (a unit's worth of time): due at once, it writes
+// the state as an admitted take does (the buckets only: the windows refuse reservations).
+template <class A, class C>
+void BM_OneKeyReserve(benchmark::State& state) {
+  Ticker<C> ticker(admitted_step<A>());
+  typename A::template Limiter<C> limiter(A::admitting(), InMemoryStorage{}, ticker.clock);
+  const std::string key = "client-0000042";
+  for (auto _ : state) {
+    ticker.tick();
+    benchmark::DoNotOptimize(
+        limiter.reserve(key, 1, ratelimit::Decision::never, ticker.clock.now()));
+  }
+  state.SetItemsProcessed(state.iterations());
+}
+
+// One key, per step a reservation of one unit then its cancel at the same instant (all of it
+// goes back): both write the state. Items count both, as OneKeyTakeRefund.
+template <class A, class C>
+void BM_OneKeyReserveCancel(benchmark::State& state) {
+  Ticker<C> ticker(admitted_step<A>());
+  typename A::template Limiter<C> limiter(A::admitting(), InMemoryStorage{}, ticker.clock);
+  const std::string key = "client-0000042";
+  for (auto _ : state) {
+    ticker.tick();
+    const auto now = ticker.clock.now();
+    const auto r = limiter.reserve(key, 1, ratelimit::Decision::never, now);
+    benchmark::DoNotOptimize(limiter.cancel(key, r, now));
+  }
+  state.SetItemsProcessed(2 * state.iterations());
+}
+
 // One key bound once (`limiter.bind_key`): the same decision without hashing the key.
 template <class A, class C>
 void BM_OneKeyBound(benchmark::State& state) {
@@ -656,6 +687,12 @@ void register_algorithm() {
                                            BM_OneKeyPenalty<A, C>));
   maybe_fixed(benchmark::RegisterBenchmark((base + "OneKeyTakeRefund" + suffix).c_str(),
                                            BM_OneKeyTakeRefund<A, C>));
+  if constexpr (ratelimit::Reservable<typename A::Model>) {
+    maybe_fixed(benchmark::RegisterBenchmark((base + "OneKeyReserve" + suffix).c_str(),
+                                             BM_OneKeyReserve<A, C>));
+    maybe_fixed(benchmark::RegisterBenchmark((base + "OneKeyReserveCancel" + suffix).c_str(),
+                                             BM_OneKeyReserveCancel<A, C>));
+  }
   maybe_fixed(
       benchmark::RegisterBenchmark((base + "OneKeyBound" + suffix).c_str(), BM_OneKeyBound<A, C>));
   maybe_fixed(benchmark::RegisterBenchmark((base + "OneKeyDenied" + suffix).c_str(),

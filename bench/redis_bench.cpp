@@ -63,12 +63,14 @@ struct TokenBucketAlg {
   static constexpr const char* name = "TokenBucket";
   template <class C>
   using Limiter = ratelimit::TokenBucket<C, RedisStorage>;
+  static constexpr bool reserves = true;  // see ratelimit::Reservable
   static ratelimit::TokenBucketConfig config() { return {1000, ratelimit::per_second(1000)}; }
 };
 struct LeakyBucketAlg {
   static constexpr const char* name = "LeakyBucket";
   template <class C>
   using Limiter = ratelimit::LeakyBucket<C, RedisStorage>;
+  static constexpr bool reserves = true;
   static ratelimit::LeakyBucketConfig config() { return {1000, ratelimit::per_second(1000)}; }
 };
 struct FixedWindowAlg {
@@ -202,8 +204,8 @@ RedisStorage& shared_storage(std::size_t pool_size) {
 }
 
 /// What BM_OneConnection asks per round trip: a take (`try_acquire`), a refund of a unit taken
-/// at the same instant, or a penalty of one unit.
-enum class Ask { take, refund, penalty };
+/// at the same instant, a penalty of one unit, or a reservation of one unit (the buckets only).
+enum class Ask { take, refund, penalty, reserve };
 
 // One thread, one connection, one synchronous round trip per decision.
 template <class A, Ask ask = Ask::take>
@@ -226,8 +228,10 @@ void BM_OneConnection(benchmark::State& state) {
       d = limiter.try_acquire(key);
     else if constexpr (ask == Ask::refund)
       d = limiter.refund(key, 1, limiter.clock().now());
-    else
+    else if constexpr (ask == Ask::penalty)
       d = limiter.penalty(key, 1);
+    else
+      d = limiter.reserve(key, 1).decision;
     lat.add(std::chrono::steady_clock::now() - t0);
     admitted += d.allowed;
   }
@@ -309,6 +313,12 @@ void register_algorithm() {
                                BM_OneConnection<A, Ask::penalty>)
       ->UseRealTime()
       ->Unit(benchmark::kMicrosecond);
+  // A reservation beside the take (one script call), on the buckets.
+  if constexpr (requires { requires A::reserves; })
+    benchmark::RegisterBenchmark((base + "OneConnectionReserve").c_str(),
+                                 BM_OneConnection<A, Ask::reserve>)
+        ->UseRealTime()
+        ->Unit(benchmark::kMicrosecond);
   benchmark::RegisterBenchmark((base + "Pool").c_str(), BM_Pool<A>)
       ->Threads(2)
       ->Threads(8)

@@ -18,6 +18,7 @@
 #include "core/decision.hpp"
 #include "core/priority.hpp"
 #include "core/rate.hpp"
+#include "core/reservation.hpp"
 #include "core/storage.hpp"
 #include "http/headers.hpp"
 #include "memory/in_memory_storage.hpp"

@@ -180,3 +180,71 @@ TEMPLATE_LIST_TEST_CASE(
     CHECK(limiter.try_acquire("p") == row.pass);
   }
 }
+
+TEMPLATE_LIST_TEST_CASE(
+    "A reservation takes now, into debt, and says when its units are due; one due later than "
+    "its bound, or that would leave more than twice the limit spent, is refused and changes "
+    "nothing; a cancel before the units are due gives them all back, after it nothing",
+    "[conformance][any_storage][reserve]", Cases) {
+  if constexpr (ratelimit::Reservable<typename TestType::Algo::Model>) {
+    constexpr auto row = TestType::Row::reserve;
+    INFO(TestType::label());
+    ManualClock clock;
+    auto limiter = TestType::make(clock);
+    const auto limit = TestType::limit;
+    clock.set(0ms);
+    CHECK(limiter.try_acquire("k", row.spent_cost) == row.spent);
+    const ratelimit::Reservation r = limiter.reserve("k", row.cost);
+    CHECK(r.decision == row.reserved);
+    CHECK(r.ok());
+    CHECK(r.cost == row.cost);
+    CHECK(r.reserved_at == 0ms);
+    CHECK(r.delay() == row.reserved.delay);
+    CHECK(r.delay_from(row.reserved.delay / 2) == row.reserved.delay - row.reserved.delay / 2);
+    ratelimit::Reservation far = r;  // built by hand: due_at saturates rather than overflow
+    far.reserved_at = Decision::never;
+    CHECK(far.due_at() == Decision::never);
+    CHECK(far.delay_from(0ms) == Decision::never);
+    const Decision debt = limiter.peek("k");
+    const auto late = limiter.reserve("k", limit, row.late_wait);
+    CHECK(late.decision == row.late);
+    CHECK_FALSE(late.ok());
+    CHECK(late.delay() == Decision::never);
+    CHECK(limiter.reserve("k", row.over_cost).decision == row.over);
+    // More than the limit is never reserved: the key as it is, retry_after never.
+    Decision never = debt;
+    never.retry_after = Decision::never;
+    CHECK(limiter.reserve("k", limit + 1).decision == never);
+    CHECK(limiter.peek("k") == debt);  // the refusals changed nothing
+    // Cancelling a refusal gives nothing back.
+    CHECK(limiter.cancel("k", late) == debt);
+    clock.set(row.cancel_at);
+    CHECK(limiter.cancel("k", r) == row.cancelled);
+    CHECK(limiter.peek("k") == row.cancelled);
+
+    clock.set(0ms);
+    const auto now = limiter.reserve("j", row.now_cost);
+    CHECK(now.decision == row.now);
+    clock.set(1ms);
+    CHECK(limiter.cancel("j", now) == row.kept);
+    CHECK(limiter.peek("j") == row.kept);
+
+    clock.set(0ms);
+    REQUIRE(limiter.try_acquire("m", limit).allowed);
+    CHECK(limiter.reserve("m", 2, row.wait).decision == row.edge);
+    CHECK(limiter.reserve("m", 1, row.wait).decision == row.past);
+
+    // Shadow mode: a refusal comes back ok, flagged, nothing taken; its cancel gives nothing.
+    limiter.set_shadow_mode(true);
+    const Decision before = limiter.peek("m");
+    const auto shadowed = limiter.reserve("m", limit, 0ms);
+    CHECK(shadowed.ok());
+    CHECK(shadowed.decision.shadow_denied);
+    CHECK(shadowed.decision.delay == 0ms);
+    CHECK(limiter.cancel("m", shadowed) == before);
+    CHECK(limiter.peek("m") == before);
+    limiter.set_shadow_mode(false);
+    CHECK_THROWS_AS(limiter.reserve("m", 0), std::invalid_argument);
+    CHECK_THROWS_AS(limiter.reserve("m", 1, -1ns), std::invalid_argument);
+  }
+}

@@ -119,6 +119,29 @@ struct AdjustRow {
   Decision capped;  ///< "c", fresh, pays 100 x the limit at `at`: capped at twice the limit
 };
 
+/// "A reservation takes now, into debt, and says when its units are due; one due later than
+/// its bound or that would leave more than twice the limit spent is refused and changes
+/// nothing; a cancel before the units are due gives them all back" (side_effects_test.cpp;
+/// docs/algorithms.md "Reservations"). The buckets only (`ratelimit::Reservable`).
+struct ReserveRow {
+  std::int64_t spent_cost;  ///< "k", fresh, takes this at 0 (a try_acquire)
+  Decision spent;
+  std::int64_t cost;  ///< then reserves this, unbounded: granted, due after its delay
+  Decision reserved;
+  nanoseconds late_wait;  ///< then a reservation of the limit bounded by this: refused
+  Decision late;
+  std::int64_t over_cost;  ///< then one of this, unbounded: refused (the debt would pass 2x)
+  Decision over;
+  nanoseconds cancel_at;  ///< before the reservation is due: its cancel gives all `cost` back
+  Decision cancelled;
+  std::int64_t now_cost;  ///< "j", fresh, reserves this at 0: due at once (delay 0)
+  Decision now;
+  Decision kept;     ///< its cancel at 1 ms, past due: nothing goes back (the peek then)
+  nanoseconds wait;  ///< "m" takes the limit at 0, then reserves 2 bounded by this:
+  Decision edge;     ///< granted, due exactly `wait` later;
+  Decision past;     ///< then 1 more with the same bound: refused
+};
+
 /// The primary template has no row: the suite names the algorithm that lacks one.
 template <class Algo>
 struct Row;
@@ -226,6 +249,36 @@ struct Row<TokenBucketAlgo> {
       // 1000 counts as 2B = 20: backlog 10 s, T = -10: (1 + 10) / 2 = 5.5 s.
       .capped = denied(10, 0, 5500ms, 10s),
   };
+
+  // Reservations: backlog D (tokens owed, B - T), wait w = max(0, D + n - B) / r; refused if
+  // w > max_wait or D + n > 2B = 20 (retry_after: the larger excess / r), else D <- D + n.
+  static constexpr ReserveRow reserve{
+      .spent_cost = 8,
+      .spent = admitted(10, 2, 4s),  // T = 2, full again at 8 / 2 = 4 s
+      // D = 8: w = (8 + 5 - 10) / 2 = 1.5 s; D = 13 (T = -3): reset 13 / 2 = 6.5 s.
+      .cost = 5,
+      .reserved = admitted(10, 0, 6500ms, 1500ms),
+      // 10 more: w = (13 + 10 - 10) / 2 = 6.5 s, 5.5 s past the 1 s bound; the debt would be
+      // 23, 3 past 2B (1.5 s): retry_after 5.5 s.
+      .late_wait = 1s,
+      .late = denied(10, 0, 5500ms, 6500ms),
+      .over_cost = 8,  // 13 + 8 = 21: 1 token past 2B, (21 - 20) / 2 = 0.5 s
+      .over = denied(10, 0, 500ms, 6500ms),
+      // At 1 s (due at 1.5 s) the 5 go back: full at 6.5 - 5 / 2 = 4 s, D = (4 - 1) x 2 = 6,
+      // T = 4: as if only the take of 8 at 0 had happened.
+      .cancel_at = 1s,
+      .cancelled = admitted(10, 4, 3s),
+      // 5 of a full bucket: w = 0, T = 5, full at 2.5 s.
+      .now_cost = 5,
+      .now = admitted(10, 5, 2500ms),
+      // At 1 ms the 5 are past due: nothing back. D = 5 - 0.002 = 4.998, remaining 10 - ceil(D).
+      .kept = admitted(10, 5, 2499ms),
+      // After 10 at 0 (D = 10): 2 more have w = (10 + 2 - 10) / 2 = 1 s <= 1 s, D = 12; then 1
+      // more: w = (12 + 1 - 10) / 2 = 1.5 s, 0.5 s past the bound.
+      .wait = 1s,
+      .edge = admitted(10, 0, 6s, 1s),
+      .past = denied(10, 0, 500ms, 6s),
+  };
 };
 
 // --- LeakyBucket --------------------------------------------------------------------------------
@@ -330,6 +383,34 @@ struct Row<LeakyBucketAlgo> {
       .penalized = denied(10, 0, 2500ms, 7s),
       .pass = admitted(10, 0, 5s, 4500ms),   // at 2.5 s L = 9: waits 4.5 s, L = 10
       .capped = denied(10, 0, 5500ms, 10s),  // L = 20: (20 + 1 - 10) / 2
+  };
+
+  // Reservations: the level L may pass Q into debt; the units are due when the queue ahead of
+  // them has leaked, w = L / r; refused if w > max_wait or L + n > 2Q = 20 (retry_after: the
+  // larger excess / r), else L <- L + n.
+  static constexpr ReserveRow reserve{
+      .spent_cost = 8,
+      .spent = admitted(10, 2, 4s, 0ms),  // L = 8
+      // w = 8 / 2 = 4 s; L = 13: reset 6.5 s.
+      .cost = 5,
+      .reserved = admitted(10, 0, 6500ms, 4s),
+      // 10 more: w = 13 / 2 = 6.5 s, 5.5 s past the 1 s bound; L would be 23, 3 past 2Q (1.5 s).
+      .late_wait = 1s,
+      .late = denied(10, 0, 5500ms, 6500ms),
+      .over_cost = 8,  // 13 + 8 = 21: (21 - 20) / 2 = 0.5 s
+      .over = denied(10, 0, 500ms, 6500ms),
+      // At 1 s (due at 4 s) the 5 go back: L = 13 - 2 - 5 = 6, a unit waits 6 / 2 = 3 s.
+      .cancel_at = 1s,
+      .cancelled = admitted(10, 4, 3s, 3s),
+      .now_cost = 5,
+      .now = admitted(10, 5, 2500ms, 0ms),  // an empty queue: due at once, L = 5
+      // At 1 ms: past due, nothing back. L = 4.998: remaining 10 - ceil(L), a unit waits L / 2.
+      .kept = admitted(10, 5, 2499ms, 2499ms),
+      // After 10 at 0 (L = 10): 2 more wait 10 / 2 = 5 s <= 5 s, L = 12; then 1 more waits
+      // 12 / 2 = 6 s, 1 s past the bound.
+      .wait = 5s,
+      .edge = admitted(10, 0, 6s, 5s),
+      .past = denied(10, 0, 1s, 6s),
   };
 };
 

@@ -13,6 +13,7 @@
 #include <numeric>
 #include <string>
 #include <thread>
+#include <type_traits>
 #include <vector>
 
 #include <catch2/catch.hpp>
@@ -140,6 +141,45 @@ TEMPLATE_LIST_TEST_CASE("Eight threads on distinct keys each get the whole limit
       std::vector<std::int64_t> expected = zero_to(limit);
       std::reverse(expected.begin(), expected.end());
       CHECK(r == expected);
+    }
+  });
+}
+
+TEMPLATE_LIST_TEST_CASE(
+    "Eight threads reserving one key are granted exactly twice the limit, each due one unit's "
+    "worth after the one before",
+    "[token_bucket][leaky_bucket][reserve][concurrent][any_storage]", Backends) {
+  INFO("storage: " << TestType::name);
+  rltest::for_each_algorithm([]<class Algo>() {
+    using Model = typename Algo::Model;
+    if constexpr (ratelimit::Reservable<Model>) {
+      INFO("algorithm: " << Algo::name);
+      ManualClock clock;
+      clock.set(5s);
+      auto limiter = Algo::make(hundred_per_minute, TestType::make(), clock);
+      std::vector<std::vector<std::chrono::nanoseconds>> delays(threads);
+      run_together([&](int t) {
+        for (int i = 0; i < attempts_per_thread; ++i) {
+          const auto r = limiter.reserve("hot", 1);
+          if (r.ok()) delays[static_cast<std::size_t>(t)].push_back(r.delay());
+        }
+      });
+      std::vector<std::chrono::nanoseconds> all;
+      for (const auto& d : delays) all.insert(all.end(), d.begin(), d.end());
+      std::sort(all.begin(), all.end());
+      // Time frozen: the i-th grant (from 0) finds i units owed, worth i x 600 ms (100 per
+      // minute). Token bucket: due once the bucket would hold it, (i + 1 - 100) x 600 ms (0
+      // while it fits); leaky bucket: once the i units ahead have leaked, i x 600 ms. The debt
+      // stops at 2 x 100 units: 200 grants of the 320 attempts.
+      std::vector<std::chrono::nanoseconds> expected;
+      for (std::int64_t i = 0; i < 2 * limit; ++i) {
+        const std::int64_t units = std::is_same_v<Model, ratelimit::TokenBucketModel>
+                                       ? std::max<std::int64_t>(0, i + 1 - limit)
+                                       : i;
+        expected.push_back(units * 600ms);
+      }
+      CHECK(all == expected);
+      CHECK_FALSE(limiter.reserve("hot", 1).ok());
     }
   });
 }

@@ -148,6 +148,26 @@ TEMPLATE_LIST_TEST_CASE(
   CHECK(text.size() <= exporter->max_bytes());
 }
 
+TEMPLATE_LIST_TEST_CASE("A reservation reaches the listeners as a take, and its cancel as a refund",
+                        "[monitor][listener][reserve]", Backends) {
+  ManualClock clock;
+  auto limiter = bucket(TestType::make(), clock, "api");
+  auto counts = std::make_shared<rltest::CountingListener>();
+  limiter.attach_listener(counts);
+  // B = 3 at 1/s. 3 of a full bucket fit: due at once, D = 3. Then 2 more owe D + 2 - B = 2
+  // tokens: due in 2 s, D = 5 (reset 5 s). Then 2 more: D + 2 = 7 > 2B = 6, refused until one
+  // token has refilled, 1 s.
+  CHECK(limiter.reserve("a", 3).decision == rltest::admitted(3, 0, 3s));
+  const auto r = limiter.reserve("a", 2);
+  CHECK(r.decision == rltest::admitted(3, 0, 5s, 2s));
+  CHECK(limiter.reserve("a", 2).decision == rltest::denied(3, 0, 1s, 5s));
+  // Cancelled at 0, before it is due: the 2 go back, D = 3: a unit waits 1 s, reset 3 s.
+  CHECK(limiter.cancel("a", r) == rltest::denied(3, 0, 1s, 3s));
+  CHECK(counts->count("api", Outcome::allowed) == 2);
+  CHECK(counts->count("api", Outcome::limited) == 1);
+  CHECK(counts->count("api", Outcome::refunded) == 1);
+}
+
 TEMPLATE_LIST_TEST_CASE("Keys reach a listener only when it was attached with_keys",
                         "[monitor][listener]", Backends) {
   ManualClock clock;

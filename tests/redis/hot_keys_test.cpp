@@ -16,6 +16,7 @@
 #include "redis_admin.hpp"
 #include "servers.hpp"
 #include "support/algorithms.hpp"
+#include "support/expect.hpp"
 #include "support/redis_backend.hpp"
 
 using namespace std::chrono_literals;
@@ -245,6 +246,41 @@ TEST_CASE("The pre-limit denies locally, and spends only what Redis admitted",
   for (int i = 0; i < 5; ++i) CHECK(fw.try_acquire("k"));  // the local 5 are whole
   CHECK_FALSE(fw.try_acquire("k"));
   CHECK(local.stats().pre_limited == 2);
+}
+
+TEST_CASE("A reservation and its cancel go past the over-limit cache and the pre-limit to Redis",
+          "[redis][hot_keys][pre_limit][reserve]") {
+  using rltest::admitted;
+  using rltest::denied;
+  ManualClock clock;
+  // Token bucket B = 5 refilled at 5/s: a token is worth 200 ms.
+  RedisStorage cached(cache_options("reservecache"));
+  ratelimit::TokenBucket<ManualClock, RedisStorage> tb({5, ratelimit::per_second(5)}, cached,
+                                                       clock);
+  CHECK(tb.try_acquire("k", 5));
+  CHECK_FALSE(tb.try_acquire("k"));  // Redis's denial: the key is cached over its limit
+  const auto before = cached.stats().decisions;
+  // D = 5 tokens: 2 more are due (5 + 2 - 5) x 200 ms = 400 ms on; D = 7: full in 1.4 s.
+  const auto r = tb.reserve("k", 2);
+  CHECK(r.decision == admitted(5, 0, 1400ms, 400ms));
+  CHECK(cached.stats().decisions == before + 1);  // Redis decided it, not the cache
+  // A unit now waits for D + 1 - B = 3 tokens: 600 ms (Redis asked again: the cache forgot).
+  CHECK(tb.try_acquire("k") == denied(5, 0, 600ms, 1400ms));
+  CHECK(tb.cancel("k", r) == denied(5, 0, 200ms, 1s));  // D = 5 again: 1 token, full in 1 s
+
+  // The pre-limit: each of two instances decides 5 / 2 = 2 tokens locally first.
+  RedisOptions o = rltest::test_redis_options("reserveprelimit");
+  o.pre_limit = true;
+  o.fallback_divisor = 2;
+  RedisStorage local(o);
+  ratelimit::TokenBucket<ManualClock, RedisStorage> pre({5, ratelimit::per_second(5)}, local,
+                                                        clock);
+  CHECK(pre.try_acquire("k", 2));
+  CHECK_FALSE(pre.try_acquire("k"));  // the per-instance limit's denial
+  CHECK(local.stats().pre_limited == 1);
+  // Redis holds 3 of 5: 1 more is granted at once, leaving T = 2, full in 3 x 200 ms.
+  CHECK(pre.reserve("k", 1).decision == admitted(5, 2, 600ms));
+  CHECK(local.stats().pre_limited == 1);
 }
 
 TEST_CASE("The pre-limit decides a rule set's parts all or nothing",

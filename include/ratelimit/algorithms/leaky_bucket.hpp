@@ -46,6 +46,8 @@ struct LeakyBucketModel {
   using Wire = detail::GcraWire<LeakyBucketModel, true>;
   /// Takes `Operation::Kind::refund` and `penalty` (see detail::gcra_adjust).
   static constexpr bool adjustable = true;
+  /// Takes `Operation::Kind::reserve` (see detail::gcra_reserve).
+  static constexpr bool reservable = true;
 
   /// The parameters of a rules-file limit of `r`: queue size r.count, drained at r.
   static Params from_rate(const Rate& r) { return make_params({r.count, r}); }

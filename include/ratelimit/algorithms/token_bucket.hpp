@@ -47,6 +47,8 @@ struct TokenBucketModel {
   using Wire = detail::GcraWire<TokenBucketModel, false>;
   /// Takes `Operation::Kind::refund` and `penalty` (see detail::gcra_adjust).
   static constexpr bool adjustable = true;
+  /// Takes `Operation::Kind::reserve` (see detail::gcra_reserve).
+  static constexpr bool reservable = true;
 
   /// The parameters of a rules-file limit of `r`: capacity r.count, refilled at r.
   static Params from_rate(const Rate& r) { return make_params({r.count, r}); }

@@ -21,7 +21,9 @@ struct Decision {
                                          ///< `never` when the cost exceeds the limit
   std::chrono::nanoseconds reset_after;  ///< time until the key is back to its fresh state
   std::chrono::nanoseconds delay;        ///< leaky bucket only: how long the admitted request
-                                         ///< must wait before it is served; 0 otherwise
+                                         ///< must wait before it is served; a granted
+                                         ///< reservation (`reserve`, both buckets): when its
+                                         ///< units are due; 0 otherwise
   bool degraded;                         ///< true when a storage failure policy decided, not the
                                          ///< algorithm on the shared state
   bool shadow_denied = false;            ///< shadow mode (`set_shadow_mode`): the limit denied

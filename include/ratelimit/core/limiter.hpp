@@ -23,6 +23,7 @@
 #include "detail/validate.hpp"
 #include "listener.hpp"
 #include "priority.hpp"
+#include "reservation.hpp"
 #include "storage.hpp"
 
 namespace ratelimit {
@@ -280,6 +281,98 @@ class Limiter {
                   Outcome::penalized);
   }
 
+  /// Reserves `cost` units of `key` now (x/time/rate's `ReserveN`): takes them even beyond the
+  /// limit, the bucket going into debt, and says when they are due (`Reservation::delay`): the
+  /// token bucket's when the bucket would have held them, the leaky bucket's when the queue
+  /// ahead of them has leaked (docs/algorithms.md "Reservations"). Refused, changing nothing
+  /// (`ok()` false, with the key's state and `retry_after`), when the cost exceeds the limit,
+  /// when they would be due later than `max_wait` (ns, >= 0; `Decision::never` for no bound),
+  /// or when the key would owe more than its limit again (at most twice the limit is ever
+  /// spent). The caller waits the delay and acts, or calls `cancel`. Only on the buckets
+  /// (`Reservable`; the windows and the far storages refuse it at compile time, saying why): a
+  /// window's units that fit are used at once and those that do not belong to a window its
+  /// state cannot hold, so there `try_acquire` and `refund` say it all.
+  /// Listeners hear it as a take (allowed, limited). Shadow mode: a refusal comes back `ok()`
+  /// with `shadow_denied`, nothing taken and no delay. Atomic on every storage (one script
+  /// call on Redis, which neither the pre-limit nor the over-limit cache answers). Throws
+  /// `std::invalid_argument` if cost < 1 or max_wait < 0. Thread safety: safe from many threads.
+  Reservation reserve(std::string_view key, std::int64_t cost,
+                      std::chrono::nanoseconds max_wait = Decision::never) {
+    return reserve_at(key, cost, max_wait, clock_.now());
+  }
+
+  /// The same at `now`, a reading of this limiter's clock taken by the caller (clamped to
+  /// [0, 2^62] ns). Errors and thread safety: as above.
+  Reservation reserve(std::string_view key, std::int64_t cost, std::chrono::nanoseconds max_wait,
+                      std::chrono::nanoseconds now) {
+    return reserve_at(key, cost, max_wait, clock_range(now));
+  }
+
+  /// Cancels `r`, a reservation of `key` by this limiter (x/time/rate's `Cancel`): while its
+  /// units are not yet due (now <= `r.due_at()`) all of them go back, the bucket never fuller
+  /// than full; once they are due, nothing (they count as used). Nothing either for a
+  /// reservation that took nothing (not `ok()`, `shadow_denied`) or that a storage failure
+  /// policy decided (`degraded`: the shared state may not hold it). Cancelling twice gives
+  /// back twice: cancel once. Returns what a cost-1 `peek` reports right after it. Atomic on
+  /// every storage (it is a refund of a take at `r.due_at()`, see `refund`); listeners hear
+  /// `Outcome::refunded` when units go back; shadow mode does not apply. Throws
+  /// `std::invalid_argument` if `r.cost` < 1 for a reservation that took units.
+  /// Thread safety: safe from many threads.
+  Decision cancel(std::string_view key, const Reservation& r) {
+    return cancel_at(key, r, clock_.now());
+  }
+
+  /// The same at `now` (x/time/rate's `CancelAt`), a reading of this limiter's clock (clamped
+  /// to [0, 2^62] ns). Errors and thread safety: as above.
+  Decision cancel(std::string_view key, const Reservation& r, std::chrono::nanoseconds now) {
+    return cancel_at(key, r, clock_range(now));
+  }
+
+ private:
+  /// Reservations compile only for a bucket on a storage that keeps their bounds.
+  static constexpr void refuse_unreservable() noexcept {
+    static_assert(Reservable<M>,
+                  "ratelimit: this algorithm cannot reserve: a window's state holds one window, "
+                  "so units that do not fit now belong to a window it cannot hold, and units "
+                  "that fit are used at once; use try_acquire and refund (docs/algorithms.md "
+                  "\"Reservations\")");
+    static_assert(AdjustingStorage<S>,
+                  "ratelimit: this storage cannot reserve: the regional and leased storages "
+                  "decide on shares of the limit or on exchanged counts, whose bounds "
+                  "(docs/far.md) are proven for takes only; a debt or a cancel on one share "
+                  "could be spent again by another");
+  }
+
+  Reservation reserve_at(std::string_view key, std::int64_t cost, std::chrono::nanoseconds max_wait,
+                         std::chrono::nanoseconds now) {
+    refuse_unreservable();
+    check_cost(cost);
+    if (max_wait.count() < 0) invalid("max_wait (ns)", max_wait.count(), "must be >= 0");
+    const Operation op{cost, false, max_wait, Operation::Kind::reserve};
+    Reservation r{{}, cost, now};
+    if (const detail::ObserverSet* obs = observers_.current()) [[unlikely]]
+      r.decision = observed(*obs, key, cost, [&] { return binding_.apply(key, now, op); });
+    else
+      r.decision = binding_.apply(key, now, op);
+    return r;
+  }
+
+  Decision cancel_at(std::string_view key, const Reservation& r, std::chrono::nanoseconds now) {
+    refuse_unreservable();
+    const Decision& d = r.decision;
+    if (!d.allowed || d.shadow_denied || d.degraded || now > r.due_at())
+      return binding_.apply(key, now, Operation{1, true, Decision::never});
+    check_cost(r.cost);
+    // A refund of a take at the due time: before it, all `cost` units are owed back (the
+    // model clamps the take's time to its own, so owed = cost x period / count).
+    Operation op{r.cost, false, Decision::never, Operation::Kind::refund};
+    op.taken_at = clock_range(r.due_at());
+    const Decision after = binding_.apply(key, now, op);
+    notify_listeners(key, r.cost, after, Outcome::refunded);
+    return after;
+  }
+
+ public:
   /// Waits (through the clock's `sleep_for`) until `key` admits `cost` units, then returns the
   /// admitting decision (for the leaky bucket, after also waiting out its `delay`). Returns at
   /// once, denied, when that would take longer than what is left of `max_wait` or can never

@@ -30,8 +30,11 @@ struct Operation {
   /// `penalty`, which spends `cost` units whether or not they fit. Both always apply (never
   /// denied) and return what a cost-1 peek would report right after them. Storages pass the
   /// kind through to the model without looking at it; the Redis bindings skip the pre-limit
-  /// and the over-limit cache for them.
-  enum class Kind : std::uint8_t { spend, release, refund, penalty };
+  /// and the over-limit cache for them. `reserve` (models with `Reservable`, the two buckets)
+  /// takes `cost` units now even beyond the limit, the key going into debt, unless they would
+  /// be due later than `max_wait` (docs/algorithms.md "Reservations"); the Redis bindings send
+  /// it straight to Redis too.
+  enum class Kind : std::uint8_t { spend, release, refund, penalty, reserve };
 
   /// Units (tokens or requests) the request costs, >= 1 (checked by the limiter).
   std::int64_t cost = 1;
@@ -39,7 +42,8 @@ struct Operation {
   /// cost 1; `decide_all` dry-runs every part with the real cost before it commits any.
   bool peek = false;
   /// Leaky bucket only: deny unless the request would also be *served* (queue delay included)
-  /// within this time. `Decision::never` (the default) means no bound.
+  /// within this time. For a `reserve` (both buckets), the most its units may be due after it.
+  /// `Decision::never` (the default) means no bound.
   std::chrono::nanoseconds max_wait = Decision::never;
   /// See `Kind`.
   Kind kind = Kind::spend;
@@ -58,6 +62,17 @@ struct Operation {
 template <class M>
 concept Adjustable = requires {
   requires M::adjustable;
+};
+
+/// A model that takes `Operation::Kind::reserve` (`M::reservable` is true: the token and the
+/// leaky bucket): the limiters' `reserve` needs it. Its `apply` must then admit a reservation
+/// only when its delay is at most `op.max_wait` and it leaves at most twice the limit spent,
+/// and report the delay in `Decision::delay` (docs/algorithms.md "Reservations"). The windows
+/// do not declare it: their state holds one window, so units that do not fit now would belong
+/// to a window the state cannot hold, and units that fit are used at once.
+template <class M>
+concept Reservable = Adjustable<M> && requires {
+  requires M::reservable;
 };
 
 /// A storage whose bindings pass refunds and penalties to the model unchanged and keep the

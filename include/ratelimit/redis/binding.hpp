@@ -100,7 +100,8 @@ class RedisBinding {
   /// without asking Redis.
   Decision apply(std::string_view key, std::chrono::nanoseconds now, const Operation& op) const {
     detail::check_cost(op.cost);
-    if (op.kind == Operation::Kind::refund || op.kind == Operation::Kind::penalty) [[unlikely]]
+    if (op.kind == Operation::Kind::refund || op.kind == Operation::Kind::penalty ||
+        op.kind == Operation::Kind::reserve) [[unlikely]]
       return adjust(key, now, op);
     Decision d{};
     if (pre_limited(key, now, op, d)) return d;
@@ -159,16 +160,18 @@ class RedisBinding {
     apply_async_now(key, now, op, std::move(done), deadline, true);
   }
 
-  /// A refund or a penalty: straight to Redis (neither the pre-limit nor the over-limit cache
-  /// may answer it), then the cache forgets the key (a refund may have made room) and the
-  /// pre-limit's share takes the same step, so that it never denies what Redis now admits.
+  /// A refund, a penalty or a reservation: straight to Redis (neither the pre-limit nor the
+  /// over-limit cache may answer it), then the cache forgets the key (a refund may have made room)
+  /// and the pre-limit's share takes the same step, so that it never denies what Redis now admits.
   [[gnu::cold]] Decision adjust(std::string_view key, std::chrono::nanoseconds now,
                                 const Operation& op) const {
     auto results =
         client_->execute_one([&] { return call(key, now, op); }, client_->deadline_from_now());
     const Decision d = finish(results.front(), HeldKey{key, {}}, now, op);
     if (caching()) hot_->cache.forget(cache_key(key));
-    if (pre_limit_on()) (void)fallback_->apply(key, now, op);
+    // A reservation Redis refused changed nothing there: the share must not take it either.
+    if (pre_limit_on() && (op.kind != Operation::Kind::reserve || d.allowed))
+      (void)fallback_->apply(key, now, op);
     return d;
   }
 
@@ -316,7 +319,8 @@ class RedisBinding {
     }
     client_->count_decision();
     if (!held.redis_key.empty()) return *d;  // a long key: neither cached nor pre-limited
-    if (op.kind == Operation::Kind::refund || op.kind == Operation::Kind::penalty) [[unlikely]]
+    if (op.kind == Operation::Kind::refund || op.kind == Operation::Kind::penalty ||
+        op.kind == Operation::Kind::reserve) [[unlikely]]
       return *d;  // see `adjust`
     if (caching()) {
       guard.dismiss();

@@ -205,14 +205,19 @@ Decision gcra_decide(const GcraParams& p, GcraState& s, std::int64_t t, GcraAt a
 template <bool Shaping>
 Decision gcra_adjust(const GcraParams& p, GcraState& s, std::chrono::nanoseconds now,
                      const Operation& op) noexcept;
+template <bool Shaping>
+Decision gcra_reserve(const GcraParams& p, GcraState& s, std::chrono::nanoseconds now,
+                      const Operation& op) noexcept;
 
 /// Shaping = false: token bucket. Shaping = true: leaky bucket (the admitted request's delay is
 /// the backlog, and `op.max_wait` bounds it). A refund or a penalty goes to gcra_adjust.
 template <bool Shaping>
 Decision gcra_apply(const GcraParams& p, GcraState& s, std::chrono::nanoseconds now,
                     const Operation& op) noexcept {
-  if (op.kind != Operation::Kind::spend) [[unlikely]]
+  if (op.kind != Operation::Kind::spend) [[unlikely]] {
+    if (op.kind == Operation::Kind::reserve) return gcra_reserve<Shaping>(p, s, now, op);
     return gcra_adjust<Shaping>(p, s, now, op);
+  }
   const std::int64_t last = s.last();
   const std::int64_t t = now.count() > last ? now.count() : last;
   const GcraAt at = gcra_read_at(p, s);
@@ -275,6 +280,69 @@ template <bool Shaping>
     s.set(static_cast<std::int64_t>(whole), static_cast<std::int64_t>(rem), t, p.frac_bits);
   }
   return gcra_apply<Shaping>(p, s, std::chrono::nanoseconds{t}, Operation{1, true});
+}
+
+/// The wait, in 1/count ns, before a reservation of `worth` (n x period) taken on `backlog` D
+/// is due: the token bucket's n are in the bucket once D + n x period <= B x period, the
+/// leaky bucket's n are reached once the queue ahead of them, D, has leaked.
+template <bool Shaping>
+constexpr i128 gcra_reserve_wait(const GcraParams& p, i128 backlog, i128 worth) noexcept {
+  if constexpr (Shaping) return backlog;
+  const i128 over = backlog + worth - i128{p.limit} * p.period;
+  return over > 0 ? over : 0;
+}
+
+/// A reservation of n = op.cost units at t = max(now, the key's latest time), in 1/count ns
+/// (docs/algorithms.md "Reservations"; x/time/rate's ReserveN): with the backlog D = max(A - T,
+/// 0) and the wait w = `gcra_reserve_wait`, it is refused, changing nothing, when n > limit
+/// (retry_after `never`), or w > max_wait x count, or D + n x period > `penalty_cap` (more than
+/// twice the limit would be spent); retry_after is then the least time after which neither
+/// holds. Otherwise A <- max(A, T) + n x period, as a take: the bucket may go into debt.
+/// Returns what a cost-1 peek reports right after it (remaining, reset_after), admitted, with
+/// retry_after 0 and `delay` = ceil(w / count) ns: when the units are due.
+template <bool Shaping>
+[[gnu::noinline]] Decision gcra_reserve(const GcraParams& p, GcraState& s,
+                                        std::chrono::nanoseconds now,
+                                        const Operation& op) noexcept {
+  const std::int64_t last = s.last();
+  const std::int64_t t = now.count() > last ? now.count() : last;
+  const auto at_t = std::chrono::nanoseconds{t};
+  const Operation peek{1, true};
+  if (op.cost > p.limit) {
+    Decision d = gcra_apply<Shaping>(p, s, at_t, peek);
+    d.allowed = false;
+    d.retry_after = Decision::never;
+    d.delay = std::chrono::nanoseconds{0};
+    return d;
+  }
+  const GcraAt at = gcra_read_at(p, s);
+  const i128 a = i128{at.ns} * p.count + at.frac;
+  const i128 tt = i128{t} * p.count;
+  const i128 backlog = a > tt ? a - tt : 0;
+  const i128 worth = i128{op.cost} * p.period;
+  const i128 wait = gcra_reserve_wait<Shaping>(p, backlog, worth);
+  // Both excesses shrink by count per ns: time alone brings the reservation within bounds.
+  i128 excess = backlog + worth - penalty_cap(p);
+  if (op.max_wait != Decision::never) {
+    const i128 late = wait - i128{op.max_wait.count()} * p.count;
+    if (late > excess) excess = late;
+  }
+  if (excess > 0) {
+    Decision d = gcra_apply<Shaping>(p, s, at_t, peek);
+    d.allowed = false;
+    d.retry_after = ns(ceil_div(excess, i128{p.count}));
+    d.delay = std::chrono::nanoseconds{0};
+    return d;
+  }
+  if (!op.peek) {
+    const auto [whole, rem] = divmod((a > tt ? a : tt) + worth, i128{p.count});
+    s.set(static_cast<std::int64_t>(whole), static_cast<std::int64_t>(rem), t, p.frac_bits);
+  }
+  Decision d = gcra_apply<Shaping>(p, s, at_t, peek);
+  d.allowed = true;
+  d.retry_after = std::chrono::nanoseconds{0};
+  d.delay = ns(ceil_div(wait, i128{p.count}));
+  return d;
 }
 
 /// When the bucket is full (token) or the queue empty (leaky) again: `at` as `p` reads it, or

@@ -59,7 +59,10 @@ struct GcraWire {
     out.push_back(std::move(now_us));
     out.push_back(f.unit);
     if (op.kind != Operation::Kind::spend) [[unlikely]] {
-      args_adjust(p, op, margin_ms, out);
+      if (op.kind == Operation::Kind::reserve)
+        args_reserve(p, op, margin_ms, out);
+      else
+        args_adjust(p, op, margin_ms, out);
       return;
     }
     if (op.cost > p.limit) {  // never fits: a negative slack denies whatever the backlog
@@ -101,6 +104,34 @@ struct GcraWire {
     out.insert(out.end(), {"", ""});
   }
 
+  /// A reservation's arguments after now_us and U (detail::gcra_reserve), as a take's (mode
+  /// '0': the script's test D <= slack, D <= wait, then at <- max(at, t) + n): the slack is
+  /// what the debt allows, `penalty_cap` - n x period, and the wait bound is w <= max_wait x
+  /// count in terms of D: D <= max_wait x count + (limit - n) x period for the token bucket,
+  /// D <= max_wait x count for the leaky bucket. Bounds above the cap are sent as the cap (D
+  /// never passes it), which keeps them below 2^53 us.
+  [[gnu::cold]] static void args_reserve(const GcraParams& p, const Operation& op,
+                                         const std::string& margin_ms,
+                                         std::vector<std::string>& out) {
+    if (op.cost > p.limit) {  // never reserved: a negative slack refuses whatever the backlog
+      out.insert(out.end(), {"0", "0", "-1", "0"});
+    } else {
+      push_pair(i128{op.cost} * p.period, p, out);
+      push_pair(penalty_cap(p) - i128{op.cost} * p.period, p, out);
+    }
+    out.push_back("0");
+    out.push_back(margin_ms);
+    if (op.max_wait == Decision::never) {
+      out.insert(out.end(), {"", ""});
+    } else if (op.max_wait.count() < 0) {  // refused, as the model does
+      out.insert(out.end(), {"-1", "0"});
+    } else {
+      i128 bound = i128{op.max_wait.count()} * p.count;
+      if (!Shaping) bound += i128{p.limit - std::min(op.cost, p.limit)} * p.period;
+      push_pair(std::min(bound, penalty_cap(p)), p, out);
+    }
+  }
+
   /// Reply: {admitted, t_us, at_us, at_rem}: the key's whole state at t (see WireState). The
   /// script has already rounded a remainder written under another count into this U, so one
   /// out of range here is a protocol error.
@@ -132,8 +163,8 @@ struct GcraWire {
     if (!admitted || !s) return std::nullopt;
     const Decision d = M::apply(p, s->state, s->time, op);
     // A refund or a penalty always applies (reply 1) and reports what a peek would after it.
-    if (op.kind != Operation::Kind::spend ? !*admitted : d.allowed != *admitted)
-      return std::nullopt;
+    const bool adjusts = op.kind == Operation::Kind::refund || op.kind == Operation::Kind::penalty;
+    if (adjusts ? !*admitted : d.allowed != *admitted) return std::nullopt;
     return d;
   }
 
