@@ -180,8 +180,7 @@ class RegionalBucketBinding : public detail::RegionalDecisions<RegionalBucketBin
     M::Wire::push_pair(detail::i128{params_.period}, params_, call.argv);  // one unit's worth
     call.argv.push_back(std::to_string(m == 0 ? -1 : unseen_limit_));
     call.argv.push_back(std::to_string(std::min(op.cost, params_.limit + 1)));
-    call.argv.push_back(std::to_string(m));
-    for (std::size_t i = 0; i < m; ++i) call.argv.push_back(state_->remote_name(i));
+    state_->append_bounding_regions(call.argv);  // every other region but the excluded
     return call;
   }
 
