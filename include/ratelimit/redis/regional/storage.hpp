@@ -26,7 +26,7 @@
 ///   so the regions that still talk to each other keep their shares while j spends its U.
 ///   Grants make exclusion one-way (no two regions exclude each other; an excluded region
 ///   excludes no one) and fence j at the grantors (its pushes are refused there). Over-admission
-///   is then at most (R - 1 + X) U per window, X the regions excluded during it. Proof: let y be
+///   is then at most (R - 1 + X) U per window, X the exclusions in effect during it. Proof: y is
 ///   the last region to admit while not excluded; every other region had at most U units y had
 ///   not seen (it kept y in its bound, or its exclusion of y was released after its units
 ///   reached y, or it was excluded and so kept everyone), so at most N + (R - 1) U by then;
