@@ -19,12 +19,14 @@
 #include <vector>
 
 #include <catch2/catch.hpp>
+#include <ratelimit/lua/regional_exchange.hpp>
 #include <ratelimit/metrics.hpp>
 #include <ratelimit/ratelimit.hpp>
 #include <ratelimit/redis/regional/exchanger.hpp>
 #include <ratelimit/redis/regional/storage.hpp>
 
 #include "far/regions.hpp"
+#include "redis/redis_admin.hpp"
 
 namespace {
 
@@ -362,6 +364,44 @@ TEMPLATE_TEST_CASE(
     CHECK(b[r].apply("k", t, peek()).remaining == 0);
     CHECK_FALSE(b[r].apply("k", t, spend()).allowed);
   }
+}
+
+TEST_CASE(
+    "A Redis grants an exclusion only where no two regions would exclude each other and no "
+    "excluded region excludes, and fences the excluded region's pushes",
+    "[far][redis][partition]") {
+  rltest::Regions regions(1);
+  rltest::RedisAdmin admin(regions.endpoint(0));
+  const std::string body(ratelimit::lua::regional_exchange);
+  const std::string ex = "t:{rg-ex}";
+  const auto grant = [&](const std::string& i, const std::string& j) {
+    return admin.integer({"EVAL", body, "1", ex, "grant", i, j, "30000"});
+  };
+  const auto release = [&](const std::string& i, const std::string& j) {
+    return admin.integer({"EVAL", body, "1", ex, "release", i, j});
+  };
+  const auto push = [&](const std::string& from) {
+    // A window's push of 1 unit (TTL 60 s) into hash t:h, refused while `from` is fenced.
+    auto r = admin.run({"EVAL", body, "2", "t:h", ex, "push", "n:" + from, "1", "60000"});
+    return r->type == REDIS_REPLY_ERROR ? std::string(r->str, r->len) : std::string("ok");
+  };
+  REQUIRE(push("b") == "ok");
+  CHECK(grant("a", "b") == 1);
+  CHECK(grant("a", "b") == 1);  // a renewal
+  CHECK(grant("c", "b") == 1);  // two regions may exclude one
+  CHECK(grant("b", "a") == 0);  // never each other
+  CHECK(grant("b", "c") == 0);  // an excluded region excludes no one
+  CHECK(grant("d", "a") == 0);  // nor is an excluding region excluded
+  CHECK(grant("a", "c") == 0);  // c excludes b: excluding c would chain
+  CHECK_THAT(push("b"), Catch::StartsWith("FENCED region b is excluded by region"));
+  CHECK(push("a") == "ok");
+  const auto n_b = admin.run({"HGET", "t:h", "n:b"});
+  CHECK(std::string(n_b->str, n_b->len) == "1");  // the refused push wrote nothing
+  CHECK(release("a", "b") == 1);
+  CHECK_THAT(push("b"), Catch::StartsWith("FENCED"));  // c still excludes b
+  CHECK(release("c", "b") == 1);
+  CHECK(push("b") == "ok");
+  CHECK(grant("b", "a") == 1);  // released both ways: b may now exclude a
 }
 
 TEST_CASE(
