@@ -90,6 +90,12 @@ struct RegionalRemote {
   std::shared_ptr<RedisClient> client;
   std::atomic<bool> cut{false};
   std::atomic<bool> excluded{false};
+  /// While excluded, rounds do not wait for it: a PING in the background tells when it
+  /// answers again (shared with that PING's completion, which may outlive the storage).
+  struct Probe {
+    std::atomic<bool> ok{false}, in_flight{false};
+  };
+  std::shared_ptr<Probe> probe = std::make_shared<Probe>();
   // Guarded by RegionalState's exclusion mutex:
   bool release_pending = false;  ///< excluded until lately: release once a round reached it
   std::chrono::steady_clock::time_point excluded_until{};  ///< the grants' end, conservatively
@@ -239,11 +245,24 @@ class RegionalState {
       std::vector<std::vector<RedisResult>> results;
     };
     auto pending = std::make_shared<Pending>();
-    pending->left = m;
     pending->results.resize(m);
     std::vector<std::vector<std::size_t>> claim_of(
         m);  // push i to r carries claims_[claim_of[r][i]]
+    // A region this one excludes is not waited for (a round over a cut link lasts its
+    // timeout, which would hold back the acknowledgements of the regions that answer): its
+    // claims are undone at once, and a PING in the background tells when to push again.
+    std::vector<char> skipped(m);
+    for (std::size_t r = 0; r < m; ++r)
+      skipped[r] = remotes_[r]->excluded.load(std::memory_order_acquire) &&
+                   !remotes_[r]->probe->ok.load(std::memory_order_acquire);
+    pending->left = m - static_cast<std::size_t>(std::count(skipped.begin(), skipped.end(), 1));
     for (std::size_t r = 0; r < m; ++r) {
+      if (skipped[r]) {
+        for (std::size_t i = 0; i < round.claims_.size(); ++i)
+          if (round.claims_[i].units[r] > 0) claim_of[r].push_back(i);
+        start_probe(*remotes_[r]);
+        continue;
+      }
       std::vector<RedisCall> pushes;
       for (std::size_t i = 0; i < round.claims_.size(); ++i) {
         const auto& claim = round.claims_[i];
@@ -284,6 +303,17 @@ class RegionalState {
     std::vector<char> reached(m), was_cut(m);
     for (std::size_t r = 0; r < m; ++r) {
       RegionalRemote& remote = *remotes_[r];
+      if (skipped[r]) {
+        for (std::size_t i : claim_of[r]) {
+          push_failures_.fetch_add(1, std::memory_order_relaxed);
+          local_calls.push_back(
+              add_call(round.claims_[i].hash, remote.name, false, round.claims_[i].units[r]));
+        }
+        report.failed.push_back(remote.name);
+        was_cut[r] =
+            set_cut(remote, true, "excluded, and its last probe has not answered", round.at_);
+        continue;
+      }
       const auto& results = pending->results[r];
       bool failed = false;
       std::string why;
@@ -302,7 +332,10 @@ class RegionalState {
         }
         local_calls.push_back(add_call(claim.hash, remote.name, ok, claim.units[r]));
       }
-      if (failed) report.failed.push_back(remote.name);
+      if (failed) {
+        report.failed.push_back(remote.name);
+        remote.probe->ok.store(false, std::memory_order_release);  // probe again
+      }
       reached[r] = !failed;
       was_cut[r] = set_cut(remote, failed, why, round.at_);
     }
@@ -373,6 +406,20 @@ class RegionalState {
       }
       round.claims_.push_back(std::move(claim));
     }
+  }
+
+  /// Sends `remote` a PING in the background unless one is under way; its answer lets the next
+  /// round push there again (and wait for it).
+  static void start_probe(RegionalRemote& remote) {
+    std::shared_ptr<RegionalRemote::Probe> probe = remote.probe;
+    if (probe->in_flight.exchange(true)) return;
+    std::vector<RedisCall> ping;
+    ping.push_back(RedisCall{nullptr, {"ping"}, {"PING"}});
+    remote.client->execute_async(
+        std::move(ping), remote.client->deadline_from_now(), [probe](std::vector<RedisResult>&& r) {
+          probe->ok.store(!r.empty() && !r.front().failure, std::memory_order_release);
+          probe->in_flight.store(false, std::memory_order_release);
+        });
   }
 
   /// The hash of exclusions granted by a region's Redis (the same name in every region).
