@@ -446,7 +446,8 @@ class RegionalState {
     };
     auto pending = std::make_shared<Pending>();
     pending->results.resize(calls.size());
-    for (const auto& c : calls) pending->left += c.empty() ? 0 : 1;
+    for (const auto& c : calls)
+      if (!c.empty()) ++pending->left;
     for (std::size_t k = 0; k < calls.size(); ++k) {
       if (calls[k].empty()) continue;
       RedisClient& client = k == 0 ? *local_ : *remotes_[k - 1]->client;
