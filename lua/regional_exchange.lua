@@ -42,14 +42,16 @@
 --          a region that some region holding an exclusion here excludes is refused ('FENCED'
 --          error, nothing written): while it is excluded, its acknowledgements from here stay
 --          as they were, so its unseen units stay bounded by what this region has seen.
--- grant    on any region's Redis. KEYS: the exclusion hash. ARGV: 'grant' | i | j | lease, ms.
---          Fields '<i>><j>' = the instant (this Redis's TIME, ms) until which region i may
---          exclude region j (leave it out of the minimum of its unseen bound); an instant not
---          after now is no exclusion. Grants i>j for `lease` more unless it would make a cycle
---          of two: refused (returns 0) while j excludes i, i is excluded by anyone, or j
---          excludes anyone (redis/regional/exchange.hpp: no two regions exclude each other,
---          and an excluded region excludes no one). Returns 1 when granted.
--- release  KEYS: the exclusion hash. ARGV: 'release' | i | j. Ends i>j here. Returns 1.
+-- grant    on any region's Redis. KEYS: the exclusion hash. ARGV: 'grant' | i | j | lease, ms |
+--          instance (the asking process's id). Fields '<i>><j>><instance>' = the instant (this
+--          Redis's TIME, ms) until which that instance of region i may exclude region j (leave
+--          it out of the minimum of its unseen bound); an instant not after now is no
+--          exclusion. Grants it for `lease` more unless it would make a cycle of two: refused
+--          (returns 0) while j excludes i, i is excluded by anyone, or j excludes anyone
+--          (redis/regional/exchange.hpp: no two regions exclude each other, and an excluded
+--          region excludes no one). Returns 1 when granted.
+-- release  KEYS: the exclusion hash. ARGV: 'release' | i | j | instance. Ends that instance's
+--          exclusion of j here (another instance of i keeps its own). Returns 1.
 -- Fields are written with HINCRBY of the difference and lapse by their value, not deleted.
 
 local mode = ARGV[1]
@@ -67,7 +69,7 @@ local function exclusions(key, now)
   for k = 1, #flat, 2 do
     local till = tonumber(flat[k + 1])
     if till > now then
-      local a, b = string.match(flat[k], '^(.*)>(.*)$')
+      local a, b = string.match(flat[k], '^([^>]*)>([^>]*)>')
       if a then out[#out + 1] = { a, b, flat[k], till } end
     end
   end
@@ -169,14 +171,14 @@ elseif mode == 'grant' then
   for _, e in ipairs(exclusions(KEYS[1], now)) do
     if e[2] == i or e[1] == j then return 0 end
   end
-  local field = i .. '>' .. j
+  local field = i .. '>' .. j .. '>' .. ARGV[5]
   local was = tonumber(redis.call('HGET', KEYS[1], field) or '0')
   redis.call('HINCRBY', KEYS[1], field, now + lease - was)
   -- The hash outlives every exclusion it holds (each ends at most `lease` from now).
   if redis.call('PTTL', KEYS[1]) < lease then redis.call('PEXPIRE', KEYS[1], lease) end
   return 1
 elseif mode == 'release' then
-  local field = ARGV[2] .. '>' .. ARGV[3]
+  local field = ARGV[2] .. '>' .. ARGV[3] .. '>' .. ARGV[4]
   local was = tonumber(redis.call('HGET', KEYS[1], field) or '0')
   if was ~= 0 then redis.call('HINCRBY', KEYS[1], field, -was) end
   return 1

@@ -374,11 +374,14 @@ TEST_CASE(
   rltest::RedisAdmin admin(regions.endpoint(0));
   const std::string body(ratelimit::lua::regional_exchange);
   const std::string ex = "t:{rg-ex}";
-  const auto grant = [&](const std::string& i, const std::string& j) {
-    return admin.integer({"EVAL", body, "1", ex, "grant", i, j, "30000"});
+  // Grants and releases by instance "p1" of each region (or another named).
+  const auto grant = [&](const std::string& i, const std::string& j,
+                         const std::string& instance = "p1") {
+    return admin.integer({"EVAL", body, "1", ex, "grant", i, j, "30000", instance});
   };
-  const auto release = [&](const std::string& i, const std::string& j) {
-    return admin.integer({"EVAL", body, "1", ex, "release", i, j});
+  const auto release = [&](const std::string& i, const std::string& j,
+                           const std::string& instance = "p1") {
+    return admin.integer({"EVAL", body, "1", ex, "release", i, j, instance});
   };
   const auto push = [&](const std::string& from) {
     // A window's push of 1 unit (TTL 60 s) into hash t:h, refused while `from` is fenced.
@@ -397,8 +400,11 @@ TEST_CASE(
   CHECK(push("a") == "ok");
   const auto n_b = admin.run({"HGET", "t:h", "n:b"});
   CHECK(std::string(n_b->str, n_b->len) == "1");  // the refused push wrote nothing
+  CHECK(grant("a", "b", "p2") == 1);              // another instance of a
   CHECK(release("a", "b") == 1);
-  CHECK_THAT(push("b"), Catch::StartsWith("FENCED"));  // c still excludes b
+  CHECK_THAT(push("b"), Catch::StartsWith("FENCED"));  // c and a's p2 still exclude b
+  CHECK(release("a", "b", "p2") == 1);
+  CHECK_THAT(push("b"), Catch::StartsWith("FENCED"));  // c still does
   CHECK(release("c", "b") == 1);
   CHECK(push("b") == "ok");
   CHECK(grant("b", "a") == 1);  // released both ways: b may now exclude a

@@ -18,6 +18,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <random>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -425,6 +426,7 @@ class RegionalState {
   /// The hash of exclusions granted by a region's Redis (the same name in every region).
   std::string exclusion_key() const { return options_.local.key_prefix + "{rg-ex}"; }
 
+  /// A grant or release of this process's exclusion of `excluded` (lua/regional_exchange.lua).
   RedisCall exclusion_call(const char* mode, const std::string& excluded) const {
     RedisCall c;
     c.script = &regional_exchange_script();
@@ -432,7 +434,19 @@ class RegionalState {
     c.argv = {mode, options_.region, excluded};
     if (std::string_view(mode) == "grant")
       c.argv.push_back(std::to_string(options_.exclusion_lease.count()));
+    c.argv.push_back(instance_);
     return c;
+  }
+
+  /// A random name for this process's grants: instances of one region hold and release their
+  /// own (one that releases must not lift another's exclusion).
+  static std::string random_instance() {
+    std::random_device rd;
+    const std::uint64_t v = (std::uint64_t{rd()} << 32) ^ std::uint64_t{rd()};
+    static constexpr char hex[] = "0123456789abcdef";
+    std::string out(16, '0');
+    for (std::size_t i = 0; i < 16; ++i) out[i] = hex[(v >> (4 * i)) & 0xF];
+    return out;
   }
 
   /// Runs `calls[k]` on client k (0: this region's Redis, k: remotes_[k - 1]; an empty list
@@ -564,6 +578,7 @@ class RegionalState {
   std::mutex mutex_;
   std::map<std::string, DirtySet> dirty_sets_;  ///< see add_dirty_set
   std::mutex exclusion_mutex_;                  ///< RegionalRemote's exclusion fields
+  std::string instance_ = random_instance();    ///< names this process's grants
   std::atomic<std::uint64_t> exchanges_{0}, units_pushed_{0}, push_failures_{0};
 };
 

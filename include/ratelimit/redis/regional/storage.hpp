@@ -32,7 +32,7 @@
 ///   reached y, or it was excluded and so kept everyone), so at most N + (R - 1) U by then;
 ///   after that only excluded regions admit, each at most U beyond its count at its fence (its
 ///   fencing majority's acknowledgements stay as they were), once per exclusion. Failure terms
-///   (a lapsed exclusion, instances of a region sharing its grants, exchange_batch): docs/far.md.
+///   (a lapsed exclusion, exchange_batch): docs/far.md.
 ///
 /// Algorithms: the fixed window and the sliding window counter (here), the token bucket and
 /// the leaky bucket (redis/regional/bucket.hpp: over any interval of length D at most
