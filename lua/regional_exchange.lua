@@ -1,5 +1,5 @@
 -- regional_exchange.lua: the steps of one exchange between regions (redis/regional/storage.hpp;
--- the hash layout is in lua/regional_window.lua). Three modes, by ARGV[1]:
+-- the hash layout is in lua/regional_window.lua). Five modes, by ARGV[1]:
 --
 -- claim    on this region's Redis. KEYS: the dirty set. ARGV: 'claim' | self | at most this
 --          many hashes | m | m region names | now, ms | expiry, ms | hold, ms (optional, 0:
@@ -40,10 +40,43 @@
 --          us, remainder untouched: more backlog, never more tokens), and x += d, so a decision
 --          does not debit them again. A region that was idle thus sees the others' units with
 --          the refill since they were spent, not all at once against its present.
---          Returns the field's new value.
+--          Returns the field's new value. With KEYS[2] (the exclusion hash, below), a push from
+--          a region that some region holding an exclusion here excludes is refused ('FENCED'
+--          error, nothing written): while it is excluded, its acknowledgements from here stay
+--          as they were, so its unseen units stay bounded by what this region has seen.
+-- grant    on any region's Redis. KEYS: the exclusion hash. ARGV: 'grant' | i | j | lease, ms |
+--          instance (the asking process's id). Fields '<i>><j>><instance>' = the instant (this
+--          Redis's TIME, ms) until which that instance of region i may exclude region j (leave
+--          it out of the minimum of its unseen bound); an instant not after now is no
+--          exclusion. Grants it for `lease` more unless it would make a cycle of two: refused
+--          (returns 0) while j excludes i, i is excluded by anyone, or j excludes anyone
+--          (redis/regional/exchange.hpp: no two regions exclude each other, and an excluded
+--          region excludes no one). Returns 1 when granted.
+-- release  KEYS: the exclusion hash. ARGV: 'release' | i | j | instance. Ends that instance's
+--          exclusion of j here (another instance of i keeps its own). Returns 1.
+-- Fields are written with HINCRBY of the difference and lapse by their value, not deleted.
 
 local mode = ARGV[1]
 local TWO53 = 9007199254740992
+
+-- This Redis's time in ms (exclusions are timed by the Redis that holds them).
+local function now_ms()
+  local t = redis.call('TIME')
+  return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+end
+
+-- The exclusions in effect in hash `key`: a list of { excluder, excluded, field, until }.
+local function exclusions(key, now)
+  local out, flat = {}, redis.call('HGETALL', key)
+  for k = 1, #flat, 2 do
+    local till = tonumber(flat[k + 1])
+    if till > now then
+      local a, b = string.match(flat[k], '^([^>]*)>([^>]*)>')
+      if a then out[#out + 1] = { a, b, flat[k], till } end
+    end
+  end
+  return out
+end
 
 if mode == 'claim' then
   local self, m = ARGV[2], tonumber(ARGV[4])
@@ -105,6 +138,14 @@ elseif mode == 'add' then
   end
   return 1
 elseif mode == 'push' then
+  if KEYS[2] then
+    local from = string.sub(ARGV[2], 3)
+    for _, e in ipairs(exclusions(KEYS[2], now_ms())) do
+      if e[2] == from then
+        return redis.error_reply('FENCED region ' .. from .. ' is excluded by region ' .. e[1])
+      end
+    end
+  end
   local ttl, extra, hold = tonumber(ARGV[4]), tonumber(ARGV[5] or '0'), tonumber(ARGV[6] or '0')
   if extra > 0 then
     local base = redis.call('PTTL', KEYS[1])
@@ -127,5 +168,22 @@ elseif mode == 'push' then
   end
   if redis.call('PTTL', KEYS[1]) < ttl then redis.call('PEXPIRE', KEYS[1], ttl) end
   return v
+elseif mode == 'grant' then
+  local i, j, lease = ARGV[2], ARGV[3], tonumber(ARGV[4])
+  local now = now_ms()
+  for _, e in ipairs(exclusions(KEYS[1], now)) do
+    if e[2] == i or e[1] == j then return 0 end
+  end
+  local field = i .. '>' .. j .. '>' .. ARGV[5]
+  local was = tonumber(redis.call('HGET', KEYS[1], field) or '0')
+  redis.call('HINCRBY', KEYS[1], field, now + lease - was)
+  -- The hash outlives every exclusion it holds (each ends at most `lease` from now).
+  if redis.call('PTTL', KEYS[1]) < lease then redis.call('PEXPIRE', KEYS[1], lease) end
+  return 1
+elseif mode == 'release' then
+  local field = ARGV[2] .. '>' .. ARGV[3] .. '>' .. ARGV[4]
+  local was = tonumber(redis.call('HGET', KEYS[1], field) or '0')
+  if was ~= 0 then redis.call('HINCRBY', KEYS[1], field, -was) end
+  return 1
 end
 return redis.error_reply('regional_exchange.lua: unknown mode ' .. tostring(mode))

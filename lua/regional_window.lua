@@ -16,7 +16,9 @@
 --          TTL is the longest any admission gave it) |
 --          hash of window k | (sliding only) hash of window k - 1
 -- ARGV     self | n (at most N + 1) | N | U (-1: no other region, no bound) | W, us | e, us |
---          peek ('1' changes nothing) | TTL of window k's hash, ms | m | m region names
+--          peek ('1' changes nothing) | TTL of window k's hash, ms | m | m region names (the
+--          regions whose acknowledgements bound `unseen`: every other region but those this
+--          one excludes, redis/regional/exchange.hpp)
 -- Returns  { admitted (0|1), reason (0 admitted, 1 the limit, 2 unseen), c, p, unseen, unseen_p }
 --          before the decision.
 
@@ -76,7 +78,7 @@ end
 if reason == 0 and ARGV[7] ~= '1' then
   redis.call('HINCRBY', KEYS[2], 'n:' .. self, n)
   redis.call('PEXPIRE', KEYS[2], ARGV[8])
-  if #remotes > 0 then
+  if bound >= 0 then  -- other regions exist (some may be excluded: left out of `remotes`)
     redis.call('SADD', KEYS[1], KEYS[2])
     -- The set must outlive every hash it names: its TTL only grows. An admission stamped
     -- late in an older window (short TTL) must not shorten it below a newer window's.

@@ -232,6 +232,41 @@ struct PartitionLog : ratelimit::Listener {
 
 }  // namespace
 
+TEMPLATE_TEST_CASE(
+    "While a region is cut off, the buckets of the regions that still talk to each other "
+    "exclude it and give their whole bucket; the cut-off region spends its U",
+    "[far][redis][bucket][partition]", TokenBucketModel) {
+  rltest::Regions regions(3);
+  std::vector<RegionalStorage> s;
+  for (std::size_t i = 0; i < regions.size(); ++i) {
+    auto o = regions.options(i, 100ms, 40ms);
+    for (auto& r : o.remotes) r.redis.command_timeout = 150ms;  // a cut round lasts 150 ms
+    s.emplace_back(std::move(o));
+  }
+  // C = 40, r = 10 per s, U = 20; every request at 1 ms (no refill).
+  constexpr std::int64_t C = 40, U = 20;
+  std::vector<ratelimit::RegionalBucketBinding<TestType>> b;
+  for (auto& r : s) b.push_back(r.template bind<TestType>("api", bucket(C, 10), U));
+  const auto t = 1ms;
+  regions.partition(2, true);
+  exchange_all(s, t);  // the links are found cut
+  exchange_all(s, t);  // r0 and r1 are granted the exclusion of r2 by 2 of 3 regions each
+  CHECK(s[0].stats().excluded == 1);
+  CHECK(s[2].stats().excluded == 0);
+  // r2: 20 = U of its 40 tokens, then held.
+  std::int64_t r2 = 0;
+  for (int i = 0; i < C; ++i) r2 += b[2].apply("k", t, spend()).allowed ? 1 : 0;
+  CHECK(r2 == U);
+  // r0's client gets its whole bucket, 40 (before: U = 20): 20, a round (r1 acknowledges), 20.
+  std::int64_t r0 = 0;
+  for (int i = 0; i < U; ++i) r0 += b[0].apply("k", t, spend()).allowed ? 1 : 0;
+  (void)s[0].exchange(t);
+  for (int i = 0; i < C; ++i) r0 += b[0].apply("k", t, spend()).allowed ? 1 : 0;
+  CHECK(r0 == C);
+  // 40 + 20 = 60 <= C + r D + (R - 1) U = 40 + 0 + 2 x 20 = 80 (D = 0: one instant).
+  CHECK(r0 + r2 <= C + 2 * U);
+}
+
 TEST_CASE(
     "A partitioned region's bucket goes on with its own admissions plus U and says so; the "
     "exchange catches up when it heals",
@@ -287,7 +322,15 @@ TEST_CASE(
   CHECK(s[0].stats().partitioned == 1);
   CHECK_FALSE(b[0].apply("k", t, spend()).allowed);
   regions.partition(2, false);
-  for (auto& r : s) REQUIRE(eventually([&] { return r.exchange(t).failed.empty(); }, 10s));
+  // Until a round of each region reaches every other one (a region that excluded r2 meanwhile
+  // releases its exclusion, and r2's fence, a round after it reached r2 again).
+  REQUIRE(eventually(
+      [&] {
+        bool all = true;
+        for (auto& r : s) all = r.exchange(t).failed.empty() && all;
+        return all;
+      },
+      10s));
   CHECK(s[2].stats().partitioned == 0);
   {
     const std::lock_guard lock(log->mutex);

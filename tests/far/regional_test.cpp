@@ -19,12 +19,14 @@
 #include <vector>
 
 #include <catch2/catch.hpp>
+#include <ratelimit/lua/regional_exchange.hpp>
 #include <ratelimit/metrics.hpp>
 #include <ratelimit/ratelimit.hpp>
 #include <ratelimit/redis/regional/exchanger.hpp>
 #include <ratelimit/redis/regional/storage.hpp>
 
 #include "far/regions.hpp"
+#include "redis/redis_admin.hpp"
 
 namespace {
 
@@ -66,6 +68,25 @@ bool eventually(F done, std::chrono::milliseconds limit) {
 /// Every region exchanges once at `now`.
 void exchange_all(const std::vector<RegionalStorage>& s, std::chrono::nanoseconds now) {
   for (const auto& r : s) (void)r.exchange(now);
+}
+
+/// As storages(), with links that give up after 150 ms: a round over a cut link lasts that
+/// long (the partition tests run several).
+std::vector<RegionalStorage> quick_storages(const rltest::Regions& regions) {
+  std::vector<RegionalStorage> out;
+  for (std::size_t i = 0; i < regions.size(); ++i) {
+    auto o = regions.options(i, 100ms, 40ms);
+    for (auto& r : o.remotes) r.redis.command_timeout = 150ms;
+    out.emplace_back(std::move(o));
+  }
+  return out;
+}
+
+/// Every region exchanges once at `now`; true if each round reached every other region.
+bool heal_round(const std::vector<RegionalStorage>& s, std::chrono::nanoseconds now) {
+  bool all = true;
+  for (const auto& r : s) all = r.exchange(now).failed.empty() && all;
+  return all;
 }
 
 }  // namespace
@@ -269,10 +290,11 @@ TEST_CASE(
   // r0 admitted 3 more (U) after the 3 everyone saw; r1 acknowledged them but r2 did not.
   CHECK_FALSE(b[0].apply("k", t, spend()).allowed);
   regions.partition(2, false);
-  // Each region exchanges until a round reaches every other region: the round right after a
-  // failure may still find that link's circuit breaker open for its back-off (1 ms of real
-  // time), as a production exchanger would at its next interval.
-  for (auto& r : s) REQUIRE(eventually([&] { return r.exchange(t).failed.empty(); }, 10s));
+  // The regions exchange until a round of each reaches every other region: the round right
+  // after a failure may still find that link's circuit breaker open for its back-off (1 ms of
+  // real time), as a production exchanger would at its next interval; a region that failed
+  // twice in a row meanwhile excluded r2 and fences it until its next round releases that.
+  REQUIRE(eventually([&] { return heal_round(s, t); }, 10s));
   CHECK(s[2].stats().partitioned == 0);
   {
     const std::lock_guard lock(log->mutex);
@@ -284,6 +306,163 @@ TEST_CASE(
   for (std::size_t r = 0; r < 3; ++r) {
     INFO("region " << r);
     CHECK(b[r].apply("k", t, peek()).remaining == 11);
+  }
+}
+
+TEMPLATE_TEST_CASE(
+    "While a region is cut off, the regions that still talk to each other exclude it and keep "
+    "their shares; the cut-off region spends its U",
+    "[far][redis][partition]", FixedWindowModel) {
+  rltest::Regions regions(3);
+  auto s = quick_storages(regions);
+  // N = 60, U = 30, R = 3; every request in window 1 at 1 ms past its start. (The sliding
+  // counter builds its call the same way: one model is enough for the exclusion.)
+  constexpr std::int64_t N = 60, U = 30;
+  std::vector<ratelimit::RegionalBinding<TestType>> b;
+  for (auto& r : s) b.push_back(r.bind<TestType>("api", window_params(N), U));
+  const auto t = W + 1ms;
+  regions.partition(2, true);
+  exchange_all(s, t);  // the first failed round marks the links cut; nobody excludes yet
+  for (const auto& r : s) CHECK(r.stats().excluded == 0);
+  exchange_all(s, t);  // the second asks for grants
+  // r0 and r1 each hold grants from 2 of the 3 regions (its own Redis and the other's): a
+  // majority. r2 reaches only its own Redis: 1 of 3, no exclusion (it gives its grant back).
+  CHECK(s[0].stats().excluded == 1);
+  CHECK(s[1].stats().excluded == 1);
+  CHECK(s[2].stats().excluded == 0);
+  // r2 spends its U = 30 unseen units, then is held.
+  std::int64_t r2 = 0;
+  for (int i = 0; i < 2 * N; ++i) r2 += b[2].apply("k", t, spend()).allowed ? 1 : 0;
+  CHECK(r2 == U);
+  // r0's honest client gets its whole limit, N = 60 (at least N - U = 30, the goal), where
+  // before r2 held it to U = 30: its unseen bound counts r1's acknowledgements only (r1
+  // acknowledges at r0's round), and its count misses r2's 30 unseen units.
+  std::int64_t r0 = 0;
+  for (int i = 0; i < U; ++i) r0 += b[0].apply("k", t, spend()).allowed ? 1 : 0;
+  (void)s[0].exchange(t);
+  for (int i = 0; i < 2 * U; ++i) r0 += b[0].apply("k", t, spend()).allowed ? 1 : 0;
+  CHECK(r0 == N);
+  // Over-admission: 60 + 30 = 90 <= N + (R - 1) U = 60 + 2 x 30 = 120.
+  CHECK(r0 + r2 <= N + 2 * U);
+  // r2 heard again one way only (it reaches r0 and r1, they do not reach it): its pushes are
+  // refused (fenced) where an exclusion of it is held, so its acknowledgements stay as they
+  // were and it stays held at U.
+  regions.link(2, 0).set_partitioned(false);
+  regions.link(2, 1).set_partitioned(false);
+  const auto fenced = s[2].exchange(t);
+  CHECK(fenced.failed.size() == 2);
+  CHECK(s[2].stats().units_pushed == 0);
+  CHECK_FALSE(b[2].apply("k", t, spend()).allowed);
+  // Healed: r0 and r1 stop excluding at their first round that reaches r2, and release the
+  // grants (r2's fence) at the next; then r2's units reach them.
+  regions.partition(2, false);
+  REQUIRE(eventually([&] { return heal_round(s, t); }, 10s));
+  for (std::size_t r = 0; r < 3; ++r) {
+    INFO("region " << r);
+    CHECK(s[r].stats().excluded == 0);
+    // Every region counts 60 (r0) + 30 (r2) = 90 >= N: nothing left.
+    CHECK(b[r].apply("k", t, peek()).remaining == 0);
+    CHECK_FALSE(b[r].apply("k", t, spend()).allowed);
+  }
+}
+
+TEST_CASE(
+    "A Redis grants an exclusion only where no two regions would exclude each other and no "
+    "excluded region excludes, and fences the excluded region's pushes",
+    "[far][redis][partition]") {
+  rltest::Regions regions(1);
+  rltest::RedisAdmin admin(regions.endpoint(0));
+  const std::string body(ratelimit::lua::regional_exchange);
+  const std::string ex = "t:{rg-ex}";
+  // Grants and releases by instance "p1" of each region (or another named).
+  const auto grant = [&](const std::string& i, const std::string& j,
+                         const std::string& instance = "p1") {
+    return admin.integer({"EVAL", body, "1", ex, "grant", i, j, "30000", instance});
+  };
+  const auto release = [&](const std::string& i, const std::string& j,
+                           const std::string& instance = "p1") {
+    return admin.integer({"EVAL", body, "1", ex, "release", i, j, instance});
+  };
+  const auto push = [&](const std::string& from) {
+    // A window's push of 1 unit (TTL 60 s) into hash t:h, refused while `from` is fenced.
+    auto r = admin.run({"EVAL", body, "2", "t:h", ex, "push", "n:" + from, "1", "60000"});
+    return r->type == REDIS_REPLY_ERROR ? std::string(r->str, r->len) : std::string("ok");
+  };
+  REQUIRE(push("b") == "ok");
+  CHECK(grant("a", "b") == 1);
+  CHECK(grant("a", "b") == 1);  // a renewal
+  CHECK(grant("c", "b") == 1);  // two regions may exclude one
+  CHECK(grant("b", "a") == 0);  // never each other
+  CHECK(grant("b", "c") == 0);  // an excluded region excludes no one
+  CHECK(grant("d", "a") == 0);  // nor is an excluding region excluded
+  CHECK(grant("a", "c") == 0);  // c excludes b: excluding c would chain
+  CHECK_THAT(push("b"), Catch::StartsWith("FENCED region b is excluded by region"));
+  CHECK(push("a") == "ok");
+  const auto n_b = admin.run({"HGET", "t:h", "n:b"});
+  CHECK(std::string(n_b->str, n_b->len) == "1");  // the refused push wrote nothing
+  CHECK(grant("a", "b", "p2") == 1);              // another instance of a
+  CHECK(release("a", "b") == 1);
+  CHECK_THAT(push("b"), Catch::StartsWith("FENCED"));  // c and a's p2 still exclude b
+  CHECK(release("a", "b", "p2") == 1);
+  CHECK_THAT(push("b"), Catch::StartsWith("FENCED"));  // c still does
+  CHECK(release("c", "b") == 1);
+  CHECK(push("b") == "ok");
+  CHECK(grant("b", "a") == 1);  // released both ways: b may now exclude a
+}
+
+TEST_CASE(
+    "Regions cut apart but both heard by a third do not exclude each other; two regions never "
+    "exclude one another",
+    "[far][redis][partition]") {
+  constexpr std::int64_t N = 60, U = 20;
+  const auto t = W + 1ms;
+  SECTION("r0 and r2 cannot reach each other; both reach r1") {
+    rltest::Regions regions(3);
+    auto s = quick_storages(regions);
+    std::vector<ratelimit::RegionalBinding<FixedWindowModel>> b;
+    for (auto& r : s) b.push_back(r.bind<FixedWindowModel>("api", window_params(N), U));
+    regions.link(0, 2).set_partitioned(true);
+    regions.link(2, 0).set_partitioned(true);
+    exchange_all(s, t);
+    exchange_all(s, t);
+    // r0 asked first: granted by r0 and r1 (2 of 3). r2 then asked r2 and r1: r1 refuses (r0
+    // excludes r2 there), 1 of 3. Had both excluded the other, each could admit N on its own
+    // count: 2N in all.
+    CHECK(s[0].stats().excluded == 1);
+    CHECK(s[1].stats().excluded == 0);
+    CHECK(s[2].stats().excluded == 0);
+    // r2 is fenced at r1 (which granted r0's exclusion of it) and cut from r0: U, then held,
+    // also after a round (r1 refuses its push).
+    std::int64_t r2 = 0;
+    for (int i = 0; i < N; ++i) r2 += b[2].apply("k", t, spend()).allowed ? 1 : 0;
+    CHECK(s[2].exchange(t).failed.size() == 2);
+    for (int i = 0; i < N; ++i) r2 += b[2].apply("k", t, spend()).allowed ? 1 : 0;
+    CHECK(r2 == U);
+    // r0 counts r1's acknowledgements only: its whole limit (it never sees r2's 20).
+    std::int64_t r0 = 0;
+    for (int round = 0; round < 3; ++round) {
+      for (int i = 0; i < U; ++i) r0 += b[0].apply("k", t, spend()).allowed ? 1 : 0;
+      if (round < 2) (void)s[0].exchange(t);
+    }
+    CHECK(r0 == N);
+    // 60 + 20 = 80 <= N + (R - 1) U = 100.
+    CHECK(r0 + r2 <= N + 2 * U);
+  }
+  SECTION("two regions cut apart") {
+    rltest::Regions regions(2);
+    auto s = quick_storages(regions);
+    std::vector<ratelimit::RegionalBinding<FixedWindowModel>> b;
+    for (auto& r : s) b.push_back(r.bind<FixedWindowModel>("api", window_params(N), U));
+    regions.partition(1, true);
+    exchange_all(s, t);
+    exchange_all(s, t);
+    // Each holds its own grant only: 1 of 2 is no majority. Both go on at U unseen.
+    CHECK(s[0].stats().excluded == 0);
+    CHECK(s[1].stats().excluded == 0);
+    std::int64_t total = 0;
+    for (int i = 0; i < N; ++i)
+      for (auto& r : b) total += r.apply("k", t, spend()).allowed ? 1 : 0;
+    CHECK(total == 2 * U);  // 40 <= N + (R - 1) U = 80
   }
 }
 

@@ -31,6 +31,7 @@ inline constexpr std::string_view regional_bucket = R"lua(-- regional_bucket.lua
 --          wait_us | wait_rem (leaky bucket's max_wait as lua/gcra.lua; '' for no bound) |
 --          self | unit_us | unit_rem (one unit's worth, period/count, as a pair) |
 --          U (-1: no other region, no bound) | n (units, at most limit + 1) | m | m region names
+--          (those whose acknowledgements bound `unseen`: the others but the excluded ones)
 -- Returns  { admitted (0|1), reason (0 admitted, 1 the bucket, 2 unseen), t (us), at_us,
 --          at_rem, unseen, debited } with `at` after the debit and before the decision.
 -- TTL      until the bucket is full again plus the given time (the exchange's lag and margin):
@@ -116,7 +117,7 @@ local ahead = at - t
 if ahead < 0 then ahead = 0 end
 local ttl = math.floor(ahead / 1000) + 1 + tonumber(A[8])
 if redis.call('PTTL', h) < ttl then redis.call('PEXPIRE', h, ttl) end
-if reason == 0 and m > 0 then
+if reason == 0 and bound >= 0 then  -- other regions exist (some may be left out: excluded)
   redis.call('SADD', KEYS[1], h)
   if redis.call('PTTL', KEYS[1]) < ttl then redis.call('PEXPIRE', KEYS[1], ttl) end
 end

@@ -36,6 +36,12 @@
 ///    (A push applied twice, its reply lost, only adds to i's debits.) So by 1 the units of
 ///    [a, b] are at most C + r (b' - a) + (R - 1) U. The leaky bucket (as a meter) admits under
 ///    the same two rules, its admission only stricter with more backlog: the same bound.
+/// 4. Exclusions (a partition; RegionalState::update_exclusions): a region may leave a cut-off
+///    one out of its unseen bound. In 3, take instead the last admission in [a, b] of a region
+///    not excluded at it: every other region's units it has not debited are at most U, as for
+///    the windows (storage.hpp); after it only excluded regions admit, each fenced at a majority
+///    whose acknowledgements stay as they were, so at most U more per exclusion. Over any
+///    interval: at most C + r D + (R - 1 + X) U, X the exclusions in effect in it.
 /// A client that moves, or a region that was idle: i's `at` is that of one bucket fed i's
 /// own admissions and the others' (each at tau above, at most S after it was admitted, since
 /// claims start every S) with two differences only. Dating late by at most S moves `at` by
@@ -182,8 +188,7 @@ class RegionalBucketBinding : public detail::RegionalDecisions<RegionalBucketBin
     M::Wire::push_pair(detail::i128{params_.period}, params_, call.argv);  // one unit's worth
     call.argv.push_back(std::to_string(m == 0 ? -1 : unseen_limit_));
     call.argv.push_back(std::to_string(std::min(op.cost, params_.limit + 1)));
-    call.argv.push_back(std::to_string(m));
-    for (std::size_t i = 0; i < m; ++i) call.argv.push_back(state_->remote_name(i));
+    state_->append_bounding_regions(call.argv);  // every other region but the excluded
     return call;
   }
 

@@ -19,6 +19,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <random>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -97,11 +98,25 @@ struct DirtySlots {
   }
 };
 
-/// One other region: its client and whether the last round reached it.
+/// One other region: its client, whether the last round reached it and whether this process
+/// excludes it (see RegionalState::update_exclusions).
 struct RegionalRemote {
   std::string name;
   std::shared_ptr<RedisClient> client;
+  /// A Redis Cluster: it cannot fence a push (the exclusion hash and the pushed hash are in
+  /// different slots), so it neither grants exclusions nor is sent the fence's key.
+  bool cluster = false;
   std::atomic<bool> cut{false};
+  std::atomic<bool> excluded{false};
+  /// While excluded, rounds do not wait for it: a PING in the background tells when it
+  /// answers again (shared with that PING's completion, which may outlive the storage).
+  struct Probe {
+    std::atomic<bool> ok{false}, in_flight{false};
+  };
+  std::shared_ptr<Probe> probe = std::make_shared<Probe>();
+  // Guarded by RegionalState's exclusion mutex:
+  bool release_pending = false;  ///< excluded until lately: release once a round reached it
+  std::chrono::steady_clock::time_point excluded_until{};  ///< the grants' end, conservatively
 };
 
 /// Shared by every copy of a RegionalStorage. Thread safety: every member is safe from many
@@ -121,6 +136,7 @@ class RegionalState {
       remote->name = r.name;
       remote->client = make_redis_client(std::move(ro), r.cluster_seeds,
                                          "remotes[" + std::to_string(i) + "].cluster_seeds");
+      remote->cluster = !r.cluster_seeds.empty();
       remotes_.push_back(std::move(remote));
     }
     if (cluster_) (void)redis_slot_tag(0);  // the tag table: built here, not by a decision
@@ -141,6 +157,21 @@ class RegionalState {
   }
   std::size_t remote_count() const noexcept { return remotes_.size(); }
   const std::string& remote_name(std::size_t i) const noexcept { return remotes_[i]->name; }
+
+  /// Appends, for a decision script, the count and names of the regions whose
+  /// acknowledgements bound this region's unseen units: every other region but those this
+  /// process excludes now.
+  void append_bounding_regions(std::vector<std::string>& argv) const {
+    const std::size_t at = argv.size();
+    argv.emplace_back();
+    std::size_t kept = 0;
+    for (const auto& r : remotes_) {
+      if (r->excluded.load(std::memory_order_acquire)) continue;
+      argv.push_back(r->name);
+      ++kept;
+    }
+    argv[at] = std::to_string(kept);
+  }
 
   /// Listeners: partitions (on_breaker_change, node "region <name>"; on_storage_error, kind
   /// "partition") and every client's own events.
@@ -198,8 +229,10 @@ class RegionalState {
     s.exchanges = exchanges_.load(std::memory_order_relaxed);
     s.units_pushed = units_pushed_.load(std::memory_order_relaxed);
     s.push_failures = push_failures_.load(std::memory_order_relaxed);
-    for (const auto& r : remotes_)
+    for (const auto& r : remotes_) {
       s.partitioned += r->cut.load(std::memory_order_relaxed) ? 1u : 0u;
+      s.excluded += r->excluded.load(std::memory_order_relaxed) ? 1u : 0u;
+    }
     return s;
   }
 
@@ -278,18 +311,33 @@ class RegionalState {
       std::vector<std::vector<RedisResult>> results;
     };
     auto pending = std::make_shared<Pending>();
-    pending->left = m;
     pending->results.resize(m);
     std::vector<std::vector<std::size_t>> claim_of(
         m);  // push i to r carries claims_[claim_of[r][i]]
+    // A region this one excludes is not waited for (a round over a cut link lasts its
+    // timeout, which would hold back the acknowledgements of the regions that answer): its
+    // claims are undone at once, and a PING in the background tells when to push again.
+    std::vector<char> skipped(m);
+    for (std::size_t r = 0; r < m; ++r)
+      skipped[r] = remotes_[r]->excluded.load(std::memory_order_acquire) &&
+                   !remotes_[r]->probe->ok.load(std::memory_order_acquire);
+    pending->left = m - static_cast<std::size_t>(std::count(skipped.begin(), skipped.end(), 1));
     for (std::size_t r = 0; r < m; ++r) {
+      if (skipped[r]) {
+        for (std::size_t i = 0; i < round.claims_.size(); ++i)
+          if (round.claims_[i].units[r] > 0) claim_of[r].push_back(i);
+        start_probe(*remotes_[r]);
+        continue;
+      }
       std::vector<RedisCall> pushes;
       for (std::size_t i = 0; i < round.claims_.size(); ++i) {
         const auto& claim = round.claims_[i];
         if (claim.units[r] <= 0) continue;
         RedisCall c;
         c.script = &regional_exchange_script();
-        c.keys.push_back(claim.hash);
+        c.keys = {claim.hash};
+        // Refused there while this region is excluded (a cluster cannot fence: see cluster).
+        if (!remotes_[r]->cluster) c.keys.push_back(exclusion_key());
         c.argv = {"push", "n:" + options_.region, std::to_string(claim.units[r]),
                   std::to_string(claim.ttl_ms)};
         if (claim.unit_ns > 0) {  // what those units take to refill, ms rounded up; the hold
@@ -320,8 +368,20 @@ class RegionalState {
       pending->done.wait(lock, [&] { return pending->left == 0; });
     }
     std::vector<RedisCall> local_calls;
+    std::vector<char> reached(m), was_cut(m);
     for (std::size_t r = 0; r < m; ++r) {
       RegionalRemote& remote = *remotes_[r];
+      if (skipped[r]) {
+        for (std::size_t i : claim_of[r]) {
+          push_failures_.fetch_add(1, std::memory_order_relaxed);
+          local_calls.push_back(
+              add_call(round.claims_[i].hash, remote.name, false, round.claims_[i].units[r]));
+        }
+        report.failed.push_back(remote.name);
+        was_cut[r] =
+            set_cut(remote, true, "excluded, and its last probe has not answered", round.at_);
+        continue;
+      }
       const auto& results = pending->results[r];
       bool failed = false;
       std::string why;
@@ -340,8 +400,12 @@ class RegionalState {
         }
         local_calls.push_back(add_call(claim.hash, remote.name, ok, claim.units[r]));
       }
-      if (failed) report.failed.push_back(remote.name);
-      set_cut(remote, failed, why, round.at_);
+      if (failed) {
+        report.failed.push_back(remote.name);
+        remote.probe->ok.store(false, std::memory_order_release);  // probe again
+      }
+      reached[r] = !failed;
+      was_cut[r] = set_cut(remote, failed, why, round.at_);
     }
     if (!local_calls.empty()) {
       // If this region's Redis fails here, the acknowledgements are lost: those units stay
@@ -349,6 +413,7 @@ class RegionalState {
       // again and pushes them twice (counted twice there: the error only ever denies more).
       (void)local_->execute(std::move(local_calls), local_->deadline_from_now());
     }
+    update_exclusions(reached, was_cut);
     units_pushed_.fetch_add(report.units_pushed, std::memory_order_relaxed);
     exchanges_.fetch_add(1, std::memory_order_relaxed);
     return report;
@@ -461,13 +526,157 @@ class RegionalState {
     return left;
   }
 
+  /// Sends `remote` a PING in the background unless one is under way; its answer lets the next
+  /// round push there again (and wait for it).
+  static void start_probe(RegionalRemote& remote) {
+    std::shared_ptr<RegionalRemote::Probe> probe = remote.probe;
+    if (probe->in_flight.exchange(true)) return;
+    std::vector<RedisCall> ping;
+    ping.push_back(RedisCall{nullptr, {"ping"}, {"PING"}});
+    remote.client->execute_async(
+        std::move(ping), remote.client->deadline_from_now(), [probe](std::vector<RedisResult>&& r) {
+          probe->ok.store(!r.empty() && !r.front().failure, std::memory_order_release);
+          probe->in_flight.store(false, std::memory_order_release);
+        });
+  }
+
+  /// The hash of exclusions granted by a region's Redis (the same name in every region).
+  std::string exclusion_key() const { return options_.local.key_prefix + "{rg-ex}"; }
+
+  /// A grant or release of this process's exclusion of `excluded` (lua/regional_exchange.lua).
+  RedisCall exclusion_call(const char* mode, const std::string& excluded) const {
+    RedisCall c;
+    c.script = &regional_exchange_script();
+    c.keys.push_back(exclusion_key());
+    c.argv = {mode, options_.region, excluded};
+    if (std::string_view(mode) == "grant")
+      c.argv.push_back(std::to_string(options_.exclusion_lease.count()));
+    c.argv.push_back(instance_);
+    return c;
+  }
+
+  /// A random name for this process's grants: instances of one region hold and release their
+  /// own (one that releases must not lift another's exclusion).
+  static std::string random_instance() {
+    std::random_device rd;
+    const std::uint64_t v = (std::uint64_t{rd()} << 32) ^ std::uint64_t{rd()};
+    static constexpr char hex[] = "0123456789abcdef";
+    std::string out(16, '0');
+    for (std::size_t i = 0; i < 16; ++i) out[i] = hex[(v >> (4 * i)) & 0xF];
+    return out;
+  }
+
+  /// Runs `calls[k]` on client k (0: this region's Redis, k: remotes_[k - 1]; an empty list
+  /// is not sent) all at once; returns each client's results (empty where nothing was sent).
+  std::vector<std::vector<RedisResult>> run_everywhere(std::vector<std::vector<RedisCall>> calls) {
+    struct Pending {
+      std::mutex mutex;
+      std::condition_variable done;
+      std::size_t left = 0;
+      std::vector<std::vector<RedisResult>> results;
+    };
+    auto pending = std::make_shared<Pending>();
+    pending->results.resize(calls.size());
+    for (const auto& c : calls)
+      if (!c.empty()) ++pending->left;
+    for (std::size_t k = 0; k < calls.size(); ++k) {
+      if (calls[k].empty()) continue;
+      RedisClient& client = k == 0 ? *local_ : *remotes_[k - 1]->client;
+      client.execute_async(std::move(calls[k]), client.deadline_from_now(),
+                           [pending, k](std::vector<RedisResult>&& res) {
+                             const std::lock_guard lock(pending->mutex);
+                             pending->results[k] = std::move(res);
+                             if (--pending->left == 0) pending->done.notify_all();
+                           });
+    }
+    std::unique_lock lock(pending->mutex);
+    pending->done.wait(lock, [&] { return pending->left == 0; });
+    return std::move(pending->results);
+  }
+
+  /// Partitions hit the partitioned. A region that failed to reach region j in this round and
+  /// the one before asks its own Redis and every region it reached to grant it the exclusion
+  /// of j (lua/regional_exchange.lua, mode grant). Granted by a strict majority of the R
+  /// regions, it leaves j out of its unseen bound (append_bounding_regions) and renews the
+  /// grants at each round until it reaches j again; then it stops excluding, and releases
+  /// the grants at the next round that reaches j, whose claim carries every unit admitted
+  /// while j was excluded. A grantor refuses while j excludes this region, this region is
+  /// excluded, or j excludes anyone; every two majorities share a region, and a grant lasts
+  /// (unless released) `exclusion_lease` after its last renewal, which this region's own
+  /// steady clock, started before it asked, never outlasts: so no two regions ever exclude
+  /// each other, and an excluded region excludes no one. A grantor refuses the pushes of the
+  /// excluded region (it is fenced: its acknowledgements from a majority stay as they were).
+  /// The bound this keeps is proven in docs/far.md ("A partition").
+  void update_exclusions(const std::vector<char>& reached, const std::vector<char>& was_cut) {
+    const std::size_t m = remotes_.size();
+    const auto asked_at = std::chrono::steady_clock::now();
+    std::vector<std::size_t> ask, release;
+    {
+      const std::lock_guard lock(exclusion_mutex_);
+      for (std::size_t r = 0; r < m; ++r) {
+        RegionalRemote& x = *remotes_[r];
+        const bool excluded = x.excluded.load(std::memory_order_relaxed);
+        if (excluded && asked_at >= x.excluded_until) {  // not renewed in time: lapsed
+          x.excluded.store(false, std::memory_order_release);
+          x.release_pending = true;
+        }
+        if (!reached[r]) {
+          if (was_cut[r]) ask.push_back(r);
+        } else if (x.excluded.load(std::memory_order_relaxed)) {
+          x.excluded.store(false, std::memory_order_release);
+          x.release_pending = true;
+        } else if (x.release_pending) {
+          x.release_pending = false;
+          release.push_back(r);
+        }
+      }
+    }
+    if (ask.empty() && release.empty()) return;
+    std::vector<std::vector<RedisCall>> calls(m + 1);
+    for (std::size_t k = 0; k <= m; ++k) {
+      if (k > 0 && !reached[k - 1]) continue;
+      // A Redis that cannot fence the excluded region's pushes (a cluster) grants nothing.
+      if (k == 0 ? cluster_ : remotes_[k - 1]->cluster) continue;
+      for (std::size_t r : ask) calls[k].push_back(exclusion_call("grant", remotes_[r]->name));
+      for (std::size_t r : release)
+        calls[k].push_back(exclusion_call("release", remotes_[r]->name));
+    }
+    auto results = run_everywhere(calls);
+    // A grant that reached no majority is given back where it was taken (it would fence j
+    // there and refuse others for a lease), unless an exclusion of j is still to be released.
+    std::vector<std::vector<RedisCall>> give_back(m + 1);
+    bool any_back = false;
+    {
+      const std::lock_guard lock(exclusion_mutex_);
+      for (std::size_t a = 0; a < ask.size(); ++a) {
+        RegionalRemote& x = *remotes_[ask[a]];
+        std::vector<std::size_t> granted_by;
+        for (std::size_t k = 0; k <= m; ++k) {
+          if (results[k].size() <= a || results[k][a].failure) continue;
+          const redisReply& reply = *results[k][a].reply;
+          if (reply.type == REDIS_REPLY_INTEGER && reply.integer == 1) granted_by.push_back(k);
+        }
+        if (2 * granted_by.size() > m + 1) {
+          x.excluded_until = asked_at + options_.exclusion_lease;
+          x.excluded.store(true, std::memory_order_release);
+        } else if (!x.excluded.load(std::memory_order_relaxed) && !x.release_pending) {
+          for (std::size_t k : granted_by) {
+            give_back[k].push_back(exclusion_call("release", x.name));
+            any_back = true;
+          }
+        }
+      }
+    }
+    if (any_back) (void)run_everywhere(std::move(give_back));
+  }
+
   /// Records whether `remote` was reached; tells the listeners when that changes (and of each
-  /// failure while it is cut).
-  void set_cut(RegionalRemote& remote, bool cut, const std::string& why,
+  /// failure while it is cut). Returns whether it was cut before.
+  bool set_cut(RegionalRemote& remote, bool cut, const std::string& why,
                std::chrono::nanoseconds at) {
     const bool was = remote.cut.exchange(cut);
     const ObserverSet* obs = observers.current();
-    if (obs == nullptr) return;
+    if (obs == nullptr) return was;
     const std::string node = "region " + remote.name;
     if (cut) {
       const std::string msg = "region " + options_.region + " cannot reach " + node + " (at " +
@@ -479,6 +688,7 @@ class RegionalState {
     }
     if (was != cut)
       Observers::each(*obs, [&](Listener& l, bool) { l.on_breaker_change({node, cut}); });
+    return was;
   }
 
   RegionalOptions options_;
@@ -487,6 +697,8 @@ class RegionalState {
   std::vector<std::unique_ptr<RegionalRemote>> remotes_;
   std::mutex mutex_;
   std::map<std::string, DirtySet> dirty_sets_;  ///< see add_dirty_set
+  std::mutex exclusion_mutex_;                  ///< RegionalRemote's exclusion fields
+  std::string instance_ = random_instance();    ///< names this process's grants
   std::atomic<std::uint64_t> exchanges_{0}, units_pushed_{0}, push_failures_{0};
 };
 

@@ -66,6 +66,16 @@ struct RegionalOptions {
   /// Hashes one exchange round pushes at most per limiter (1 to 10^6): bounds the memory and
   /// the size of a round; the rest wait for the next round.
   std::int64_t exchange_batch = 10000;
+  /// How long an exclusion granted by a region's Redis lasts unless renewed, 10 ms to 24 h. A
+  /// region that fails to reach another in two rounds in a row asks every Redis it reaches
+  /// (its own included) to let it exclude that region; granted by a strict majority of the
+  /// regions, it leaves that region out of its unseen bound until it reaches it again
+  /// (renewing the grants at each round meanwhile), so a cut-off region no longer throttles
+  /// the regions that still talk to each other (docs/far.md, redis/regional/exchange.hpp).
+  /// If this region cannot renew at a majority for this long, it stops excluding. Longer
+  /// holds the exclusion through a loss of the majority; an excluder that dies keeps the
+  /// excluded region fenced at the grantors this long.
+  std::chrono::milliseconds exclusion_lease{30000};
 };
 
 /// What a regional storage counts, since construction (shared by every copy).
@@ -78,6 +88,7 @@ struct RegionalStats {
   std::uint64_t units_pushed = 0;    ///< units acknowledged by other regions
   std::uint64_t push_failures = 0;   ///< pushes that failed (their units are pushed again)
   std::uint64_t partitioned = 0;     ///< other regions whose last exchange failed, now
+  std::uint64_t excluded = 0;        ///< other regions left out of the unseen bound, now
 };
 
 namespace detail {
@@ -119,6 +130,8 @@ inline void check_regional_options(const RegionalOptions& o) {
     invalid("one_way_delay (ms)", o.one_way_delay.count(), "must be in [0, 1 h]");
   if (o.exchange_batch < 1 || o.exchange_batch > 1'000'000)
     invalid("exchange_batch", o.exchange_batch, "must be in [1, 1000000]");
+  if (o.exclusion_lease < milliseconds{10} || o.exclusion_lease > std::chrono::hours{24})
+    invalid("exclusion_lease (ms)", o.exclusion_lease.count(), "must be in [10 ms, 24 h]");
 }
 
 }  // namespace detail

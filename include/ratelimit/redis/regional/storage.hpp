@@ -20,9 +20,19 @@
 /// - a client staying in one region at N per W reaches its full limit when U >= N (S + 2d) / W:
 ///   units wait for a claim (up to S) and its acknowledgement (a round trip, 2d).
 /// - a partition: each region goes on with its own count plus U, and says so (listeners:
-///   on_breaker_change "region <name>" open, on_storage_error kind "partition"; stats). The
-///   regions that still talk to each other are throttled too: a region admits at most U units
-///   that some region, the cut one included, has not acknowledged.
+///   on_breaker_change "region <name>" open, on_storage_error kind "partition"; stats). A
+///   region that fails to reach j twice in a row and is granted the exclusion of j by a strict
+///   majority of the regions leaves j out of its unseen bound (RegionalState::update_exclusions),
+///   so the regions that still talk to each other keep their shares while j spends its U.
+///   Grants make exclusion one-way (no two regions exclude each other; an excluded region
+///   excludes no one) and fence j at the grantors (its pushes are refused there). Over-admission
+///   is then at most (R - 1 + X) U per window, X the exclusions in effect during it. Proof: y is
+///   the last region to admit while not excluded; every other region had at most U units y had
+///   not seen (it kept y in its bound, or its exclusion of y was released after its units
+///   reached y, or it was excluded and so kept everyone), so at most N + (R - 1) U by then;
+///   after that only excluded regions admit, each at most U beyond its count at its fence (its
+///   fencing majority's acknowledgements stay as they were), once per exclusion. Failure terms
+///   (a lapsed exclusion, exchange_batch): docs/far.md.
 ///
 /// Algorithms: the fixed window and the sliding window counter (here), the token bucket and
 /// the leaky bucket (redis/regional/bucket.hpp: over any interval of length D at most
@@ -187,9 +197,8 @@ class RegionalBinding : public detail::RegionalDecisions<RegionalBinding<M>> {
                  std::to_string(w),
                  std::to_string(e),
                  op.peek ? "1" : "0",
-                 std::to_string(ttl_ms),
-                 std::to_string(m)};
-    for (std::size_t i = 0; i < m; ++i) call.argv.push_back(state_->remote_name(i));
+                 std::to_string(ttl_ms)};
+    state_->append_bounding_regions(call.argv);  // every other region but the excluded
     return call;
   }
 
