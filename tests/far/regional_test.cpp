@@ -105,7 +105,7 @@ TEMPLATE_TEST_CASE("An attack spread over three regions reaches N + (R - 1) U an
   rltest::Regions regions(3);
   auto s = storages(regions);
   constexpr std::int64_t N = 20, U = 5;
-  std::vector<ratelimit::RegionalBinding<TestType>> b;
+  std::vector<ratelimit::RegionalWindowBinding<TestType>> b;
   for (auto& r : s) b.push_back(r.template bind<TestType>("api", window_params(N), U));
   const auto t = 10ms;  // one window throughout: the sliding counter's previous window is empty
   std::int64_t admitted = 0;
@@ -145,7 +145,7 @@ TEMPLATE_TEST_CASE(
   rltest::Regions regions(3);
   auto s = storages(regions);
   constexpr std::int64_t N = 30, U = 4, bound = N + 2 * U;  // 38 per window (estimate)
-  std::vector<ratelimit::RegionalBinding<TestType>> b;
+  std::vector<ratelimit::RegionalWindowBinding<TestType>> b;
   for (auto& r : s) b.push_back(r.template bind<TestType>("api", window_params(N), U));
   std::mt19937 rng(7);
   std::map<std::int64_t, std::int64_t> per_window;  // window index -> units admitted there
@@ -232,7 +232,7 @@ TEST_CASE(
   rltest::Regions regions(3);
   auto s = storages(regions);
   constexpr std::int64_t N = 20, U = 3;
-  std::vector<ratelimit::RegionalBinding<FixedWindowModel>> b;
+  std::vector<ratelimit::RegionalWindowBinding<FixedWindowModel>> b;
   for (auto& r : s) b.push_back(r.bind<FixedWindowModel>("api", window_params(N), U));
   auto log = std::make_shared<PartitionLog>();
   s[2].attach_listener(log);
