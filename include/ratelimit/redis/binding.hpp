@@ -7,12 +7,12 @@
 /// the failure policy's decision when Redis cannot answer (redis/failure_policy.hpp).
 /// Include <ratelimit/redis.hpp>.
 
-#include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
-#include <span>
 #include <stdexcept>
 #include <string>
 #include <string_view>
@@ -23,7 +23,6 @@
 #include "../core/completion.hpp"
 #include "../core/decision.hpp"
 #include "../core/detail/validate.hpp"
-#include "../core/priority.hpp"
 #include "../core/storage.hpp"
 #include "../core/wire.hpp"
 #include "../memory/in_memory_storage.hpp"
