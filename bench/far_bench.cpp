@@ -392,14 +392,15 @@ int main(int argc, char** argv) {
     }
   const int windows = quick ? 2 : 5;
   const double W_s = 1.0;
-  const std::int64_t U = ratelimit::RegionalBinding<ratelimit::FixedWindowModel>::default_unseen(
-      [&] {
-        ratelimit::RegionalOptions o;
-        o.exchange_interval = S;
-        o.one_way_delay = std::chrono::milliseconds{delay_ms};
-        return o;
-      }(),
-      {N, 1'000'000'000});
+  const std::int64_t U =
+      ratelimit::RegionalWindowBinding<ratelimit::FixedWindowModel>::default_unseen(
+          [&] {
+            ratelimit::RegionalOptions o;
+            o.exchange_interval = S;
+            o.one_way_delay = std::chrono::milliseconds{delay_ms};
+            return o;
+          }(),
+          {N, 1'000'000'000});
   std::printf("# Far from Redis: bench/far_bench\n\n");
   std::printf(
       "3 regions on loopback, %d ms one way between them (proxies), S = %lld ms, "

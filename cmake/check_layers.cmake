@@ -95,6 +95,6 @@ list(LENGTH headers count)
 if(violations)
   list(JOIN violations "\n  " text)
   message(FATAL_ERROR "check_layers.cmake: ${count} headers, includes against the layer order "
-                      "(see the top of cmake/check_layers.cmake):\n  ${text}")
+                      "(the top of cmake/check_layers.cmake, docs/layout.md):\n  ${text}")
 endif()
 message(STATUS "check_layers.cmake: ${count} headers, ${checked} project includes, all downward")

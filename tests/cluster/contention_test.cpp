@@ -1,9 +1,6 @@
 // Contention: several processes (each its own RedisClusterStorage, so its own
 // slot map and pools, as separate service instances would have), two threads each, on one key
 // with time frozen, admit exactly the limit, for every algorithm.
-#include <sys/wait.h>
-#include <unistd.h>
-
 #include <atomic>
 #include <chrono>
 #include <cstdint>
@@ -15,6 +12,7 @@
 #include <ratelimit/redis.hpp>
 
 #include "support/algorithms.hpp"
+#include "support/child.hpp"
 #include "support/cluster_backend.hpp"
 
 using namespace std::chrono_literals;
@@ -27,57 +25,35 @@ constexpr int processes = 4;
 constexpr int threads_per_process = 2;
 constexpr int attempts_per_thread = 30;  // 4 x 2 x 30 = 240 attempts, far above the limit
 
-/// Forks one child per process; each writes its admitted count (or -1 on any degraded
-/// decision or error) to a pipe. Returns the counts.
+/// Forks one child per process; each returns its admitted count (or -1 on any degraded
+/// decision or error). Returns the counts (-3 for a child that did not report).
 template <class Algo>
 std::vector<std::int64_t> run_children(const rltest::Shape& shape,
                                        const ratelimit::RedisClusterOptions& options) {
-  std::vector<std::pair<pid_t, int>> children;
-  for (int p = 0; p < processes; ++p) {
-    int fds[2];
-    REQUIRE(::pipe(fds) == 0);
-    const pid_t pid = ::fork();
-    REQUIRE(pid >= 0);
-    if (pid == 0) {
-      ::close(fds[0]);
-      std::int64_t result = -1;
-      try {
-        ManualClock clock;
-        clock.set(5s);
-        auto limiter = Algo::make(shape, RedisClusterStorage(options), clock);
-        std::atomic<std::int64_t> admitted{0};
-        std::vector<std::thread> threads;
-        for (int t = 0; t < threads_per_process; ++t)
-          threads.emplace_back([&] {
-            for (int i = 0; i < attempts_per_thread; ++i) {
-              const auto d = limiter.try_acquire("shared");
-              if (d.degraded) {
-                admitted.store(-1000000);  // a failure must not pass for a decision
-                return;
-              }
-              if (d.allowed) admitted.fetch_add(1);
+  std::vector<rltest::Child> children;
+  for (int p = 0; p < processes; ++p)
+    children.push_back(rltest::spawn([&]() -> std::int64_t {
+      ManualClock clock;
+      clock.set(5s);
+      auto limiter = Algo::make(shape, RedisClusterStorage(options), clock);
+      std::atomic<std::int64_t> admitted{0};
+      std::vector<std::thread> threads;
+      for (int t = 0; t < threads_per_process; ++t)
+        threads.emplace_back([&] {
+          for (int i = 0; i < attempts_per_thread; ++i) {
+            const auto d = limiter.try_acquire("shared");
+            if (d.degraded) {
+              admitted.store(-1000000);  // a failure must not pass for a decision
+              return;
             }
-          });
-        for (auto& t : threads) t.join();
-        result = admitted.load();
-      } catch (...) {
-        result = -1;
-      }
-      const auto written = ::write(fds[1], &result, sizeof result);
-      ::_exit(written == static_cast<ssize_t>(sizeof result) ? 0 : 1);
-    }
-    ::close(fds[1]);
-    children.emplace_back(pid, fds[0]);
-  }
+            if (d.allowed) admitted.fetch_add(1);
+          }
+        });
+      for (auto& t : threads) t.join();
+      return admitted.load();
+    }));
   std::vector<std::int64_t> counts;
-  for (const auto& [pid, fd] : children) {
-    std::int64_t n = -2;
-    const auto got = ::read(fd, &n, sizeof n);
-    ::close(fd);
-    int status = 0;
-    ::waitpid(pid, &status, 0);
-    counts.push_back(got == static_cast<ssize_t>(sizeof n) && WIFEXITED(status) ? n : -3);
-  }
+  for (const auto& c : children) counts.push_back(rltest::collect(c));
   return counts;
 }
 

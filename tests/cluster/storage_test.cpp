@@ -606,7 +606,7 @@ TEMPLATE_TEST_CASE(
   auto s = regions.storages();
   constexpr std::int64_t N = 20, U = 5;
   const ratelimit::detail::WindowParams params{N, std::chrono::nanoseconds{1s}.count()};
-  std::vector<ratelimit::RegionalBinding<TestType>> b;
+  std::vector<ratelimit::RegionalWindowBinding<TestType>> b;
   for (auto& r : s) b.push_back(r.template bind<TestType>("api", params, U));
   const auto t = 10ms;  // one window: the sliding counter's previous window is empty
   constexpr int keys = 12;

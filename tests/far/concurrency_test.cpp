@@ -33,7 +33,7 @@ TEST_CASE(
   rltest::Regions regions(3);
   std::vector<ratelimit::RegionalStorage> s;
   for (std::size_t i = 0; i < 3; ++i) s.emplace_back(regions.options(i, 100ms, 40ms));
-  std::vector<ratelimit::RegionalBinding<FixedWindowModel>> b;
+  std::vector<ratelimit::RegionalWindowBinding<FixedWindowModel>> b;
   for (auto& r : s) b.push_back(r.bind<FixedWindowModel>("api", {N, one_second_ns}, U));
   const auto t = 3ms;
   std::atomic<std::int64_t> admitted{0};

@@ -12,12 +12,12 @@
 
 #include <signal.h>
 #include <sys/wait.h>
-#include <unistd.h>
 
 #include <catch2/catch.hpp>
 #include <ratelimit/ratelimit.hpp>
 #include <ratelimit/redis/lease/storage.hpp>
 
+#include "support/child.hpp"
 #include "support/delay_proxy.hpp"
 #include "support/redis_backend.hpp"
 
@@ -45,28 +45,11 @@ const ratelimit::Operation one{1};
 /// the child with SIGKILL: no destructor, no flush, its lease is never given back.
 template <class F>
 void die_holding_a_lease(F take_lease) {
-  int fds[2];
-  REQUIRE(::pipe(fds) == 0);
-  const pid_t pid = ::fork();
-  REQUIRE(pid >= 0);
-  if (pid == 0) {
-    ::close(fds[0]);
-    char ok = 0;
-    try {
-      ok = take_lease() ? 1 : 0;
-    } catch (...) {
-    }
-    if (::write(fds[1], &ok, 1) != 1) ::_exit(1);
-    for (;;) ::pause();  // holding the lease until killed
-  }
-  ::close(fds[1]);
-  char ok = 0;
-  const auto got = ::read(fds[0], &ok, 1);
-  ::close(fds[0]);
-  ::kill(pid, SIGKILL);
-  int status = 0;
-  REQUIRE(::waitpid(pid, &status, 0) == pid);
-  REQUIRE(got == 1);
+  auto child = rltest::spawn([&]() -> std::int64_t { return take_lease() ? 1 : 0; },
+                             rltest::Child::After::stay);  // holding the lease until killed
+  const std::int64_t ok = rltest::read_result(child);
+  ::kill(child.pid, SIGKILL);
+  const int status = rltest::wait_for(child);
   REQUIRE(ok == 1);
   REQUIRE(WIFSIGNALED(status));
   CHECK(WTERMSIG(status) == SIGKILL);

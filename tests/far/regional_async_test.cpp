@@ -1,4 +1,4 @@
-// Non-blocking decisions on a regional storage (RegionalBinding::apply_async and
+// Non-blocking decisions on a regional storage (RegionalWindowBinding::apply_async and
 // RegionalBucketBinding::apply_async, reached through Limiter::try_acquire_async), on one
 // redis-server per region (regions.hpp). Pins the fault where try_acquire_async on a
 // RegionalStorage limiter made the blocking round trip on the caller's thread (an event loop

@@ -126,7 +126,7 @@ TEMPLATE_TEST_CASE("An attack spread over three regions reaches N + (R - 1) U an
   rltest::Regions regions(3);
   auto s = storages(regions);
   constexpr std::int64_t N = 20, U = 5;
-  std::vector<ratelimit::RegionalBinding<TestType>> b;
+  std::vector<ratelimit::RegionalWindowBinding<TestType>> b;
   for (auto& r : s) b.push_back(r.template bind<TestType>("api", window_params(N), U));
   const auto t = 10ms;  // one window throughout: the sliding counter's previous window is empty
   std::int64_t admitted = 0;
@@ -166,7 +166,7 @@ TEMPLATE_TEST_CASE(
   rltest::Regions regions(3);
   auto s = storages(regions);
   constexpr std::int64_t N = 30, U = 4, bound = N + 2 * U;  // 38 per window (estimate)
-  std::vector<ratelimit::RegionalBinding<TestType>> b;
+  std::vector<ratelimit::RegionalWindowBinding<TestType>> b;
   for (auto& r : s) b.push_back(r.template bind<TestType>("api", window_params(N), U));
   std::mt19937 rng(7);
   std::map<std::int64_t, std::int64_t> per_window;  // window index -> units admitted there
@@ -253,7 +253,7 @@ TEST_CASE(
   rltest::Regions regions(3);
   auto s = storages(regions);
   constexpr std::int64_t N = 20, U = 3;
-  std::vector<ratelimit::RegionalBinding<FixedWindowModel>> b;
+  std::vector<ratelimit::RegionalWindowBinding<FixedWindowModel>> b;
   for (auto& r : s) b.push_back(r.bind<FixedWindowModel>("api", window_params(N), U));
   auto log = std::make_shared<PartitionLog>();
   s[2].attach_listener(log);
@@ -318,7 +318,7 @@ TEMPLATE_TEST_CASE(
   // N = 60, U = 30, R = 3; every request in window 1 at 1 ms past its start. (The sliding
   // counter builds its call the same way: one model is enough for the exclusion.)
   constexpr std::int64_t N = 60, U = 30;
-  std::vector<ratelimit::RegionalBinding<TestType>> b;
+  std::vector<ratelimit::RegionalWindowBinding<TestType>> b;
   for (auto& r : s) b.push_back(r.bind<TestType>("api", window_params(N), U));
   const auto t = W + 1ms;
   regions.partition(2, true);
@@ -419,7 +419,7 @@ TEST_CASE(
   SECTION("r0 and r2 cannot reach each other; both reach r1") {
     rltest::Regions regions(3);
     auto s = quick_storages(regions);
-    std::vector<ratelimit::RegionalBinding<FixedWindowModel>> b;
+    std::vector<ratelimit::RegionalWindowBinding<FixedWindowModel>> b;
     for (auto& r : s) b.push_back(r.bind<FixedWindowModel>("api", window_params(N), U));
     regions.link(0, 2).set_partitioned(true);
     regions.link(2, 0).set_partitioned(true);
@@ -451,7 +451,7 @@ TEST_CASE(
   SECTION("two regions cut apart") {
     rltest::Regions regions(2);
     auto s = quick_storages(regions);
-    std::vector<ratelimit::RegionalBinding<FixedWindowModel>> b;
+    std::vector<ratelimit::RegionalWindowBinding<FixedWindowModel>> b;
     for (auto& r : s) b.push_back(r.bind<FixedWindowModel>("api", window_params(N), U));
     regions.partition(1, true);
     exchange_all(s, t);

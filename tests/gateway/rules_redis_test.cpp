@@ -26,7 +26,9 @@ using ratelimit::Rules;
 namespace {
 
 // One limit per algorithm, two of them nested under /login, one shared by every client.
-constexpr const char* all_algorithms = R"(domain: redis_rules
+// Five algorithms, each limit placed for the all-or-nothing cases below (their expected values
+// name the rules: tb, log, leaky, fixed, counter, shared).
+constexpr const char* mixed_rules = R"(domain: redis_rules
 descriptors:
   - key: api_key
     rate_limit: {unit: second, requests_per_unit: 7, algorithm: token_bucket, name: tb}
@@ -53,6 +55,28 @@ descriptors:
     value: /report
     rate_limit: {unit: minute, requests_per_unit: 2, name: shared}
 )";
+
+/// Two limits per algorithm of the library's registry, read from it, so that an algorithm joins
+/// the replay below by its registry line alone. For the i-th (from 0, in registry order) named
+/// N: a per-client limit `N`, 2 + i per second, under the descriptor `use_N`; and a shared limit
+/// `N_shared`, 10 + i per minute, under `shared: N`.
+std::string all_algorithms() {
+  std::string yaml = "domain: redis_rules_all\ndescriptors:\n";
+  int i = 0;
+  ratelimit::Algorithms::for_each([&]<class M>() {
+    const std::string name(M::name);
+    const auto limit = [&](const char* unit, int n, const std::string& rule) {
+      return "{unit: " + std::string(unit) + ", requests_per_unit: " + std::to_string(n) +
+             ", algorithm: " + name + ", name: " + rule + "}\n";
+    };
+    yaml += "  - key: use_" + name + "\n    descriptors:\n      - key: api_key\n" +
+            "        rate_limit: " + limit("second", 2 + i, name);
+    yaml += "  - key: shared\n    value: " + name +
+            "\n    rate_limit: " + limit("minute", 10 + i, name + "_shared");
+    ++i;
+  });
+  return yaml;
+}
 
 using RedisSet = ratelimit::RuleSet<ratelimit::RedisStorage, ManualClock>;
 using LocalSet = ratelimit::RuleSet<ratelimit::InMemoryStorage, ManualClock>;
@@ -91,7 +115,7 @@ TEST_CASE("On Redis a request denied by one rule spends nothing from the others"
           "[rules][redis][atomic]") {
   ManualClock clock;
   const auto options = rltest::test_redis_options("rules-atomic");
-  RedisSet set(Rules::from_string(all_algorithms), ratelimit::RedisStorage(options), clock);
+  RedisSet set(Rules::from_string(mixed_rules), ratelimit::RedisStorage(options), clock);
   const std::initializer_list<DescriptorEntry> login = {{"api_key", "K"}, {"path", "/login"}};
   // tb: bucket of 7 refilled at 7/s; log: 4 per minute. Frozen clock.
   for (int i = 0; i < 4; ++i) REQUIRE(set.decide(login));  // tb 4/7, log 4/4
@@ -113,7 +137,7 @@ TEST_CASE("On Redis a limit decided before the one that denies is left exactly, 
   // fixed (a fixed window) denies, and tb must then be left as it was.
   ManualClock clock;
   const auto options = rltest::test_redis_options("rules-undo");
-  RedisSet set(Rules::from_string(all_algorithms), ratelimit::RedisStorage(options), clock);
+  RedisSet set(Rules::from_string(mixed_rules), ratelimit::RedisStorage(options), clock);
   const std::initializer_list<DescriptorEntry> search = {{"api_key", "K"}, {"path", "/search"}};
   // tb: 7 per second (bucket of 7); fixed: 5 per minute. Frozen clock.
   for (int i = 0; i < 5; ++i) REQUIRE(set.decide(search));  // tb 5/7, fixed 5/5
@@ -131,54 +155,56 @@ TEST_CASE("On Redis a limit decided before the one that denies is left exactly, 
   CHECK_FALSE(set.decide({{"api_key", "K"}}).allowed);
 }
 
-TEST_CASE("On Redis a rule set decides exactly like the in-process one, all five algorithms",
-          "[rules][redis][token_bucket][leaky_bucket][fixed_window][sliding_log]"
-          "[sliding_counter]") {
+TEST_CASE("On Redis a rule set decides exactly like the in-process one, every algorithm",
+          "[rules][redis][registry]") {
   ManualClock clock;  // one clock drives both sets: same times, whole milliseconds
-  const Rules rules = Rules::from_string(all_algorithms);
+  const Rules rules = Rules::from_string(all_algorithms());
   RedisSet redis(rules, ratelimit::RedisStorage(rltest::test_redis_options("rules-same")), clock);
   LocalSet local(rules, {}, clock);
-  const std::vector<std::vector<DescriptorEntry>> requests = {
-      {{"api_key", "A"}},
-      {{"api_key", "A"}, {"path", "/login"}},
-      {{"api_key", "B"}, {"path", "/upload"}},
-      {{"api_key", "A"}, {"path", "/search"}, {"plan", "free"}},
-      {{"api_key", "B"}, {"path", "/report"}},
-      {{"api_key", "C"}, {"path", "/report"}, {"plan", "pro"}},
-  };
+  std::vector<std::string> names;
+  ratelimit::Algorithms::for_each([&]<class M>() { names.emplace_back(M::name); });
   // A fixed pseudo-random schedule (an LCG), so the run is the same every time: time steps of
-  // 0..399 ms, a request kind, a cost of 1..3.
+  // 0..399 ms; a client of three; each algorithm's per-client limit with probability 1/2 (at
+  // least one), so that most requests compose several algorithms in one script call; one
+  // algorithm's shared limit with probability 1/3; a cost of 1..3.
   std::uint64_t x = 12345;
   const auto next = [&](std::uint64_t n) {
     x = x * 6364136223846793005ULL + 1442695040888963407ULL;
     return (x >> 33) % n;
   };
-  int admitted = 0, denied = 0;
+  int admitted = 0, denied = 0, composed = 0;
   for (int step = 0; step < 400; ++step) {
     clock.advance(std::chrono::milliseconds(next(400)));
-    const auto& req = requests[next(requests.size())];
+    std::vector<DescriptorEntry> req{{"api_key", std::string(1, static_cast<char>('A' + next(3)))}};
+    for (const auto& name : names)
+      if (next(2) == 0) req.push_back({"use_" + name, "1"});
+    if (req.size() == 1) req.push_back({"use_" + names[next(names.size())], "1"});
+    if (next(3) == 0) req.push_back({"shared", names[next(names.size())]});
     const auto cost = static_cast<std::int64_t>(1 + next(3));
     const auto r = redis.decide(req, cost);
     const auto l = local.decide(req, cost);
     INFO("step " << step << " t = " << clock.now().count() << " ns, cost " << cost);
     REQUIRE(r.allowed == l.allowed);
     REQUIRE(r.outcomes.size() == l.outcomes.size());
+    REQUIRE(r.outcomes.size() == req.size() - 1);  // one limit per entry but the client's
     for (std::size_t i = 0; i < r.outcomes.size(); ++i) {
       INFO("rule " << r.outcomes[i].rule->name);
       CHECK(r.outcomes[i].decision == l.outcomes[i].decision);
     }
     (r.allowed ? admitted : denied)++;
+    composed += r.outcomes.size() > 1 ? 1 : 0;
   }
-  // The schedule exercises both outcomes, not just one.
+  // The schedule exercises both outcomes, and mostly several algorithms at once.
   CHECK(admitted > 50);
   CHECK(denied > 50);
+  CHECK(composed > 200);
 }
 
 TEST_CASE("On Redis a request's per-client limits share the client's hash tag",
           "[rules][redis][keys]") {
   ManualClock clock;
   const auto options = rltest::test_redis_options("rules-keys");
-  RedisSet set(Rules::from_string(all_algorithms), ratelimit::RedisStorage(options), clock);
+  RedisSet set(Rules::from_string(mixed_rules), ratelimit::RedisStorage(options), clock);
   const std::string awkward("K}{:\0x", 6);  // hash-tag braces, ':' and NUL in the client key
   // Request 1 matches tb, log and counter, all per client.
   REQUIRE(set.decide({{"api_key", awkward}, {"path", "/login"}, {"plan", "free"}}));
@@ -222,7 +248,7 @@ TEST_CASE("When Redis is unreachable every limit gets its failure policy, marked
   o.port = 1;  // nothing listens on port 1
   o.connect_timeout = 50ms;
   o.failure_policy = ratelimit::FailurePolicy::fail_open;
-  RedisSet set(Rules::from_string(all_algorithms), ratelimit::RedisStorage(o), clock);
+  RedisSet set(Rules::from_string(mixed_rules), ratelimit::RedisStorage(o), clock);
   const auto d = set.decide({{"api_key", "K"}, {"path", "/login"}});
   CHECK(d.allowed);  // fail_open admits
   REQUIRE(d.outcomes.size() == 2);

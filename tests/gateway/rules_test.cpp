@@ -383,8 +383,8 @@ TEST_CASE("Invalid rules files name the line and the problem", "[rules][errors]"
                  "1}\n") == "rules.yaml:1: missing field `domain`");
   CHECK(error_of("domain: d\ndescriptors:\n  - key: a\n    rate_limit: {unit: second, "
                  "requests_per_unit: 1, algorithm: gcra}\n") ==
-        "rules.yaml:4: rate_limit.algorithm = \"gcra\": unknown algorithm (expected one of: "
-        "token_bucket, leaky_bucket, fixed_window, sliding_log, sliding_counter)");
+        "rules.yaml:4: rate_limit.algorithm = \"gcra\": unknown algorithm (expected one of: " +
+            ratelimit::Algorithms::names() + ")");  // the registry's list, written once there
   CHECK(error_of("domain: d\ndescriptors:\n  - key: a\n    rate_limit: {unit: second, "
                  "requests_per_unit: 1, name: x}\n  - key: b\n    rate_limit: {unit: second, "
                  "requests_per_unit: 1, name: x}\n") ==

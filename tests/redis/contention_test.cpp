@@ -21,6 +21,7 @@
 #include <ratelimit/redis.hpp>
 
 #include "support/algorithms.hpp"
+#include "support/child.hpp"
 #include "support/redis_backend.hpp"
 
 using namespace std::chrono_literals;
@@ -30,49 +31,11 @@ using rltest::Shape;
 
 namespace {
 
-/// Runs `body` (returning a count) in a child process; returns a handle to collect it.
-struct Child {
-  pid_t pid;
-  int fd;
-};
-
-template <class Body>
-Child spawn(Body body) {
-  int fds[2];
-  REQUIRE(::pipe(fds) == 0);
-  const pid_t pid = ::fork();
-  REQUIRE(pid >= 0);
-  if (pid == 0) {
-    ::close(fds[0]);
-    std::int64_t result = -1;
-    try {
-      result = body();
-    } catch (...) {
-      result = -1;
-    }
-    const auto written = ::write(fds[1], &result, sizeof result);
-    ::_exit(written == static_cast<ssize_t>(sizeof result) ? 0 : 1);
-  }
-  ::close(fds[1]);
-  return {pid, fds[0]};
-}
-
-std::int64_t collect(const Child& c) {
-  std::int64_t result = -2;
-  const auto got = ::read(c.fd, &result, sizeof result);
-  ::close(c.fd);
-  int status = 0;
-  ::waitpid(c.pid, &status, 0);
-  if (got != static_cast<ssize_t>(sizeof result) || !WIFEXITED(status) || WEXITSTATUS(status) != 0)
-    return -3;
-  return result;
-}
-
 /// Collects every child's count (each must be >= 0: no failure) and returns their sum.
-std::int64_t collect_all(const std::vector<Child>& children) {
+std::int64_t collect_all(const std::vector<rltest::Child>& children) {
   std::int64_t total = 0;
   for (const auto& c : children) {
-    const auto n = collect(c);
+    const auto n = rltest::collect(c);
     CHECK(n >= 0);
     total += n;
   }
@@ -88,9 +51,9 @@ void hammer_one_key(const Shape& shape) {
   INFO("algorithm: " << Algo::name);
   // Fail here, in the parent, if there is no server (the children only count).
   auto options = rltest::test_redis_options("contention");
-  std::vector<Child> children;
+  std::vector<rltest::Child> children;
   for (int p = 0; p < processes; ++p) {
-    children.push_back(spawn([&]() -> std::int64_t {
+    children.push_back(rltest::spawn([&]() -> std::int64_t {
       ManualClock clock;
       clock.set(5s);  // frozen: nothing refills, no window moves
       auto limiter = Algo::make(shape, RedisStorage(options), clock);
@@ -134,7 +97,7 @@ TEST_CASE("Two limiter instances in separate processes never exceed the shared l
   // Both walk t = 0, 100 ms, ..., 5 s (51 steps) and try 3 requests at each step.
   constexpr int steps = 51;
   const auto run = [&](auto make) {
-    return spawn([&, make]() -> std::int64_t {
+    return rltest::spawn([&, make]() -> std::int64_t {
       ManualClock clock;
       auto limiter = make(RedisStorage(options), clock);
       std::int64_t admitted = 0;
@@ -157,7 +120,7 @@ TEST_CASE("Two limiter instances in separate processes never exceed the shared l
       return rltest::TokenBucketAlgo::make({5, ratelimit::per_second(10)}, std::move(s), c);
     };
     const auto a = run(make), b = run(make);
-    const auto na = collect(a), nb = collect(b);
+    const auto na = rltest::collect(a), nb = rltest::collect(b);
     CHECK(na >= 0);
     CHECK(nb >= 0);
     CHECK(na + nb == 55);
@@ -169,7 +132,7 @@ TEST_CASE("Two limiter instances in separate processes never exceed the shared l
       return rltest::FixedWindowAlgo::make({5, ratelimit::per_second(5)}, std::move(s), c);
     };
     const auto a = run(make), b = run(make);
-    const auto na = collect(a), nb = collect(b);
+    const auto na = rltest::collect(a), nb = rltest::collect(b);
     CHECK(na >= 0);
     CHECK(nb >= 0);
     CHECK(na + nb == 30);
@@ -196,7 +159,7 @@ TEST_CASE("Two instances with over-limit caches never deny what Redis alone woul
   constexpr int steps = 300, per_step = 12;
   const auto run = [&]<class Algo>(const Shape& shape, std::string tag) {
     auto options = rltest::test_redis_options(tag);
-    return spawn([&, options, shape]() -> std::int64_t {
+    return rltest::spawn([&, options, shape]() -> std::int64_t {
       auto cached_options = options;
       cached_options.over_limit_cache.enabled = true;
       RedisStorage cached(cached_options), alone(options);
@@ -234,7 +197,7 @@ TEST_CASE("Two instances with over-limit caches never deny what Redis alone woul
     const std::string tag = "two-caches-" + std::string(Algo::Model::Wire::key_tag);
     const auto a = run.template operator()<Algo>(shape, tag);
     const auto b = run.template operator()<Algo>(shape, tag);
-    const auto ha = collect(a), hb = collect(b);
+    const auto ha = rltest::collect(a), hb = rltest::collect(b);
     CHECK(ha > 0);  // > 0: answers came from the cache, and Redis denied each of them too
     CHECK(hb > 0);
   };
@@ -265,9 +228,9 @@ TEST_CASE("Four processes of two threads never hold more than N slots of one key
   std::atomic<std::int64_t>& in_flight = *new (&shared[0]) std::atomic<std::int64_t>{0};
   std::atomic<std::int64_t>& max_in_flight = *new (&shared[1]) std::atomic<std::int64_t>{0};
   auto options = rltest::test_redis_options("concurrency-limit");
-  std::vector<Child> children;
+  std::vector<rltest::Child> children;
   for (int p = 0; p < processes; ++p)
-    children.push_back(spawn([&]() -> std::int64_t {
+    children.push_back(rltest::spawn([&]() -> std::int64_t {
       ManualClock clock;
       clock.set(5s);
       ratelimit::ConcurrencyLimiter<ManualClock, RedisStorage> limiter(

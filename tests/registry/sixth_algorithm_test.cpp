@@ -42,14 +42,14 @@ descriptors:
 
 }  // namespace
 
-TEST_CASE("The registry lists the library's five algorithms and takes a sixth by one line",
+TEST_CASE("The registry lists the library's algorithms and takes one more by one line",
           "[registry]") {
-  CHECK(ratelimit::Algorithms::size == 5);
-  CHECK(rltest::TestAlgorithms::size == 6);
+  // The library's list is written once, in algorithms/registry.hpp: this test reads it.
+  CHECK(rltest::TestAlgorithms::size == ratelimit::Algorithms::size + 1);
   CHECK(rltest::TestAlgorithms::contains<AnchoredWindowModel>);
   CHECK_FALSE(ratelimit::Algorithms::contains<AnchoredWindowModel>);
-  CHECK(rltest::TestAlgorithms::names() ==
-        "token_bucket, leaky_bucket, fixed_window, sliding_log, sliding_counter, anchored_window");
+  // `with` appends: the library's names in their order, then the test's.
+  CHECK(rltest::TestAlgorithms::names() == ratelimit::Algorithms::names() + ", anchored_window");
   int visited = 0;
   CHECK(rltest::TestAlgorithms::visit("anchored_window", [&]<class M>() {
     visited += std::is_same_v<M, AnchoredWindowModel> ? 1 : 100;
@@ -63,8 +63,8 @@ TEST_CASE("A rules file may name the sixth algorithm only with the registry that
           "[registry][rules]") {
   CHECK_THROWS_WITH(ratelimit::Rules::from_string(anchored_rules, "r.yaml"),
                     "r.yaml:4: rate_limit.algorithm = \"anchored_window\": unknown algorithm "
-                    "(expected one of: token_bucket, leaky_bucket, fixed_window, sliding_log, "
-                    "sliding_counter)");
+                    "(expected one of: " +
+                        ratelimit::Algorithms::names() + ")");
   const auto rules = ratelimit::Rules::from_string<rltest::TestAlgorithms>(anchored_rules);
   REQUIRE(rules.rules().size() == 2);
   CHECK(rules.rules()[0].algorithm == ratelimit::Algorithm{AnchoredWindowModel::name});

@@ -1,17 +1,18 @@
 #pragma once
 /// @file redis/binding.hpp
 /// One limiter's policy bound to a Redis storage (`RedisBinding`, made by `RedisStorage::bind`):
-/// a decision's arguments, its script call and its reply read back with the model; the glue to
-/// the storage's hot-key levers (the pre-limit and the over-limit cache: docs/redis.md "Hot
-/// keys"); and the failure policy's decision when Redis cannot answer. Also the part of an
-/// all-or-nothing decision (`RedisPart`). Include <ratelimit/redis.hpp>.
+/// a decision's arguments, its script call and its reply read back with the model, and the part
+/// of an all-or-nothing decision (`RedisPart`). Beside it: the storage's hot-key levers as a
+/// binding uses them (redis/over_limit.hpp, redis/pre_limit.hpp; docs/redis.md "Hot keys") and
+/// the failure policy's decision when Redis cannot answer (redis/failure_policy.hpp).
+/// Include <ratelimit/redis.hpp>.
 
-#include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
-#include <span>
 #include <stdexcept>
 #include <string>
 #include <string_view>
@@ -22,7 +23,6 @@
 #include "../core/completion.hpp"
 #include "../core/decision.hpp"
 #include "../core/detail/validate.hpp"
-#include "../core/priority.hpp"
 #include "../core/storage.hpp"
 #include "../core/wire.hpp"
 #include "../memory/in_memory_storage.hpp"
@@ -32,7 +32,10 @@
 #include "detail/over_limit_cache.hpp"
 #include "detail/script.hpp"
 #include "detail/waiter.hpp"
+#include "failure_policy.hpp"
 #include "options.hpp"
+#include "over_limit.hpp"
+#include "pre_limit.hpp"
 
 namespace ratelimit {
 
@@ -66,12 +69,6 @@ struct HotKeys {
   OverLimitCache cache;
   std::atomic<std::uint64_t> pre_limited{0};
 };
-
-/// How a request went to Redis, for what its reply teaches the over-limit cache.
-struct Sent {
-  bool probe = false;      ///< it was its key's probe (see OverLimitCache::lookup)
-  std::int64_t at_ns = 0;  ///< steady clock when it was sent (TimeSource::redis)
-};
 }  // namespace detail
 
 /// One part of a Redis all-or-nothing decision (see `MultiKeyStorage`), made by
@@ -104,10 +101,10 @@ class RedisBinding {
         op.kind == Operation::Kind::reserve) [[unlikely]]
       return adjust(key, now, op);
     Decision d{};
-    if (pre_limited(key, now, op, d)) return d;
+    if (pre_limit().denies(key, now, op, d)) return d;
     std::chrono::steady_clock::time_point deadline;
     detail::Sent sent;
-    if (caching()) {
+    if (over_limit().on()) {
       // Waits at most once: after another request's answer, this one looks again and asks
       // Redis itself if it must (a failed probe must not line its waiters up again, one round
       // trip each). Never on an I/O thread, which must not block.
@@ -119,7 +116,7 @@ class RedisBinding {
           woken = std::make_shared<detail::OneShot>();
           return [woken] { woken->notify(); };
         };
-        const auto found = lookup(key, now, op, d, make_waiter);
+        const auto found = over_limit().lookup(key, now, op, d, make_waiter);
         if (found == detail::OverLimitCache::Found::hit) return d;
         // The decision's time starts here, before any wait (waiting for another request's
         // answer counts against it), not before the lookup: a hit, which never waits, must
@@ -132,11 +129,11 @@ class RedisBinding {
         woken->wait();  // another request is asking Redis for this key: then look again
         may_wait = false;
       }
-      sent.at_ns = steady_ns();
+      sent.at_ns = detail::OverLimit<M>::steady_ns();
     } else {
       deadline = client_->deadline_from_now();
     }
-    detail::ProbeGuard guard(sent.probe ? &hot_->cache : nullptr, cache_key(key));
+    detail::ProbeGuard guard(sent.probe ? &hot_->cache : nullptr, over_limit().key(key));
     auto results = client_->execute_one([&] { return call(key, now, op); }, deadline);
     guard.dismiss();
     return finish(results.front(), HeldKey{key, {}}, now, op, sent);
@@ -150,7 +147,7 @@ class RedisBinding {
                    Completion<Decision> done) const {
     detail::check_cost(op.cost);
     const auto deadline = client_->deadline_from_now();
-    if (detail::on_io_thread && (caching() || pre_limit_on())) {
+    if (detail::on_io_thread && (over_limit().on() || pre_limit().on())) {
       // From a completion: the cache or pre-limit would complete inline; a chain of such
       // decisions must not nest one stack frame per decision.
       client_->post([self = *this, k = std::string(key), now, op, done = std::move(done),
@@ -168,18 +165,17 @@ class RedisBinding {
     auto results =
         client_->execute_one([&] { return call(key, now, op); }, client_->deadline_from_now());
     const Decision d = finish(results.front(), HeldKey{key, {}}, now, op);
-    if (caching()) hot_->cache.forget(cache_key(key));
+    over_limit().forget(key);
     // A reservation Redis refused changed nothing there: the share must not take it either.
-    if (pre_limit_on() && (op.kind != Operation::Kind::reserve || d.allowed))
-      (void)fallback_->apply(key, now, op);
+    if (op.kind != Operation::Kind::reserve || d.allowed) pre_limit().follow(key, now, op);
     return d;
   }
 
   /// Deletes `key`'s state (DEL of all its Redis keys) and its local fallback state. A failure
   /// is reported (on_failure, counters) but not thrown.
   void reset(std::string_view key) const {
-    if (fallback_) fallback_->reset(key);
-    if (caching()) hot_->cache.forget(cache_key(key));
+    fallback_.reset(key);
+    over_limit().forget(key);
     detail::RedisCall del;
     del.argv.emplace_back("DEL");
     del.argv.push_back(redis_key_of(key, {}));
@@ -187,14 +183,12 @@ class RedisBinding {
     std::vector<detail::RedisCall> calls{std::move(del)};
     (void)client_->execute(std::move(calls), client_->deadline_from_now());
     // Again: a decision in flight during the DEL may have brought the old state back.
-    if (caching()) hot_->cache.forget(cache_key(key));
+    over_limit().forget(key);
   }
 
   /// Forgets what the over-limit cache holds for `key` (for this binding's limiter): its next
   /// request asks Redis. For a reset or a limit raised through another instance.
-  void clear_over_limit_cache(std::string_view key) const {
-    if (caching()) hot_->cache.forget(cache_key(key));
-  }
+  void clear_over_limit_cache(std::string_view key) const { over_limit().forget(key); }
 
   /// The part of an all-or-nothing decision (`RedisStorage::decide_all`). `tag`: the Redis hash
   /// tag (one Cluster slot per tag); empty or equal to `key` gives the same Redis keys as
@@ -211,9 +205,7 @@ class RedisBinding {
     RedisBinding b = *this;
     b.bound_args_ = M::Wire::bound_args(p);
     b.params_ = p;
-    if (b.fallback_ && derived_fallback_)
-      b.fallback_.emplace(
-          fallback_->with_params(M::Wire::fallback(p, client_->options().fallback_divisor)));
+    b.fallback_ = fallback_.with_params(p, client_->options().fallback_divisor);
     return b;
   }
 
@@ -232,8 +224,7 @@ class RedisBinding {
         params_(params),
         bound_args_(M::Wire::bound_args(params)),
         tail_(detail::redis_key_tail(M::Wire::key_tag, name)),
-        tail_hash_(hot_->cache.tail_hash(tail_)),
-        derived_fallback_(!local.has_value()) {
+        tail_hash_(hot_->cache.tail_hash(tail_)) {
     // A model whose script needs the client's time (the calendar quota: the client computes
     // the period, Redis has no time-zone data) cannot run on Redis's own clock.
     if constexpr (requires { M::Wire::needs_client_time; })
@@ -242,10 +233,8 @@ class RedisBinding {
             "options.time_source = redis: algorithm " + std::string(M::name) +
             " needs the client's time (its periods are computed by the client, Redis has no "
             "time-zone data); use TimeSource::client with SystemClock");
-    if (client_->options().failure_policy == FailurePolicy::local_fallback ||
-        client_->options().pre_limit)
-      fallback_.emplace(fallback_storage.template bind<M>(
-          name, local ? *local : M::Wire::fallback(params, client_->options().fallback_divisor)));
+    fallback_ =
+        detail::LocalLimit<M>(client_->options(), std::move(fallback_storage), name, params, local);
   }
 
   /// The Redis key of `key` under hash tag `tag` (one per client key, every algorithm).
@@ -307,7 +296,7 @@ class RedisBinding {
   Decision finish(detail::RedisResult& r, const HeldKey& held, std::chrono::nanoseconds now,
                   const Operation& op, const detail::Sent& sent = {}) const {
     const std::string_view key = held.key;
-    detail::ProbeGuard guard(sent.probe ? &hot_->cache : nullptr, cache_key(key));
+    detail::ProbeGuard guard(sent.probe ? &hot_->cache : nullptr, over_limit().key(key));
     if (r.failure) return degrade(key, now, op, held.redis_key);
     const auto ints = detail::reply_ints(*r.reply);
     std::optional<Decision> d;
@@ -322,154 +311,12 @@ class RedisBinding {
     if (op.kind == Operation::Kind::refund || op.kind == Operation::Kind::penalty ||
         op.kind == Operation::Kind::reserve) [[unlikely]]
       return *d;  // see `adjust`
-    if (caching()) {
+    if (over_limit().on()) {
       guard.dismiss();
-      learn(key, *ints, op, *d, sent, now);
+      over_limit().learn(key, *ints, op, *d, sent, now);
     }
-    // The pre-limit spends what Redis admitted (a denial spends nothing of it). Requests in
-    // flight together may find it spent already: Redis has admitted them, so they stand.
-    if (pre_limit_on() && d->allowed && !op.peek) (void)fallback_->apply(key, now, op);
+    pre_limit().spend(key, now, op, *d);
     return *d;
-  }
-
-  // --- the pre-limit and the over-limit cache (RedisOptions; docs/redis.md "Hot keys") ---
-
-  bool caching() const noexcept {
-    if constexpr (StateWire<M>)
-      return client_->options().over_limit_cache.enabled;
-    else
-      return false;
-  }
-  bool pre_limit_on() const noexcept { return client_->options().pre_limit; }
-  bool redis_time() const noexcept { return client_->options().time_source == TimeSource::redis; }
-  static std::int64_t steady_ns() noexcept {
-    return std::chrono::duration_cast<std::chrono::nanoseconds>(
-               std::chrono::steady_clock::now().time_since_epoch())
-        .count();
-  }
-  detail::CacheKey cache_key(std::string_view key) const noexcept {
-    return {tail_, key, tail_hash_};
-  }
-
-  /// True, with the pre-limit's denial in `d`, if the per-instance limit denies `op` now.
-  bool pre_limited(std::string_view key, std::chrono::nanoseconds now, const Operation& op,
-                   Decision& d) const {
-    if (!pre_limit_on()) return false;
-    Operation dry = op;
-    dry.peek = true;
-    d = fallback_->apply(key, now, dry);
-    if (d.allowed) return false;
-    hot_->pre_limited.fetch_add(1, std::memory_order_relaxed);
-    return true;
-  }
-
-  /// What the cache holds for one key of this binding: the state Redis reported, on its time.
-  struct Cached final : detail::CachedState {
-    Cached(const typename M::Params& p, const typename M::State& s, std::chrono::nanoseconds t,
-           std::int64_t sent_at, std::int64_t c, bool any, std::chrono::nanoseconds u)
-        : params(p), state(s), time(t), anchor_ns(sent_at), cost(c), any_cost(any), until(u) {}
-    typename M::Params params;  ///< decided with these (a binding with others asks Redis)
-    typename M::State state;
-    std::chrono::nanoseconds time;  ///< the state's time (the client's clock, or Redis's)
-    std::int64_t anchor_ns;         ///< TimeSource::redis: steady clock when it was asked
-    std::int64_t cost;              ///< !any_cost: the only cost `state` decides
-    bool any_cost;
-    std::chrono::nanoseconds until;  ///< `state` decides exactly only before this time
-  };
-
-  /// The earliest Redis time that may be now, for an entry asked at steady `anchor` (sent
-  /// then, so Redis's clock read `time` at or after it): elapsed time plus the drift margin.
-  static std::chrono::nanoseconds redis_now(const Cached& c, std::int64_t steady) noexcept {
-    const std::int64_t age = steady > c.anchor_ns ? steady - c.anchor_ns : 0;
-    return c.time + std::chrono::nanoseconds{age + 1'000'000 + age / 1000};
-  }
-
-  template <class MakeWaiter>
-  detail::OverLimitCache::Found lookup(std::string_view key, std::chrono::nanoseconds now,
-                                       const Operation& op, Decision& d,
-                                       MakeWaiter&& make_waiter) const {
-    if constexpr (!StateWire<M>) {
-      return detail::OverLimitCache::Found::none;  // never cached (caching() is false)
-    } else {
-      const std::int64_t steady = redis_time() ? steady_ns() : 0;
-      using Verdict = detail::OverLimitCache::Verdict;
-      const auto eval = [&](const detail::CachedState& base, Decision& out) {
-        const auto& c = static_cast<const Cached&>(base);
-        // A state that is the key's whole state decides for any limit (another priority's, see
-        // core/priority.hpp): this request is decided with its own parameters, so a denial of a
-        // sheddable request never denies a critical one. A partial state (one cost's) was
-        // rebuilt for its own parameters only.
-        if (c.any_cost ? !detail::same_but_limit(c.params, params_)
-                       : (!(c.params == params_) || c.cost != op.cost))
-          return Verdict::unknown;
-        // Before the state's time (a clock stepped back, an earlier explicit time), Redis
-        // decides at the key's latest admitted time, which the reply did not say.
-        if (!redis_time() && now < c.time) return Verdict::unknown;
-        const auto t = redis_time() ? redis_now(c, steady) : now;
-        if (t >= c.until) return Verdict::unknown;
-        typename M::State s = c.state;
-        out = M::apply(params_, s, t, op);
-        return out.allowed ? Verdict::admit : Verdict::deny;
-      };
-      // A dry run never probes: its answer changes nothing that others should wait for.
-      const auto found = hot_->cache.lookup(cache_key(key), eval, d,
-                                            std::forward<MakeWaiter>(make_waiter), !op.peek);
-      if (found == detail::OverLimitCache::Found::hit)
-        if (const detail::ObserverSet* obs = client_->observers.current())
-          detail::Observers::each(*obs, [&](Listener& l, bool with_keys) {
-            l.on_over_limit_cache_hit({tail_, with_keys ? key : std::string_view{}});
-          });
-      return found;
-    }
-  }
-
-  /// Teaches the cache what Redis's reply `ints` (decided as `d`) says about `key`.
-  void learn(std::string_view key, std::span<const detail::i128> ints, const Operation& op,
-             const Decision& d, const detail::Sent& sent, std::chrono::nanoseconds now) const {
-    if constexpr (StateWire<M>) {
-      auto& cache = hot_->cache;
-      const auto ck = cache_key(key);
-      auto w = M::Wire::state(params_, ints, op);
-      const std::int64_t local_now = redis_time() ? steady_ns() : now.count();
-      // The entry's end on the cache's time line (the client's clock, or the steady clock).
-      const auto local_end = [&](std::chrono::nanoseconds end) {
-        return redis_time() ? sent.at_ns + (end - w->time).count() : end.count();
-      };
-      const auto keep = [&](const typename M::State& s, std::chrono::nanoseconds retry) {
-        const auto end = std::min(w->time + retry, w->until);
-        cache.learn(ck,
-                    std::make_unique<Cached>(params_, s, w->time, sent.at_ns, op.cost, w->any_cost,
-                                             w->until),
-                    local_end(end), true, sent.probe, local_now);
-      };
-      if (!w || (redis_time() && sent.at_ns == 0)) {
-        // Unreadable, or on Redis's clock without the instant it was sent (a batch's call):
-        // nothing to anchor the state's time to here.
-        if (sent.probe) cache.release(ck);
-      } else if (!d.allowed) {
-        if (d.retry_after == Decision::never) {
-          if (sent.probe) cache.release(ck);  // a cost over the limit: nothing to remember
-        } else {
-          keep(w->state, d.retry_after);
-        }
-      } else if (op.peek || !w->any_cost) {
-        // Admitted: a dry run, or a log that changed in a way the reply does not say. The
-        // entry no longer denies (or no longer says what Redis holds): forget it.
-        cache.learn(ck, nullptr, 0, false, sent.probe, local_now);
-      } else {
-        // The state Redis wrote: remembered while it denies even one unit.
-        typename M::State after = w->state;
-        (void)M::apply(params_, after, w->time, op);
-        typename M::State probe = after;
-        const Decision next = M::apply(params_, probe, w->time, Operation{1, true});
-        if (!next.allowed && next.retry_after != Decision::never)
-          keep(after, next.retry_after);
-        else
-          cache.learn(ck, nullptr, 0, false, sent.probe, local_now);
-      }
-    } else {
-      (void)key, (void)ints, (void)op, (void)d, (void)sent, (void)now;
-    }
   }
 
   /// `apply_async`'s work, once it may complete here, by the decision's `deadline`;
@@ -478,9 +325,9 @@ class RedisBinding {
                        Completion<Decision> done, std::chrono::steady_clock::time_point deadline,
                        bool may_wait) const {
     Decision d{};
-    if (pre_limited(key, now, op, d)) return detail::complete_safely(done, std::move(d));
+    if (pre_limit().denies(key, now, op, d)) return detail::complete_safely(done, std::move(d));
     detail::Sent sent;
-    if (caching()) {
+    if (over_limit().on()) {
       const auto make_waiter = [&]() -> std::function<void()> {
         if (!may_wait) return {};
         // Looked up again when the key's probe is back, on the I/O thread's next turn
@@ -492,14 +339,14 @@ class RedisBinding {
           });
         };
       };
-      const auto found = lookup(key, now, op, d, make_waiter);
+      const auto found = over_limit().lookup(key, now, op, d, make_waiter);
       if (found == detail::OverLimitCache::Found::hit)
         return detail::complete_safely(done, std::move(d));
       if (found == detail::OverLimitCache::Found::wait) return;
       sent.probe = found == detail::OverLimitCache::Found::probe;
-      sent.at_ns = steady_ns();
+      sent.at_ns = detail::OverLimit<M>::steady_ns();
     }
-    detail::ProbeGuard guard(sent.probe ? &hot_->cache : nullptr, cache_key(key));
+    detail::ProbeGuard guard(sent.probe ? &hot_->cache : nullptr, over_limit().key(key));
     // A long key is kept in flight only for the local fallback, which decides on it, and is
     // then counted against max_in_flight_bytes. Otherwise only its Redis key (a digest) is
     // kept: a client's megabyte key must not, by itself, pass the budget and be decided by
@@ -529,33 +376,22 @@ class RedisBinding {
     return {{}, redis_key_of(key, {})};
   }
 
-  /// The failure policy's decision. `redis_key`: the key's Redis key when known (`key` is then
-  /// empty: see HeldKey), for the back-off of the node that owns it.
+  /// The failure policy's decision (redis/failure_policy.hpp). `redis_key`: the key's Redis key
+  /// when known (`key` is then empty: see HeldKey), for the back-off of the node that owns it.
   Decision degrade(std::string_view key, std::chrono::nanoseconds now, const Operation& op,
                    std::string_view redis_key = {}) const {
-    client_->count_degraded();
-    Decision d{};
-    if (client_->options().failure_policy == FailurePolicy::local_fallback) {
-      d = fallback_->apply(key, now, op);
-      d.degraded = true;
-      return d;
-    }
-    const std::int64_t limit = params_.limit;
-    d.limit = limit;
-    d.degraded = true;
-    if (op.cost > limit) {  // can never succeed, whatever the shared state
-      d.retry_after = Decision::never;
-      return d;
-    }
-    if (client_->options().failure_policy == FailurePolicy::fail_open) {
-      d.allowed = true;
-      d.remaining = limit;
-      return d;
-    }
-    const auto wait = client_->retry_in(
-        [&] { return redis_key.empty() ? redis_key_of(key, {}) : std::string(redis_key); });
-    d.retry_after = wait < std::chrono::milliseconds{1} ? std::chrono::milliseconds{1} : wait;
-    return d;
+    return detail::decide_by_failure_policy(*client_, params_, fallback_, key, now, op, [&] {
+      return redis_key.empty() ? redis_key_of(key, {}) : std::string(redis_key);
+    });
+  }
+
+  /// The storage's hot-key levers as this binding uses them (views of its members, made per
+  /// call): the over-limit cache and the pre-limit.
+  detail::OverLimit<M> over_limit() const noexcept {
+    return {*client_, hot_->cache, params_, tail_, tail_hash_};
+  }
+  detail::PreLimit<M> pre_limit() const noexcept {
+    return {client_->options(), fallback_, hot_->pre_limited};
   }
 
   static const RedisBinding& self(const void* b) { return *static_cast<const RedisBinding*>(b); }
@@ -573,20 +409,16 @@ class RedisBinding {
       [](const void* b, std::string_view key, std::chrono::nanoseconds now, const Operation& op) {
         return self(b).degrade(key, now, op);
       },
-      [](const void* b, std::string_view key,
-         const Operation& op) -> std::optional<InMemoryStorage::Part> {
-        if (!self(b).fallback_) return std::nullopt;
-        return self(b).fallback_->part(key, op);
-      }};
+      [](const void* b, std::string_view key, const Operation& op)
+          -> std::optional<InMemoryStorage::Part> { return self(b).fallback_.part(key, op); }};
 
   std::shared_ptr<detail::RedisClient> client_;
   std::shared_ptr<detail::HotKeys> hot_;
   typename M::Params params_;
   typename M::Wire::BoundArgs bound_args_;
   std::string tail_;
-  std::uint64_t tail_hash_;  ///< the over-limit cache's hash of tail_
-  std::optional<typename InMemoryStorage::BindingOf<M>> fallback_;
-  bool derived_fallback_;  ///< fallback_'s limit is params_ / fallback_divisor, not bind's own
+  std::uint64_t tail_hash_;         ///< the over-limit cache's hash of tail_
+  detail::LocalLimit<M> fallback_;  ///< of local_fallback and the pre-limit, or empty
 };
 
 }  // namespace ratelimit

@@ -5,7 +5,7 @@
 ///
 /// This file is the container, blind to models: a bounded, sharded map from (binding, client
 /// key) to a type-erased cached state, and the "one request at a time asks Redis" rule for a
-/// key whose cached state would admit. RedisBinding (redis/binding.hpp) decides with the model
+/// key whose cached state would admit. A binding (redis/over_limit.hpp) decides with the model
 /// on the cached state, so the cache's answers are the model's: a denial answered here is the
 /// denial Redis would give if nothing else had happened to the key (others' spending only makes
 /// Redis deny more), and nothing is ever admitted here.
@@ -30,8 +30,8 @@
 
 namespace ratelimit::detail {
 
-/// A cached state; RedisBinding<M> knows its real type (a key's entry is only ever read by
-/// bindings of one model: the binding's key tail names the algorithm).
+/// A cached state; OverLimit<M> (redis/over_limit.hpp) knows its real type (a key's entry is only
+/// ever read by bindings of one model: the binding's key tail names the algorithm).
 struct CachedState {
   virtual ~CachedState() = default;
 };

@@ -74,7 +74,7 @@ namespace ratelimit {
 /// Errors: `apply` throws std::invalid_argument for cost < 1; Redis failures never throw (the
 /// local failure policy decides). Thread safety: every member is safe from many threads.
 template <class M>
-class RegionalBinding : public detail::RegionalDecisions<RegionalBinding<M>> {
+class RegionalWindowBinding : public detail::RegionalDecisions<RegionalWindowBinding<M>> {
   static_assert(RegionalWindowModel<M>,
                 "RegionalStorage holds FixedWindowModel, SlidingCounterModel, TokenBucketModel and "
                 "LeakyBucketModel only: counts that merge by addition, and buckets that debit the "
@@ -86,8 +86,8 @@ class RegionalBinding : public detail::RegionalDecisions<RegionalBinding<M>> {
 
   /// The same keys decided with other parameters (validated as `bind` does); the unseen bound
   /// scales with the limit unless it was given explicitly.
-  RegionalBinding with_params(const typename M::Params& p) const {
-    RegionalBinding b = *this;
+  RegionalWindowBinding with_params(const typename M::Params& p) const {
+    RegionalWindowBinding b = *this;
     b.params_ = p;
     (void)M::Wire::bound_args(p);  // the window: whole us, in range
     if (!explicit_unseen_) {
@@ -114,11 +114,11 @@ class RegionalBinding : public detail::RegionalDecisions<RegionalBinding<M>> {
 
  private:
   friend class RegionalStorage;
-  friend class detail::RegionalDecisions<RegionalBinding>;
+  friend class detail::RegionalDecisions<RegionalWindowBinding>;
 
-  RegionalBinding(std::shared_ptr<detail::RegionalState> state, InMemoryStorage fallback,
-                  std::string_view name, const typename M::Params& params,
-                  std::optional<std::int64_t> unseen)
+  RegionalWindowBinding(std::shared_ptr<detail::RegionalState> state, InMemoryStorage fallback,
+                        std::string_view name, const typename M::Params& params,
+                        std::optional<std::int64_t> unseen)
       : state_(std::move(state)),
         params_(params),
         tail_(detail::redis_key_tail(sliding ? "rsc" : "rfw", name)),
@@ -281,8 +281,8 @@ class RegionalStorage {
 
   /// A window's binding or a bucket's (RegionalBucketBinding).
   template <class M>
-  using Binding =
-      std::conditional_t<RegionalBucketModel<M>, RegionalBucketBinding<M>, RegionalBinding<M>>;
+  using Binding = std::conditional_t<RegionalBucketModel<M>, RegionalBucketBinding<M>,
+                                     RegionalWindowBinding<M>>;
   using Part = RegionalPart;
 
   /// Binds model `M` (FixedWindowModel, SlidingCounterModel, TokenBucketModel or
