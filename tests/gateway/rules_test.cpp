@@ -497,6 +497,9 @@ TEST_CASE("A bad block_duration is refused naming the field, the value and the l
         "rules.yaml:7: rate_limit.block_duration = \"99999999999999999999s\"" + too_long);
   CHECK(refusal("9223372036854775807h") ==
         "rules.yaml:7: rate_limit.block_duration = \"9223372036854775807h\"" + too_long);
+  // A hostile value of 100,000 digits: refused at once, the message quoting its first 60.
+  CHECK(refusal(std::string(100'000, '9') + "h") ==
+        "rules.yaml:7: rate_limit.block_duration = \"" + std::string(60, '9') + "...\"" + too_long);
   CHECK(refusal("[1h]") == "rules.yaml:7: rate_limit.block_duration must be a string, not a list");
   // With a limit that denies everything, or with none, a lockout means nothing.
   CHECK(error_of("domain: d\ndescriptors:\n  - key: a\n    rate_limit: {unit: minute, "

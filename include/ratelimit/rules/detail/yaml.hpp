@@ -535,7 +535,9 @@ class RulesReader {
     const int line = line_of(f.node, map_line);
     const std::string text = scalar(f, "rate_limit.block_duration", map_line, false);
     const auto bad = [&](const std::string& why) {
-      fail(line, "rate_limit.block_duration = " + quoted(text) + ": " + why);
+      // A hostile value may be megabytes long: the message quotes its start.
+      const std::string shown = text.size() > 64 ? text.substr(0, 60) + "..." : text;
+      fail(line, "rate_limit.block_duration = " + quoted(shown) + ": " + why);
     };
     const std::string syntax =
         "not a duration (whole numbers each with its unit h, m or s, e.g. 1h, 15m, 90s or "
