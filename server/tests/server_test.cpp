@@ -1252,4 +1252,14 @@ TEST_CASE("A lockout is refused at load where the counters keep only the Go wind
       "auth.yaml:4: rate_limit.block_duration of rule \"login_failure\": a lockout needs Redis "
       "or the in-process storage (its lock is a library algorithm's state; memcached, "
       "BACKEND_TYPE=memcache, keeps only the Go window)");
+  // The server's loader (the rules with ServerAlgorithms) refuses a bad value as the library's.
+  const ratelimit::RulesSource bad[] = {{"bad.yaml", R"(domain: d
+descriptors:
+  - key: a
+    rate_limit: {unit: minute, requests_per_unit: 5, block_duration: 1d}
+)"}};
+  CHECK_THROWS_WITH(
+      ratelimit::RulesConfig::from_strings<ratelimit::server::ServerAlgorithms>(bad),
+      "bad.yaml:4: rate_limit.block_duration = \"1d\": not a duration (whole numbers each with "
+      "its unit h, m or s, e.g. 1h, 15m, 90s or 1h30m)");
 }
