@@ -15,6 +15,17 @@
 /// counters, a limiter's included. On Redis Cluster a request's keys must share a slot: per-client
 /// limits share the client's hash tag (`RuleMatch::tag`); a request that also matches a shared
 /// limit spans slots and is decided by the failure policy (degraded). See docs/cluster.md.
+///
+/// ## Lockouts
+/// A rule with `block_duration` (`Rule::block_duration`) keeps `Lockout`'s lock beside each of
+/// its counters (a one-token bucket named the rule's id + "/lockout" on the same storage). A
+/// request with such a rule makes one storage call before its rounds (each such counter's lock
+/// and a peek of its limit, all in one `decide_all` of dry runs): a counter found locked takes
+/// no part in the rounds and is decided as the lock's denial (`DescriptorStatus::locked`,
+/// `remaining` 0, `retry_after` the lock's time left), denying the request as its limit would
+/// (shadow: dropped; quota: counted as a quota denial). After the rounds, each such counter that
+/// its limit denied (in a round or the dry run) takes its lock, in one more call; its denial then
+/// waits at least `block_duration`. The lock and the rounds are separate calls, as in `Lockout`.
 
 #include <algorithm>
 #include <array>
