@@ -625,3 +625,35 @@ TEST_CASE("A lockout rule shares its lock with a Lockout around a limiter named 
   CHECK(r.statuses[0].locked);
   CHECK(r.statuses[0].decision.retry_after == 50min);  // 60 - 10
 }
+
+TEST_CASE("A locked quota-mode limit counts as its denial: the request passes while another admits",
+          "[rules][lockout][quota]") {
+  ManualClock clock;
+  Set set(Rules::from_string(R"(domain: q
+descriptors:
+  - key: a
+    quota_mode: true
+    rate_limit: {unit: minute, requests_per_unit: 1, block_duration: 1h}
+  - key: b
+    quota_mode: true
+    rate_limit: {unit: minute, requests_per_unit: 1}
+)"),
+          {}, clock);
+  const ratelimit::RateLimitRequest a_only{"q", {{{{"a", "x"}}}}, 0};
+  const ratelimit::RateLimitRequest both{"q", {{{{"a", "x"}}}, {{{"b", "y"}}}}, 0};
+  REQUIRE(set.decide(a_only).allowed);
+  // a's only quota-mode limit denies: the request is denied, and a locks for 1 h.
+  REQUIRE_FALSE(set.decide(a_only).allowed);
+  // At 2 min a's sliding counter would admit (window 0's one request no longer weighs in
+  // window 2), yet a is locked: a denial of a quota-mode limit; b admits, so the request passes
+  // (quota mode denies only when every quota-mode limit does) and b spends.
+  clock.set(2min);
+  auto r = set.decide(both);
+  CHECK(r.allowed);
+  CHECK(r.statuses[0].locked);
+  CHECK(r.statuses[0].code == ratelimit::DescriptorStatus::Code::over_limit);
+  CHECK(r.statuses[0].decision.retry_after == 58min);  // 60 - 2
+  CHECK(r.statuses[1].decision.remaining == 0);        // 1 - 1
+  // a alone is still denied: its only quota-mode limit is locked.
+  CHECK_FALSE(set.decide(a_only).allowed);
+}
