@@ -50,6 +50,13 @@ struct PlannedDescriptor {
   bool library = false;
   /// A library algorithm's `requests_per_unit: 0`: denied without asking the storage.
   bool blocked = false;
+  /// The rule's lockout (`Rule::block_duration`): the counter was found locked out before
+  /// counting, so it is decided as `lock_denial` and not counted (`hit` empty).
+  bool locked = false;
+  Decision lock_denial{};
+  /// The lock's time left when found locked, or the wait of the lock this call's denial took
+  /// (or found taken by a racing call); 0 when no lock is involved.
+  std::chrono::nanoseconds lock_wait{0};
   std::optional<std::size_t> hit;  ///< its entry in the call's hits, when counted
   WireUnit unit{};
   std::int64_t limit = 0;

@@ -6,6 +6,7 @@
 #include <utility>
 #include <vector>
 
+#include <ratelimit/algorithms/token_bucket.hpp>
 #include <ratelimit/rules/detail/rounds.hpp>
 
 namespace ratelimit::server {
@@ -136,7 +137,99 @@ void next_round(std::shared_ptr<Rounds> r) {
       });
 }
 
+/// The lock of `rule`'s counter `counter` as a hit: `Lockout`'s one-token bucket refilled once
+/// per block duration, under the rule's id + "/lockout" and the counter's key, as the
+/// library's rule sets keep it (so a `RuleSet` or a `Lockout` around a limiter named the rule's
+/// id on the same storage sees the same lock). 0 hits: a peek; 1: the take that locks.
+Hit lock_hit(const Rule& rule, const Hit& counter, std::int64_t hits) {
+  const auto block_s = std::chrono::duration_cast<std::chrono::seconds>(rule.block_duration);
+  return Hit{rule.id + "/lockout",
+             counter.key,
+             1,
+             std::max<std::int64_t>(1, block_s.count()),
+             hits,
+             TokenBucketModel::name,
+             true,
+             {},
+             false};
+}
+
+bool locks_out(const PlannedDescriptor& p) {
+  return p.rule != nullptr && p.rule->locks_out() && p.hit.has_value();
+}
+
 }  // namespace
+
+void check_locks(std::shared_ptr<Counters> counters, std::shared_ptr<Call> call, Counted done) {
+  std::vector<Hit> peeks;
+  std::vector<std::size_t> of;  // the plan's index of each peek
+  for (std::size_t i = 0; i < call->plan.size(); ++i) {
+    const PlannedDescriptor& p = call->plan[i];
+    if (!locks_out(p)) continue;
+    peeks.push_back(lock_hit(*p.rule, call->hits[*p.hit], 0));
+    of.push_back(i);
+  }
+  if (peeks.empty()) return done(nullptr);
+  counters->count_async(
+      std::move(peeks), call->now,
+      [call, of = std::move(of), done](std::vector<HitResult> locks, std::exception_ptr err) {
+        if (err) return done(err);
+        std::vector<bool> dropped(call->hits.size(), false);
+        bool any = false;
+        for (std::size_t j = 0; j < of.size(); ++j) {
+          const Decision& lock = locks[j].decision;
+          if (lock.allowed) continue;
+          // As `Lockout` denies a locked key: nothing remains, the wait is the lock's.
+          PlannedDescriptor& p = call->plan[of[j]];
+          p.locked = true;
+          p.lock_wait = lock.retry_after;
+          p.lock_denial = Decision{};
+          p.lock_denial.limit = p.limit;
+          p.lock_denial.retry_after = lock.retry_after;
+          p.lock_denial.reset_after = lock.retry_after;
+          dropped[*p.hit] = any = true;
+          p.hit.reset();
+        }
+        if (any) {  // the locked descriptors' hits leave the call (each descriptor has its own)
+          std::vector<std::size_t> index(call->hits.size());
+          std::vector<Hit> kept;
+          for (std::size_t k = 0; k < call->hits.size(); ++k) {
+            index[k] = kept.size();
+            if (!dropped[k]) kept.push_back(std::move(call->hits[k]));
+          }
+          call->hits = std::move(kept);
+          for (PlannedDescriptor& p : call->plan)
+            if (p.hit) p.hit = index[*p.hit];
+        }
+        done(nullptr);
+      });
+}
+
+void take_locks(std::shared_ptr<Counters> counters, std::shared_ptr<Call> call, Counted done) {
+  std::vector<Hit> takes;
+  std::vector<std::size_t> of;
+  for (std::size_t i = 0; i < call->plan.size(); ++i) {
+    const PlannedDescriptor& p = call->plan[i];
+    // Denied by its own limit (a read that finds it over takes no lock, as `Lockout::peek`).
+    if (!locks_out(p) || p.hits <= 0 || *p.hit >= call->decisions.size() ||
+        call->decisions[*p.hit].allowed)
+      continue;
+    takes.push_back(lock_hit(*p.rule, call->hits[*p.hit], 1));
+    of.push_back(i);
+  }
+  if (takes.empty()) return done(nullptr);
+  counters->count_async(
+      std::move(takes), call->now,
+      [call, of = std::move(of), done](std::vector<HitResult> taken, std::exception_ptr err) {
+        if (!err)
+          for (std::size_t j = 0; j < of.size(); ++j) {
+            PlannedDescriptor& p = call->plan[of[j]];
+            const Decision& t = taken[j].decision;
+            p.lock_wait = t.allowed ? p.rule->block_duration : t.retry_after;
+          }
+        done(nullptr);
+      });
+}
 
 void count_each(std::shared_ptr<Counters> counters, OverLimitCache* cache, bool stop_increment,
                 std::shared_ptr<Call> call, Counted done) {
@@ -189,7 +282,10 @@ void count_all_or_nothing(std::shared_ptr<Counters> counters, std::shared_ptr<Ca
     r->rounds.add(owner[k] != nullptr ? kind_of(*owner[k]) : Kind::enforced, false, false);
   }
   for (const PlannedDescriptor& p : call->plan)
-    if (p.blocked) r->rounds.add(kind_of(p), false, true);
+    if (p.blocked)
+      r->rounds.add(kind_of(p), false, true);
+    else if (p.locked)
+      r->rounds.add(kind_of(p), false, true, p.lock_denial);
   r->rounds.start();
   r->counters = std::move(counters);
   r->call = std::move(call);

@@ -31,9 +31,24 @@ void count_each(std::shared_ptr<Counters> counters, OverLimitCache* cache, bool 
                 std::shared_ptr<Call> call, Counted done);
 
 /// All or nothing: counted only if every enforced hit is admitted, else nothing is counted
-/// (`Call::counted` false). A blocked descriptor (a library algorithm's limit of 0) denies
-/// without the storage. Two descriptors on one counter are merged into one hit first.
+/// (`Call::counted` false). A blocked descriptor (a library algorithm's limit of 0) and a
+/// locked-out one deny without the storage. Two descriptors on one counter are merged into one
+/// hit first.
 void count_all_or_nothing(std::shared_ptr<Counters> counters, std::shared_ptr<Call> call,
                           Counted done);
+
+/// Lockouts, before counting (`Rule::block_duration`, the library's `Lockout`): the lock of
+/// every descriptor of a rule with one is peeked (one `count_async` for the call; none when no
+/// rule of the call has a lockout); a descriptor found locked out is decided as the lock's
+/// denial (`PlannedDescriptor::locked`, remaining 0, waiting the lock's time left) and its hit
+/// is dropped: nothing is counted for it. `done(error)` when the storage fails.
+void check_locks(std::shared_ptr<Counters> counters, std::shared_ptr<Call> call, Counted done);
+
+/// Lockouts, after counting: each descriptor of a rule with a lockout whose hits (> 0) its
+/// limit denied takes its lock (one `count_async` for the call): locked for the block duration
+/// from the call's time, or, if a racing call took it first, for what is left of that lock
+/// (never extended); `PlannedDescriptor::lock_wait` says which. A storage failing here leaves
+/// the counters unlocked and the call answered: `done(nullptr)` always.
+void take_locks(std::shared_ptr<Counters> counters, std::shared_ptr<Call> call, Counted done);
 
 }  // namespace ratelimit::server

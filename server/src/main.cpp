@@ -98,6 +98,8 @@ int run(int argc, char** argv) {
   service_settings.over_limit_cache_bytes = static_cast<std::size_t>(settings.local_cache_bytes);
   service_settings.all_or_nothing = settings.all_or_nothing;
   service_settings.stop_increment_when_over = settings.stop_increment_when_over;
+  // memcached keeps only the Go window: a rule's lockout (block_duration) is refused at load.
+  service_settings.lockouts = settings.backend_type != "memcache";
   // Our own /metrics: every counted descriptor's decision and hits, every call's duration,
   // every Redis round trip (the storage's listener below).
   auto exporter = std::make_shared<ratelimit::PrometheusExporter>();

@@ -1,5 +1,6 @@
 #include "response.hpp"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <limits>
@@ -56,7 +57,7 @@ void report(Listener& listener, const Call& call, const PlannedDescriptor& p, co
   e.name = p.metric;
   e.decision = d;
   if (p.shadow && !d.allowed) e.decision.shadow_denied = true;
-  e.outcome = outcome_of(e.decision);
+  e.outcome = p.locked ? Outcome::locked_out : outcome_of(e.decision);
   e.cost = hits;
   e.latency = call.latency_from ? std::chrono::steady_clock::now() - *call.latency_from
                                 : std::chrono::nanoseconds{-1};
@@ -123,18 +124,28 @@ void build_response(const Call& call, const ServiceSettings& settings) {
       st->set_limit_remaining(max_uint32);
       continue;
     }
-    if (!p.hit && !p.blocked) {
+    if (!p.hit && !p.blocked && !p.locked) {
       st->set_code(pb::RateLimitResponse::OK);  // no limit
     } else {
-      const Decision d = p.blocked ? blocked_decision() : call.decisions[*p.hit];
-      set_status(*st, p, d,
-                 p.library ? library_reset_s(d, p.unit.window_s)
-                           : p.unit.window_s - now_s % p.unit.window_s);
+      const Decision d = p.blocked  ? blocked_decision()
+                         : p.locked ? p.lock_denial
+                                    : call.decisions[*p.hit];
+      std::int64_t reset_s = p.library ? library_reset_s(d, p.unit.window_s)
+                                       : p.unit.window_s - now_s % p.unit.window_s;
+      // A lockout (`Lockout`'s answer): while locked, the lock's time left; the denial that
+      // locks, at least the lock's wait. Whole seconds rounded up, as a library algorithm's.
+      if (p.lock_wait.count() > 0) {
+        const std::int64_t lock_s = (p.lock_wait.count() + 999'999'999) / 1'000'000'000;
+        reset_s = p.locked ? lock_s : std::max(reset_s, lock_s);
+      }
+      set_status(*st, p, d, reset_s);
       const bool cached = p.hit && !call.cached.empty() && call.cached[*p.hit];
       // A call that counted nothing (all or nothing) reports only its denials: the others'
       // admissions were dry runs.
       if (settings.listener && p.hit && call.hits[*p.hit].hits > 0 && (call.counted || !d.allowed))
         report(*settings.listener, call, p, d, call.hits[*p.hit].hits);
+      else if (settings.listener && p.locked && p.hits > 0)
+        report(*settings.listener, call, p, d, p.hits);
       if (settings.observer) {
         try {
           settings.observer(
@@ -179,9 +190,12 @@ void build_response(const Call& call, const ServiceSettings& settings) {
     };
     add(settings.limit_header, std::to_string(chosen->current_limit().requests_per_unit()));
     add(settings.remaining_header, std::to_string(chosen->limit_remaining()));
-    // utils.CalculateReset: the unit's divider minus now modulo it, for any algorithm.
+    // utils.CalculateReset: the unit's divider minus now modulo it, for any algorithm; a
+    // descriptor locked out, or locking now, resets when its lock ends (its status's duration).
     const std::int64_t w = chosen_plan->unit.window_s;
-    add(settings.reset_header, std::to_string(w - now_s % w));
+    add(settings.reset_header,
+        std::to_string(chosen_plan->lock_wait.count() > 0 ? chosen->duration_until_reset().seconds()
+                                                          : w - now_s % w));
   }
   if (call.metadata) {
     google::protobuf::Struct out = *call.metadata;

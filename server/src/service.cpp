@@ -62,6 +62,12 @@ void Service::reload(RulesConfig config) {
                                       std::string(r.algorithm.name) + "\": " + e.what());
         }
       });
+      if (r.locks_out() && !settings_.lockouts)
+        throw std::invalid_argument(
+            r.source + ":" + std::to_string(r.line) + ": rate_limit.block_duration of rule \"" +
+            r.name +
+            "\": a lockout needs Redis or the in-process storage (its lock is a library "
+            "algorithm's state; memcached, BACKEND_TYPE=memcache, keeps only the Go window)");
       if (!known)  // a configuration loaded with another registry
         throw std::invalid_argument(r.source + ":" + std::to_string(r.line) +
                                     ": rate_limit.algorithm = \"" + std::string(r.algorithm.name) +
@@ -145,11 +151,20 @@ void Service::decide_async(const pb::RateLimitRequest& request, pb::RateLimitRes
     build_response(*call, settings_);
     done(grpc::Status::OK);
   };
-  if (settings_.all_or_nothing)
-    count_all_or_nothing(counters_, std::move(call), std::move(answer));
-  else
-    count_each(counters_, cache_.get(), settings_.stop_increment_when_over, std::move(call),
-               std::move(answer));
+  // Lockouts around the counting: the locks checked before, taken after (neither reaches the
+  // storage when no rule of the call has a lockout).
+  Counted counted = [this, call, answer = std::move(answer)](std::exception_ptr err) {
+    if (err) return answer(err);
+    take_locks(counters_, call, answer);
+  };
+  Counted checked = [this, call, counted = std::move(counted)](std::exception_ptr err) {
+    if (err) return counted(err);
+    if (settings_.all_or_nothing)
+      count_all_or_nothing(counters_, call, counted);
+    else
+      count_each(counters_, cache_.get(), settings_.stop_increment_when_over, call, counted);
+  };
+  check_locks(counters_, std::move(call), std::move(checked));
 }
 
 }  // namespace ratelimit::server

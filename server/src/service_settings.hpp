@@ -58,6 +58,10 @@ struct ServiceSettings {
   /// decided again. Two descriptors on one counter are one hit of their summed hits. The
   /// over-limit cache is not used (a denial counts nothing, so a counter is not known over).
   bool all_or_nothing = false;
+  /// Whether the counters hold the library's algorithms, which a rule's lockout
+  /// (`block_duration`) keeps its lock in: false for memcached (BACKEND_TYPE=memcache), where
+  /// `Service::reload` refuses such a rule naming it.
+  bool lockouts = true;
   /// When set, hears of every counted descriptor's decision (not reads), named as the
   /// reference names its stats ("<domain>.<key>_<value>...", see `RuleSet::metric_name`; a
   /// limit override is "<domain>.override"), e.g. a `PrometheusExporter`.

@@ -233,11 +233,11 @@ struct CheckFixture {
   std::shared_ptr<ck::ActionsHolder> actions = std::make_shared<ck::ActionsHolder>();
   std::unique_ptr<rs::HttpFront> front;
 
-  explicit CheckFixture(const std::string& actions_yaml) {
+  explicit CheckFixture(const std::string& actions_yaml, const char* rules = two_per_minute) {
     service = std::make_shared<rs::Service>(rs::make_memory_counters(), rs::ServiceSettings{}, [] {
       return std::chrono::nanoseconds{90'000'000'000};
     });
-    const ratelimit::RulesSource sources[] = {{"edge.yaml", two_per_minute}};
+    const ratelimit::RulesSource sources[] = {{"edge.yaml", rules}};
     service->reload(ratelimit::RulesConfig::from_strings<rs::ServerAlgorithms>(sources));
     actions->set(std::make_shared<const ck::ActionsConfig>(
         ck::ActionsConfig::parse(actions_yaml, "actions.yaml")));
@@ -356,4 +356,30 @@ TEST_CASE("HTTP front: routes, 404 and 405, and bounded requests", "[check]") {
   const auto huge = client.Get("/a", httplib::Headers{{"X-Big", std::string(16 * 1024, 'x')}});
   if (huge) CHECK(huge->status >= 400);
   CHECK_THROWS_AS(rs::HttpFront(rs::HttpRoutes{}, "not-an-address", 0), std::runtime_error);
+}
+
+TEST_CASE("Check: a descriptor locked out (block_duration) answers the lock's time in Retry-After",
+          "[check][lockout]") {
+  // 2 per minute, then locked 10 min (docs/rules.md, "Lockouts"); time stands still at 90 s.
+  CheckFixture f(user_actions, R"(domain: edge
+descriptors:
+  - key: user
+    rate_limit: {unit: minute, requests_per_unit: 2, block_duration: 10m}
+)");
+  httplib::Client client("127.0.0.1", f.front->port());
+  const httplib::Headers h = {{"X-Forwarded-Method", "GET"},
+                              {"X-Forwarded-Uri", "/items?user=carol"}};
+  REQUIRE(client.Get("/check/edge", h)->status == 200);
+  REQUIRE(client.Get("/check/edge", h)->status == 200);
+  // The third is over and locks: the window would reset in 30 s, the lock holds 600 s.
+  const auto third = client.Get("/check/edge", h);
+  REQUIRE(third);
+  CHECK(third->status == 429);
+  CHECK(third->get_header_value("Retry-After") == "600");
+  // Locked: denied with the lock's time left (the clock stands still: 600 s), not counted.
+  const auto fourth = client.Get("/check/edge", h);
+  REQUIRE(fourth);
+  CHECK(fourth->status == 429);
+  CHECK(fourth->get_header_value("Retry-After") == "600");
+  CHECK(fourth->get_header_value("X-RateLimit-Remaining") == "0");
 }

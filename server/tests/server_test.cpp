@@ -1095,3 +1095,171 @@ descriptors:
   // NEAR_LIMIT_RATIO changes no answer: the first call's status is the plain 4 - 1 = 3 left.
   CHECK(plain.statuses(0).limit_remaining() == 3);
 }
+
+// --- Lockouts: rate_limit.block_duration (ours; the library's Lockout, docs/rules.md).
+
+namespace {
+
+// The login rule: 5 failures an hour (the rules' units have no 15 minutes), then locked 1 h.
+// `login` runs the Go window (every hit counted, as the reference), `otp` a library algorithm in
+// shadow mode.
+const std::string lockout_rules = R"(
+domain: auth
+descriptors:
+  - key: login_failure
+    rate_limit: {unit: hour, requests_per_unit: 5, block_duration: 1h}
+  - key: otp
+    shadow_mode: true
+    rate_limit: {unit: minute, requests_per_unit: 1, algorithm: fixed_window, block_duration: 10m}
+  - key: api_key
+    rate_limit: {unit: day, requests_per_unit: 100}
+)";
+
+std::string header(const pb::RateLimitResponse& res, const std::string& key) {
+  for (const auto& h : res.response_headers_to_add())
+    if (h.key() == key) return h.value();
+  return "(none)";
+}
+
+}  // namespace
+
+TEST_CASE("The login rule: a descriptor over its limit is locked out for its block_duration",
+          "[server][lockout]") {
+  ratelimit::server::ServiceSettings settings;
+  settings.response_headers = true;
+  auto listener = std::make_shared<rltest::CountingListener>();
+  settings.listener = listener;
+  std::vector<ratelimit::server::DescriptorResult> results;
+  std::mutex results_mutex;
+  settings.observer = [&](const ratelimit::server::DescriptorResult& r) {
+    const std::lock_guard lock(results_mutex);
+    results.push_back(r);
+  };
+  Fixture f(lockout_rules, settings);
+  const Desc alice{{{"login_failure", "alice"}}};
+  // Failures at 0..4 min of the hour window that starts at day0: 5 - i - 1 remain.
+  for (int i = 0; i < 5; ++i) {
+    f.clock.set(std::chrono::seconds{day0_s + 60 * i});
+    const auto res = f.ok("auth", {alice});
+    CHECK(res.overall_code() == Code::OK);
+    CHECK(res.statuses(0).limit_remaining() == static_cast<std::uint32_t>(4 - i));
+  }
+  // The 6th at 5 min: count 6 > 5, over; its denial locks until 65 min. The Go window alone
+  // resets at 60 min (3600 - 300 = 3300 s); the lock's 3600 s is longer: both the status and
+  // the reset header say 3600.
+  f.clock.set(std::chrono::seconds{day0_s + 300});
+  auto res = f.ok("auth", {alice});
+  CHECK(res.overall_code() == Code::OVER_LIMIT);
+  CHECK(res.statuses(0).duration_until_reset().seconds() == 3600);
+  CHECK(header(res, "RateLimit-Reset") == "3600");
+  // Locked at 35 min: 65 - 35 = 30 min = 1800 s left; OVER_LIMIT with nothing remaining, the
+  // limit as configured.
+  f.clock.set(std::chrono::seconds{day0_s + 35 * 60});
+  res = f.ok("auth", {alice});
+  CHECK(res.overall_code() == Code::OVER_LIMIT);
+  CHECK(res.statuses(0).code() == Code::OVER_LIMIT);
+  CHECK(res.statuses(0).limit_remaining() == 0);
+  CHECK(res.statuses(0).current_limit().requests_per_unit() == 5);
+  CHECK(res.statuses(0).duration_until_reset().seconds() == 1800);
+  CHECK(header(res, "RateLimit-Remaining") == "0");
+  CHECK(header(res, "RateLimit-Reset") == "1800");
+  // At 60 min the Go window is a new one (it would admit), but the lock holds 5 min more, and
+  // the locked calls are not counted: 300 s left.
+  f.clock.set(std::chrono::seconds{day0_s + 3600});
+  res = f.ok("auth", {alice});
+  CHECK(res.overall_code() == Code::OVER_LIMIT);
+  CHECK(res.statuses(0).duration_until_reset().seconds() == 300);
+  // Another user is not locked.
+  CHECK(f.ok("auth", {{{{"login_failure", "bob"}}}}).overall_code() == Code::OK);
+  // At 65 min the lock is over: the window of 60 min counted none of the locked calls, so
+  // this is its first hit: 5 - 1 = 4 remain, the window ends in 3600 - 300 = 3300 s.
+  f.clock.set(std::chrono::seconds{day0_s + 3900});
+  res = f.ok("auth", {alice});
+  CHECK(res.overall_code() == Code::OK);
+  CHECK(res.statuses(0).limit_remaining() == 4);
+  CHECK(res.statuses(0).duration_until_reset().seconds() == 3300);
+  // The listener heard 5 + 1 + 1 (bob) admissions, 1 denial by the limit, 2 by the lock; the
+  // stats' observer saw the locked calls over their limit, without a count (none was made).
+  CHECK(listener->count("auth.login_failure", ratelimit::Outcome::allowed) == 7);
+  CHECK(listener->count("auth.login_failure", ratelimit::Outcome::limited) == 1);
+  CHECK(listener->count("auth.login_failure", ratelimit::Outcome::locked_out) == 2);
+  const std::lock_guard lock(results_mutex);
+  REQUIRE(results.size() == 10);  // 5 + 1 + 2 + bob + 1
+  CHECK(results[6].standing == ratelimit::server::LimitStanding::over);
+  CHECK_FALSE(results[6].count_after.has_value());
+  CHECK(results[5].standing == ratelimit::server::LimitStanding::over);
+  CHECK(results[5].count_after == 6);  // the Go window's 6th hit
+}
+
+TEST_CASE("A lockout in shadow mode locks and reports, but the call stays OK",
+          "[server][lockout]") {
+  ratelimit::server::ServiceSettings settings;
+  auto listener = std::make_shared<rltest::CountingListener>();
+  settings.listener = listener;
+  Fixture f(lockout_rules, settings);
+  const Desc otp{{{"otp", "alice"}}};
+  CHECK(f.ok("auth", {otp}).statuses(0).limit_remaining() == 0);  // 1 - 1
+  // The 2nd in the minute is over (shadow: OK) and locks for 10 min: 600 s.
+  auto res = f.ok("auth", {otp});
+  CHECK(res.overall_code() == Code::OK);
+  CHECK(res.statuses(0).code() == Code::OK);
+  CHECK(res.statuses(0).duration_until_reset().seconds() == 600);
+  // 5 min later the fixed window has room again, but the lock is checked as enforced: OK (shadow),
+  // nothing remaining, 300 s left of the lock; the listener hears it locked out.
+  f.clock.advance(std::chrono::seconds{300});
+  res = f.ok("auth", {otp});
+  CHECK(res.overall_code() == Code::OK);
+  CHECK(res.statuses(0).limit_remaining() == 0);
+  CHECK(res.statuses(0).duration_until_reset().seconds() == 300);
+  CHECK(listener->count("auth.otp", ratelimit::Outcome::shadow_limited) == 1);
+  CHECK(listener->count("auth.otp", ratelimit::Outcome::locked_out) == 1);
+  // After the lock (10 min from the denial) the window admits again: 1 - 1 = 0 remain, OK.
+  f.clock.advance(std::chrono::seconds{300});
+  res = f.ok("auth", {otp});
+  CHECK(res.statuses(0).code() == Code::OK);
+  CHECK(listener->count("auth.otp", ratelimit::Outcome::allowed) == 2);
+}
+
+TEST_CASE("All or nothing: a locked-out descriptor makes the call count nothing",
+          "[server][lockout][no_cluster]") {
+  ratelimit::server::ServiceSettings settings;
+  settings.all_or_nothing = true;
+  Fixture f(lockout_rules, settings);
+  const Desc alice{{{"login_failure", "alice"}}}, key{{{"api_key", "K"}}};
+  for (int i = 0; i < 5; ++i) REQUIRE(f.ok("auth", {alice, key}).overall_code() == Code::OK);
+  // The 6th is over (5 + 1 > 5): nothing counted, and the lock is taken (1 h).
+  auto res = f.ok("auth", {alice, key});
+  CHECK(res.overall_code() == Code::OVER_LIMIT);
+  CHECK(res.statuses(0).duration_until_reset().seconds() == 3600);
+  // 30 min later: locked (1800 s left), so the call is denied without counting anything.
+  f.clock.advance(std::chrono::seconds{1800});
+  res = f.ok("auth", {alice, key});
+  CHECK(res.overall_code() == Code::OVER_LIMIT);
+  CHECK(res.statuses(0).duration_until_reset().seconds() == 1800);  // 3600 - 1800
+  // api_key counted only the 5 admitted calls: a dry run reads 100 - 5 = 95.
+  CHECK(res.statuses(1).limit_remaining() == 95);
+}
+
+TEST_CASE("A lockout is refused at load where the counters keep only the Go window (memcached)",
+          "[server][lockout]") {
+  ratelimit::server::ServiceSettings settings;
+  settings.lockouts = false;  // BACKEND_TYPE=memcache (main.cpp)
+  ratelimit::server::Service service(ratelimit::server::make_memory_counters(), settings);
+  const ratelimit::RulesSource sources[] = {{"auth.yaml", lockout_rules}};
+  CHECK_THROWS_WITH(
+      service.reload(
+          ratelimit::RulesConfig::from_strings<ratelimit::server::ServerAlgorithms>(sources)),
+      "auth.yaml:4: rate_limit.block_duration of rule \"login_failure\": a lockout needs Redis "
+      "or the in-process storage (its lock is a library algorithm's state; memcached, "
+      "BACKEND_TYPE=memcache, keeps only the Go window)");
+  // The server's loader (the rules with ServerAlgorithms) refuses a bad value as the library's.
+  const ratelimit::RulesSource bad[] = {{"bad.yaml", R"(domain: d
+descriptors:
+  - key: a
+    rate_limit: {unit: minute, requests_per_unit: 5, block_duration: 1d}
+)"}};
+  CHECK_THROWS_WITH(
+      ratelimit::RulesConfig::from_strings<ratelimit::server::ServerAlgorithms>(bad),
+      "bad.yaml:4: rate_limit.block_duration = \"1d\": not a duration (whole numbers each with "
+      "its unit h, m or s, e.g. 1h, 15m, 90s or 1h30m)");
+}

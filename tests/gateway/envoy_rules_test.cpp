@@ -141,7 +141,7 @@ TEST_CASE("Every refusal names the file, the line and the problem", "[rules][env
         "share_threshold, metadata)");
   CHECK(refusal("domain: d\ndescriptors:\n  - key: a\n    rate_limit:\n      units: second\n") ==
         "rules.yaml:5: unknown field \"units\" (expected one of: unit, requests_per_unit, "
-        "algorithm, name, unlimited, replaces, time_zone, first_day)");
+        "algorithm, name, unlimited, replaces, time_zone, first_day, block_duration)");
   CHECK(refusal("domain: d\ndomains: e\ndescriptors:\n  - key: a\n") ==
         "rules.yaml:2: unknown field \"domains\" (expected one of: domain, descriptors, "
         "client_keys)");

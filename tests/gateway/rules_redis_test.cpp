@@ -255,3 +255,57 @@ TEST_CASE("When Redis is unreachable every limit gets its failure policy, marked
   CHECK(d.outcomes[0].decision.degraded);
   CHECK(d.outcomes[1].decision.degraded);
 }
+
+TEST_CASE("On Redis the login rule locks the user out for 1 h, through decide and decide_async",
+          "[rules][redis][lockout]") {
+  // 5 failures per hour (sliding log; the rules have no 15-minute unit), locked 1 h after the
+  // limit denies (docs/rules.md, block_duration). The lock is a one-token bucket on Redis
+  // under the rule's id + "/lockout", beside the log.
+  ManualClock clock;
+  const auto options = rltest::test_redis_options("rules-lockout");
+  RedisSet set(Rules::from_string(R"(domain: auth
+descriptors:
+  - key: login_failure
+    rate_limit: {unit: hour, requests_per_unit: 5, algorithm: sliding_log, block_duration: 1h}
+)"),
+               ratelimit::RedisStorage(options), clock);
+  const ratelimit::RateLimitRequest alice{"auth", {{{{"login_failure", "alice"}}}}, 0};
+  const auto async = [&] {
+    return set.decide_async(std::span<const DescriptorEntry>(alice.descriptors[0].entries), 1)
+        .get();
+  };
+  for (int i = 0; i < 5; ++i) {
+    clock.set(std::chrono::minutes{i});
+    REQUIRE((i % 2 == 0 ? set.decide(alice).allowed : async().allowed));
+  }
+  // The 6th at 5 min locks until 65 min (the log alone: 60 min, when t = 0 leaves).
+  clock.set(5min);
+  auto r = set.decide(alice);
+  REQUIRE_FALSE(r.allowed);
+  CHECK_FALSE(r.statuses[0].locked);
+  CHECK(r.statuses[0].decision.retry_after == 1h);
+  CHECK_FALSE(r.statuses[0].decision.degraded);
+  // The lock is on Redis, with a TTL: the bucket is fresh again once full, at 65 min.
+  std::string lock_key;
+  for (const auto& k : redis_keys(options.key_prefix))
+    if (k.find("/lockout") != std::string::npos) lock_key = k;
+  REQUIRE_FALSE(lock_key.empty());
+  CHECK(pttl(lock_key) > 0);
+  // Locked at 35 min (30 min left), through both calls; nothing spent from the log.
+  clock.set(35min);
+  r = set.decide(alice);
+  REQUIRE_FALSE(r.allowed);
+  CHECK(r.statuses[0].locked);
+  CHECK(r.statuses[0].decision.retry_after == 30min);
+  CHECK(r.statuses[0].decision.remaining == 0);
+  const auto flat = async();
+  REQUIRE_FALSE(flat.allowed);
+  CHECK(flat.decision().retry_after == 30min);
+  // Free at 65 min: the 5 failures (0..4 min) have left the hour (t > 5 min), the locked
+  // attempts were never logged: 5 - 1 = 4 left.
+  clock.set(65min);
+  r = set.decide(alice);
+  REQUIRE(r.allowed);
+  CHECK(r.statuses[0].decision.remaining == 4);
+  CHECK(set.storage().stats().degraded_decisions == 0);
+}

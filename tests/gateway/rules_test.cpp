@@ -378,7 +378,8 @@ TEST_CASE("Invalid rules files name the line and the problem", "[rules][errors]"
   CHECK(error_of("domain: d\ndescriptors:\n  - key: a\n    rate_limit: {unit: second, "
                  "requests_per_units: 1}\n") ==
         "rules.yaml:4: unknown field \"requests_per_units\" (expected one of: unit, "
-        "requests_per_unit, algorithm, name, unlimited, replaces, time_zone, first_day)");
+        "requests_per_unit, algorithm, name, unlimited, replaces, time_zone, first_day, "
+        "block_duration)");
   CHECK(error_of("descriptors:\n  - key: a\n    rate_limit: {unit: second, requests_per_unit: "
                  "1}\n") == "rules.yaml:1: missing field `domain`");
   CHECK(error_of("domain: d\ndescriptors:\n  - key: a\n    rate_limit: {unit: second, "
@@ -409,4 +410,250 @@ TEST_CASE("Rules load from a file, and a missing file is an error naming it", "[
   std::remove(path.c_str());
   CHECK_THROWS_WITH(Rules::from_file("no/such/rules.yaml"),
                     "rules file no/such/rules.yaml: cannot open");
+}
+
+// --- Lockouts: rate_limit.block_duration (docs/rules.md; Lockout's meaning, docs/algorithms.md
+// "Refunds, penalties and lockouts").
+
+namespace {
+
+// The login rule. The rules' units are second to year, so "5 failures in 15 minutes" is written
+// as 5 per hour here (a sliding log: exactly the last hour's failures), locked 1 h after the
+// limit denies. Each request of the descriptor is a failed login (the gateway asks only then).
+constexpr const char* login_yaml = R"(domain: auth
+descriptors:
+  - key: login_failure
+    rate_limit: {unit: hour, requests_per_unit: 5, algorithm: sliding_log, block_duration: 1h}
+  - key: api_key
+    rate_limit: {unit: day, requests_per_unit: 100}
+  - key: otp
+    shadow_mode: true
+    rate_limit: {unit: minute, requests_per_unit: 1, block_duration: 10m}
+)";
+
+ratelimit::RateLimitRequest login_request(const std::string& user, std::int64_t hits = 0) {
+  ratelimit::RateLimitRequest r{"auth", {}, 0};
+  r.descriptors.push_back({{{"login_failure", user}}, std::nullopt, std::nullopt});
+  r.descriptors.push_back({{{"api_key", "K"}}, std::nullopt, std::nullopt});
+  if (hits > 0) r.hits_addend = hits;
+  return r;
+}
+
+}  // namespace
+
+TEST_CASE("block_duration is read as Go writes durations, whole seconds from 1 s to 366 days",
+          "[rules][lockout][parse]") {
+  const auto block_of = [](const std::string& text) {
+    return Rules::from_string(
+               "domain: d\ndescriptors:\n  - key: a\n    rate_limit: {unit: "
+               "minute, requests_per_unit: 5, block_duration: " +
+               text + "}\n")
+        .rules()
+        .front()
+        .block_duration;
+  };
+  CHECK(block_of("1h") == 1h);
+  CHECK(block_of("15m") == 15min);
+  CHECK(block_of("90s") == 90s);
+  CHECK(block_of("1h30m") == 90min);      // 3600 + 1800 s
+  CHECK(block_of("8784h") == 366 * 24h);  // 366 days, the longest
+  CHECK(block_of("1s") == 1s);
+  CHECK(block_of("\"2m5s\"") == 125s);  // 120 + 5 s, quoted or not
+  // Without it the rule is the reference's: no lockout.
+  const Rules plain = Rules::from_string(gateway_yaml);
+  for (const auto& r : plain.rules()) CHECK_FALSE(r.locks_out());
+  CHECK(Rules::from_string(login_yaml).rules().front().locks_out());
+}
+
+TEST_CASE("A bad block_duration is refused naming the field, the value and the line",
+          "[rules][lockout][errors]") {
+  const auto refusal = [](const std::string& text) {
+    return error_of(
+        "domain: d\ndescriptors:\n  - key: a\n    rate_limit:\n      unit: minute\n"
+        "      requests_per_unit: 5\n      block_duration: " +
+        text + "\n");
+  };
+  const std::string syntax =
+      ": not a duration (whole numbers each with its unit h, m or s, e.g. 1h, 15m, 90s or 1h30m)";
+  CHECK(refusal("3600") == "rules.yaml:7: rate_limit.block_duration = \"3600\"" + syntax);
+  CHECK(refusal("1 hour") == "rules.yaml:7: rate_limit.block_duration = \"1 hour\"" + syntax);
+  CHECK(refusal("1.5h") == "rules.yaml:7: rate_limit.block_duration = \"1.5h\"" + syntax);
+  CHECK(refusal("1d") == "rules.yaml:7: rate_limit.block_duration = \"1d\"" + syntax);
+  CHECK(refusal("500ms") == "rules.yaml:7: rate_limit.block_duration = \"500ms\"" + syntax);
+  CHECK(refusal("h") == "rules.yaml:7: rate_limit.block_duration = \"h\"" + syntax);
+  CHECK(refusal("-1h") ==
+        "rules.yaml:7: rate_limit.block_duration = \"-1h\": must not be negative (leave the "
+        "field out for no lockout)");
+  CHECK(refusal("0s") ==
+        "rules.yaml:7: rate_limit.block_duration = \"0s\": must be at least 1s (leave the field "
+        "out for no lockout)");
+  CHECK(refusal("\"\"") ==
+        "rules.yaml:7: rate_limit.block_duration = \"\": empty (a duration such as 1h, 15m or "
+        "90s; leave it out for no lockout)");
+  // 8784h is 366 days; one second more, or a number past int64, is too long (no overflow).
+  const std::string too_long = ": longer than 366 days (8784h), the longest lockout";
+  CHECK(refusal("8784h1s") == "rules.yaml:7: rate_limit.block_duration = \"8784h1s\"" + too_long);
+  CHECK(refusal("99999999999999999999s") ==
+        "rules.yaml:7: rate_limit.block_duration = \"99999999999999999999s\"" + too_long);
+  CHECK(refusal("9223372036854775807h") ==
+        "rules.yaml:7: rate_limit.block_duration = \"9223372036854775807h\"" + too_long);
+  // A hostile value of 100,000 digits: refused at once, the message quoting its first 60.
+  CHECK(refusal(std::string(100'000, '9') + "h") ==
+        "rules.yaml:7: rate_limit.block_duration = \"" + std::string(60, '9') + "...\"" + too_long);
+  CHECK(refusal("[1h]") == "rules.yaml:7: rate_limit.block_duration must be a string, not a list");
+  // With a limit that denies everything, or with none, a lockout means nothing.
+  CHECK(error_of("domain: d\ndescriptors:\n  - key: a\n    rate_limit: {unit: minute, "
+                 "requests_per_unit: 0, block_duration: 1h}\n") ==
+        "rules.yaml:4: rate_limit.block_duration with requests_per_unit: 0: the limit already "
+        "denies every request, a lockout adds nothing (remove one of them)");
+  CHECK(error_of("domain: d\ndescriptors:\n  - key: a\n    rate_limit: {unlimited: true, "
+                 "block_duration: 1h}\n") ==
+        "rules.yaml:4: rate_limit.unlimited: true takes no block_duration (nothing is ever "
+        "denied to lock out)");
+}
+
+TEST_CASE("The login rule: 5 failures in the hour lock the user out for 1 h, spending nothing",
+          "[rules][lockout]") {
+  ManualClock clock;
+  Set set(Rules::from_string(login_yaml), {}, clock);
+  // Failures at t = 0, 1, 2, 3, 4 min: the log's 5 places.
+  for (int i = 0; i < 5; ++i) {
+    clock.set(std::chrono::minutes{i});
+    const auto r = set.decide(login_request("alice"));
+    REQUIRE(r.allowed);
+    CHECK(r.statuses[0].decision.remaining == 4 - i);  // 5 - (i + 1)
+    CHECK_FALSE(r.statuses[0].locked);
+  }
+  // The 6th, at t = 5 min, is denied by the limit and locks from now: the log alone would
+  // admit at 60 min, when the t = 0 failure leaves (retry_after 55 min), but the lock holds
+  // until 5 + 60 = 65 min: retry_after = reset_after = 60 min (the log's reset_after is
+  // 4 + 60 - 5 = 59 min).
+  clock.set(5min);
+  auto r = set.decide(login_request("alice"));
+  REQUIRE_FALSE(r.allowed);
+  CHECK(r.statuses[0].code == ratelimit::DescriptorStatus::Code::over_limit);
+  CHECK_FALSE(r.statuses[0].locked);  // denied by the limit, which locks
+  CHECK(r.statuses[0].decision.retry_after == 60min);
+  CHECK(r.statuses[0].decision.reset_after == 60min);
+  CHECK(r.decision().retry_after == 60min);
+  // Locked: at 35 min, 30 min left; the limit is not asked (nothing spent, also not from the
+  // api_key limit of the same request: a sliding counter of a day, in its first window, left
+  // by all or nothing at 100 - 5 admitted = 95).
+  clock.set(35min);
+  r = set.decide(login_request("alice"));
+  REQUIRE_FALSE(r.allowed);
+  CHECK(r.statuses[0].locked);
+  CHECK(r.statuses[0].code == ratelimit::DescriptorStatus::Code::over_limit);
+  CHECK(r.statuses[0].decision.remaining == 0);
+  CHECK(r.statuses[0].decision.retry_after == 30min);  // 65 - 35
+  CHECK(r.statuses[0].decision.limit == 5);
+  CHECK(r.statuses[1].decision.remaining == 95);  // the dry run of api_key: 100 - 5
+  // Still locked at 64 min, though the log has room again (t = 0..3 min have left: 4 places):
+  // the lock is not extended by the denials it made (1 min left, not more).
+  clock.set(64min);
+  r = set.decide(login_request("alice"));
+  REQUIRE_FALSE(r.allowed);
+  CHECK(r.statuses[0].locked);
+  CHECK(r.statuses[0].decision.retry_after == 1min);
+  // Another user is not locked.
+  CHECK(set.decide(login_request("bob")).allowed);
+  // At 65 min the lock is over and every failure has left the hour (t > 65 - 60 = 5 min holds
+  // none of them; the locked attempts were never logged): 5 - 1 = 4 left.
+  clock.set(65min);
+  r = set.decide(login_request("alice"));
+  REQUIRE(r.allowed);
+  CHECK_FALSE(r.statuses[0].locked);
+  CHECK(r.statuses[0].decision.remaining == 4);
+  // 100 - 7 admitted (alice 5 + 1, bob 1): none of the denied or locked ones spent.
+  CHECK(r.statuses[1].decision.remaining == 93);
+  // The flat form is the same engine: the lock's denial, then the same wait.
+  for (int i = 0; i < 4; ++i) REQUIRE(set.decide({{"login_failure", "carol"}}).allowed);
+  REQUIRE(set.decide({{"login_failure", "carol"}}).allowed);   // the 5th
+  const auto flat = set.decide({{"login_failure", "carol"}});  // the 6th locks for 1 h
+  REQUIRE_FALSE(flat.allowed);
+  CHECK(flat.decision().retry_after == 1h);
+  clock.advance(20min);
+  CHECK(set.decide({{"login_failure", "carol"}}).decision().retry_after == 40min);
+}
+
+TEST_CASE("A lockout in shadow mode locks and reports, but never denies the request",
+          "[rules][lockout][shadow]") {
+  struct Events : ratelimit::Listener {
+    std::vector<std::string> heard;
+    void on_decision(const ratelimit::DecisionEvent& e) override {
+      heard.push_back(std::string(e.name) + " " + std::string(ratelimit::to_string(e.outcome)));
+    }
+  };
+  ManualClock clock;
+  Set set(Rules::from_string(login_yaml), {}, clock);
+  auto events = std::make_shared<Events>();
+  set.attach_listener(events);
+  const ratelimit::RateLimitRequest otp{"auth", {{{{"otp", "alice"}}}}, 0};
+  REQUIRE(set.decide(otp).allowed);  // 1 of 1 per minute
+  // The 2nd is over the limit (shadow: admitted) and locks for 10 min.
+  auto r = set.decide(otp);
+  CHECK(r.allowed);
+  CHECK(r.shadow_denials == std::vector<std::size_t>{0});
+  CHECK(r.statuses[0].decision.retry_after == 10min);
+  // 5 min later the minute's window has room again, but the lock is checked as enforced:
+  // reported locked (5 min left), admitted.
+  clock.set(5min);
+  r = set.decide(otp);
+  CHECK(r.allowed);
+  CHECK(r.statuses[0].locked);
+  CHECK(r.shadow_denials == std::vector<std::size_t>{0});
+  CHECK(r.statuses[0].decision.retry_after == 5min);
+  CHECK(events->heard == std::vector<std::string>{"auth.otp allowed", "auth.otp shadow_limited",
+                                                  "auth.otp locked_out"});
+}
+
+TEST_CASE("A lockout rule shares its lock with a Lockout around a limiter named Rule::id",
+          "[rules][lockout]") {
+  ManualClock clock;
+  ratelimit::InMemoryStorage storage;
+  Set set(Rules::from_string(login_yaml), storage, clock);
+  const ratelimit::Rule& rule = set.rules().rules().front();
+  ratelimit::Lockout lockout(
+      ratelimit::SlidingLog<ManualClock>(ratelimit::Rate{5, 1h}, storage, clock, rule.id), 1h);
+  // The counter of descriptor login_failure=dave is its length-prefixed value.
+  const auto match = set.rules().lookup(std::vector<DescriptorEntry>{{"login_failure", "dave"}});
+  for (int i = 0; i < 5; ++i) REQUIRE(lockout.try_acquire(match.key));
+  REQUIRE_FALSE(lockout.try_acquire(match.key));  // locks for 1 h
+  clock.advance(10min);
+  const auto r = set.decide(login_request("dave"));
+  REQUIRE_FALSE(r.allowed);
+  CHECK(r.statuses[0].locked);
+  CHECK(r.statuses[0].decision.retry_after == 50min);  // 60 - 10
+}
+
+TEST_CASE("A locked quota-mode limit counts as its denial: the request passes while another admits",
+          "[rules][lockout][quota]") {
+  ManualClock clock;
+  Set set(Rules::from_string(R"(domain: q
+descriptors:
+  - key: a
+    quota_mode: true
+    rate_limit: {unit: minute, requests_per_unit: 1, block_duration: 1h}
+  - key: b
+    quota_mode: true
+    rate_limit: {unit: minute, requests_per_unit: 1}
+)"),
+          {}, clock);
+  const ratelimit::RateLimitRequest a_only{"q", {{{{"a", "x"}}}}, 0};
+  const ratelimit::RateLimitRequest both{"q", {{{{"a", "x"}}}, {{{"b", "y"}}}}, 0};
+  REQUIRE(set.decide(a_only).allowed);
+  // a's only quota-mode limit denies: the request is denied, and a locks for 1 h.
+  REQUIRE_FALSE(set.decide(a_only).allowed);
+  // At 2 min a's sliding counter would admit (window 0's one request no longer weighs in
+  // window 2), yet a is locked: a denial of a quota-mode limit; b admits, so the request passes
+  // (quota mode denies only when every quota-mode limit does) and b spends.
+  clock.set(2min);
+  auto r = set.decide(both);
+  CHECK(r.allowed);
+  CHECK(r.statuses[0].locked);
+  CHECK(r.statuses[0].code == ratelimit::DescriptorStatus::Code::over_limit);
+  CHECK(r.statuses[0].decision.retry_after == 58min);  // 60 - 2
+  CHECK(r.statuses[1].decision.remaining == 0);        // 1 - 1
+  // a alone is still denied: its only quota-mode limit is locked.
+  CHECK_FALSE(set.decide(a_only).allowed);
 }

@@ -52,7 +52,12 @@
 /// top-level `client_keys` (see "Per client and shared rules"), and for calendar algorithms
 /// (`algorithm: calendar_quota`, in the registry `QuotaAlgorithms` of ratelimit/calendar.hpp) the
 /// units `week` and `month` and the fields `time_zone` (IANA name, default UTC) and `first_day` (of
-/// a week, default monday); other algorithms refuse those. `requests_per_unit: 0` blocks every
+/// a week, default monday); other algorithms refuse those; `rate_limit.block_duration`, a
+/// lockout (`Rule::block_duration`, as `Lockout` in algorithms/lockout.hpp: once the limit denies
+/// a counter, the counter is denied for that long without asking the limit), written as Go
+/// writes durations (`1h`, `15m`, `90s`, `1h30m`: whole numbers with unit h, m or s), 1 s to
+/// 366 days, not with `unlimited: true` nor `requests_per_unit: 0`; with `shadow_mode` its locks
+/// are taken and checked but never deny. `requests_per_unit: 0` blocks every
 /// matching request (denied with `retry_after == Decision::never`). `unit: year` is 365 days,
 /// as the reference (the windows of fixed_window start at multiples of 365 days from the Unix
 /// epoch); a calendar algorithm reads it as the calendar year of its time zone. A registry may
@@ -102,6 +107,7 @@ inline void flatten(const std::string& domain, const std::vector<std::string>& c
     r.time_zone = node.time_zone;
     r.first_day = node.first_day;
     r.algorithm = node.algorithm;
+    r.block_duration = node.block_duration;
     r.line = node.line;
     r.source = sources[node.file];
     r.given_name = node.name;

@@ -68,7 +68,10 @@ inline void report_response(const ObserverSet& obs, const Rules& rules,
       } else {
         name = rules.domain() + ".override";
       }
-      Observers::decision(obs, name, client, st.hits, d, latency);
+      if (st.locked)
+        Observers::decision(obs, name, client, st.hits, d, latency, Outcome::locked_out);
+      else
+        Observers::decision(obs, name, client, st.hits, d, latency);
     }
   } catch (...) {  // out of memory building a name: the decision stands
   }

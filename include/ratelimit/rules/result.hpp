@@ -114,6 +114,10 @@ struct DescriptorStatus {
   bool shadow = false;
   /// A limit was decided for this descriptor (`decision` is meaningful).
   bool evaluated = false;
+  /// The counter was locked out (its rule's `block_duration`): denied without asking the
+  /// limit, `decision` the lock's denial (`remaining` 0, `retry_after` the time left of the
+  /// lock).
+  bool locked = false;
   /// The counter within the limit (see `RuleMatch::key`; for an override, every entry).
   std::string key;
   /// The units it spent or would spend (its `hits_addend`, else the request's, else 1).

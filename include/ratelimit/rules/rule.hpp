@@ -11,6 +11,7 @@
 /// ("api_key=K"). Other rules are *shared*: one counter for every client that matches (e.g. `path:
 /// /login` with its own limit).
 
+#include <chrono>
 #include <string>
 #include <vector>
 
@@ -61,6 +62,11 @@ struct Rule {
   /// Extension for calendar algorithms: `rate_limit.first_day` of a week, or empty.
   std::string first_day;
   Algorithm algorithm = Algorithm::sliding_counter;
+  /// Extension: `rate_limit.block_duration`, the lockout of a counter whose limit denies a
+  /// request (`Lockout`'s, algorithms/lockout.hpp): from that denial the counter is denied for
+  /// this long without asking the limit. Whole seconds in [1 s, 366 days]; 0 (the default, the
+  /// reference's meaning): no lockout.
+  std::chrono::nanoseconds block_duration{0};
   /// Whether the counters are per client (see the file comment).
   bool per_client = false;
   /// `shadow_mode: true`: decided and spent as if enforced, but its denial never denies the
@@ -88,6 +94,8 @@ struct Rule {
   QuotaPolicy policy() const { return QuotaPolicy{name, rate.count, rate.period}; }
   /// true for `requests_per_unit: 0`.
   bool blocks() const noexcept { return rate.count == 0; }
+  /// Whether a denial locks the counter out (`block_duration` given).
+  bool locks_out() const noexcept { return block_duration.count() > 0; }
   /// What the file says about this limit, for the algorithm's parameters
   /// (`params_from_limit`, algorithms/registry.hpp). Points into this rule.
   LimitSpec limit_spec() const noexcept { return LimitSpec{rate, unit, time_zone, first_day}; }

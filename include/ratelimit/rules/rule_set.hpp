@@ -15,6 +15,17 @@
 /// counters, a limiter's included. On Redis Cluster a request's keys must share a slot: per-client
 /// limits share the client's hash tag (`RuleMatch::tag`); a request that also matches a shared
 /// limit spans slots and is decided by the failure policy (degraded). See docs/cluster.md.
+///
+/// ## Lockouts
+/// A rule with `block_duration` (`Rule::block_duration`) keeps `Lockout`'s lock beside each of
+/// its counters (a one-token bucket named the rule's id + "/lockout" on the same storage). A
+/// request with such a rule makes one storage call before its rounds (each such counter's lock
+/// and a peek of its limit, all in one `decide_all` of dry runs): a counter found locked takes
+/// no part in the rounds and is decided as the lock's denial (`DescriptorStatus::locked`,
+/// `remaining` 0, `retry_after` the lock's time left), denying the request as its limit would
+/// (shadow: dropped; quota: counted as a quota denial). After the rounds, each such counter that
+/// its limit denied (in a round or the dry run) takes its lock, in one more call; its denial then
+/// waits at least `block_duration`. The lock and the rounds are separate calls, as in `Lockout`.
 
 #include <algorithm>
 #include <array>
@@ -37,6 +48,7 @@
 
 #include "../algorithms/registry.hpp"
 #include "../algorithms/sliding_counter.hpp"
+#include "../algorithms/token_bucket.hpp"
 #include "../core/clock.hpp"
 #include "../core/completion.hpp"
 #include "../core/decision.hpp"
@@ -87,8 +99,8 @@ class RuleSet {
       : rules_(std::make_shared<const Rules>(std::move(rules))),
         storage_(std::move(storage)),
         clock_(std::move(clock)) {
-    auto bindings = std::make_shared<std::vector<std::unique_ptr<AnyBinding>>>();
-    for (const Rule& r : rules_->rules()) bindings->push_back(bind(r));
+    auto bindings = std::make_shared<std::vector<RuleBindings>>();
+    for (const Rule& r : rules_->rules()) bindings->push_back({bind(r), bind_lock(r)});
     bindings_ = std::move(bindings);
     bind_overrides();
   }
@@ -234,11 +246,20 @@ class RuleSet {
 
   RateLimitResponse decide_list(const RateLimitRequest& request) {
     ListState state = prepare_list(request);
-    while (next_round(state)) {
+    while (next_step(state)) {
       std::vector<Decision> ds(state.parts.size());
-      const bool all = storage_.decide_all(std::span<const typename Storage::Part>(state.parts),
-                                           state.now, std::span<Decision>(ds));
-      absorb(state, ds, all);
+      bool all = false;
+      try {
+        all = storage_.decide_all(std::span<const typename Storage::Part>(state.parts), state.now,
+                                  std::span<Decision>(ds));
+      } catch (...) {
+        // The locks are taken after the request is decided (and maybe spent): a storage that
+        // fails then leaves the counters unlocked rather than the decision unreported.
+        if (state.phase != Phase::lock) throw;
+        state.phase = Phase::done;
+        break;
+      }
+      absorb_step(state, ds, all);
     }
     return finish_list(std::move(state));
   }
@@ -295,7 +316,6 @@ class RuleSet {
         st.replaced = true;
 
     // 2. One group per counter, (limit, key), with its descriptors' hits summed.
-    std::vector<Group>& groups = state.groups;
     for (std::size_t i = 0; i < n; ++i) {
       DescriptorStatus& st = res.statuses[i];
       if (st.override_rate) {
@@ -319,6 +339,8 @@ class RuleSet {
         if (g.members.empty()) {
           g.blocks = st.rule->blocks();
           if (!g.blocks) g.binding = &binding_of(*st.rule);
+          g.lock = lock_of(*st.rule);
+          if (g.lock != nullptr) state.phase = Phase::check;
           g.tag = tags[i];
           g.kind = st.rule->shadow_mode  ? Kind::shadow
                    : st.rule->quota_mode ? Kind::quota
@@ -328,12 +350,110 @@ class RuleSet {
       }
     }
 
-    // 3. Rounds (see detail::AllOrNothingRounds), one group each in the groups' order. A group
-    // that blocks never reaches storage: its decision is `blocked_decision()`.
-    for (const Group& g : groups) state.rounds.add(g.kind, g.hits == 0, g.blocks);
-    state.rounds.start();
+    // 3. The locks of the limits with `block_duration` are checked first (`Phase::check`),
+    // then the rounds start.
     state.now = clock_.now();
+    if (state.phase == Phase::rounds) start_rounds(state);
     return state;
+  }
+
+  /// The rounds (see detail::AllOrNothingRounds), one group each in the groups' order. A group
+  /// that blocks never reaches storage: its decision is `blocked_decision()`, or for a counter
+  /// locked out, the lock's denial.
+  static void start_rounds(ListState& s) {
+    for (const Group& g : s.groups)
+      s.rounds.add(g.kind, g.hits == 0, g.blocks || g.locked,
+                   g.locked ? g.lock_denial : detail::blocked_decision());
+    s.rounds.start();
+  }
+
+  /// Prepares the next storage call of the request: the lock checks (one dry run of the lock
+  /// and one of the limit per counter with a lockout, the limit's for the fields a locked
+  /// counter reports, as `Lockout` does), the rounds, then the locks to take: the counters
+  /// with a lockout that the limit denied (their own denial, in a round or its dry run, not a
+  /// failure policy's), as `Lockout::try_acquire` locks. false when the request is decided.
+  static bool next_step(ListState& s) {
+    s.parts.clear();
+    if (s.phase == Phase::check) {
+      s.step.clear();
+      for (std::size_t k = 0; k < s.groups.size(); ++k) {
+        const Group& g = s.groups[k];
+        if (g.lock == nullptr || g.blocks) continue;
+        s.step.push_back(k);
+        s.parts.push_back(g.lock->part(g.key, Operation{1, true}, g.tag));
+        s.parts.push_back(g.binding->part(g.key, Operation{1, true}, g.tag));
+      }
+      if (!s.parts.empty()) return true;
+      s.phase = Phase::rounds;
+      start_rounds(s);
+    }
+    if (s.phase == Phase::rounds) {
+      if (next_round(s)) return true;
+      s.step.clear();
+      for (std::size_t k = 0; k < s.groups.size(); ++k) {
+        const Group& g = s.groups[k];
+        if (g.lock == nullptr || g.blocks || g.locked || g.hits == 0) continue;
+        const Decision& d = s.rounds.decision(k);
+        if (!d.allowed && !d.degraded) s.step.push_back(k);
+      }
+      s.phase = s.step.empty() ? Phase::done : Phase::lock;
+    }
+    if (s.phase == Phase::lock) {
+      for (const std::size_t k : s.step) {
+        const Group& g = s.groups[k];
+        s.parts.push_back(g.lock->part(g.key, Operation{1, false}, g.tag));
+      }
+      return true;
+    }
+    return false;
+  }
+
+  /// Takes the decisions of the call `next_step` prepared.
+  static void absorb_step(ListState& s, const std::vector<Decision>& ds, bool all) {
+    if (s.phase == Phase::check) {
+      for (std::size_t j = 0; j < s.step.size(); ++j) {
+        const Decision& lock = ds[2 * j];
+        if (lock.allowed) continue;
+        // As `Lockout` denies a locked key: the limit as a peek reads it, the lock's wait.
+        Group& g = s.groups[s.step[j]];
+        Decision d = ds[2 * j + 1];
+        d.allowed = false;
+        d.remaining = 0;
+        d.delay = std::chrono::nanoseconds{0};
+        d.retry_after = lock.retry_after;
+        if (d.reset_after < lock.retry_after) d.reset_after = lock.retry_after;
+        d.degraded = d.degraded || lock.degraded;
+        g.locked = true;
+        g.lock_denial = d;
+      }
+      s.phase = Phase::rounds;
+      start_rounds(s);
+      return;
+    }
+    if (s.phase == Phase::rounds) return absorb(s, ds, all);
+    // Phase::lock: each lock is taken unless a racing denial took it first (then it stays, as
+    // its dry run reports: never extended); those are dropped and the rest taken again.
+    if (all) {
+      for (const std::size_t k : s.step) s.groups[k].lock_wait = s.groups[k].lock->block;
+      s.phase = Phase::done;
+      return;
+    }
+    std::vector<std::size_t> rest;
+    for (std::size_t j = 0; j < s.step.size(); ++j) {
+      Group& g = s.groups[s.step[j]];
+      if (ds[j].degraded) {  // a failure policy answered: no lock is known taken
+        s.phase = Phase::done;
+        return;
+      }
+      if (ds[j].allowed)
+        rest.push_back(s.step[j]);
+      else
+        g.lock_wait = ds[j].retry_after;
+    }
+    // Nothing dropped: a storage that refused without a denying part; no lock then.
+    if (rest.size() == s.step.size()) rest.clear();
+    s.step = std::move(rest);
+    if (s.step.empty()) s.phase = Phase::done;
   }
 
   /// Prepares the next round: every round is one all-or-nothing `decide_all` over the groups
@@ -361,9 +481,13 @@ class RuleSet {
     for (std::size_t k = 0; k < s.groups.size(); ++k)
       for (const std::size_t i : s.groups[k].members) {
         const Group& g = s.groups[k];
-        const Decision& decision = s.rounds.decision(k);
+        Decision decision = s.rounds.decision(k);
+        // The denial that locked reports at least the lock's wait, as `Lockout`'s does.
+        if (decision.retry_after < g.lock_wait) decision.retry_after = g.lock_wait;
+        if (decision.reset_after < g.lock_wait) decision.reset_after = g.lock_wait;
         DescriptorStatus& st = res.statuses[i];
         st.decision = decision;
+        st.locked = g.locked;
         if (g.hits > 0 && !decision.allowed) st.code = DescriptorStatus::Code::over_limit;
         if (st.shadow && st.code == DescriptorStatus::Code::over_limit)
           res.shadow_denials.push_back(i);
@@ -378,7 +502,7 @@ class RuleSet {
   template <class Bindings, class OverrideBindings>
   static void run_rounds(Storage storage, std::shared_ptr<ListState> s, Bindings bindings,
                          OverrideBindings overrides, Completion<RateLimitResponse> complete) {
-    if (!next_round(*s)) {
+    if (!next_step(*s)) {
       detail::complete_safely(complete, finish_list(std::move(*s)));
       return;
     }
@@ -386,12 +510,13 @@ class RuleSet {
       storage.decide_all_async(
           std::span<const typename Storage::Part>(s->parts), s->now,
           [storage, s, bindings, overrides, complete](std::vector<Decision>&& ds, bool all) {
-            absorb(*s, ds, all);
+            absorb_step(*s, ds, all);
             run_rounds(storage, s, bindings, overrides, complete);
           });
     } catch (const std::exception&) {
-      // Only a later round can get here (the parts were accepted once): deny, spend nothing.
-      s->rounds.deny();
+      // Only a later call can get here (the parts were accepted once): deny, spend nothing;
+      // or, taking the locks after the request was decided, leave them untaken.
+      if (s->phase != Phase::lock) s->rounds.deny();
       detail::complete_safely(complete, finish_list(std::move(*s)));
     }
   }
@@ -427,13 +552,34 @@ class RuleSet {
     B binding;
   };
 
+  /// A rule's lockout: its lock's binding (a one-token bucket refilled once per `block`, as
+  /// `Lockout`'s, under the rule's id + "/lockout") and its block duration.
+  struct LockBinding {
+    std::unique_ptr<AnyBinding> binding;
+    std::chrono::nanoseconds block{0};
+    typename Storage::Part part(std::string_view key, const Operation& op,
+                                std::string_view tag) const {
+      return binding->part(key, op, tag);
+    }
+  };
+  /// A rule's bindings: its limit's (null when it blocks) and its lock's (null without one).
+  struct RuleBindings {
+    std::unique_ptr<AnyBinding> limit;
+    std::unique_ptr<LockBinding> lock;
+  };
+
   /// A counter of a descriptor-list request: a limit (a rule, or an override's unit) and key.
   using Kind = detail::AllOrNothingRounds::Kind;
   struct Group {
     const void* identity = nullptr;
     std::string key, tag;
     const AnyBinding* binding = nullptr;  ///< null when it blocks
-    std::unique_ptr<AnyBinding> owned;    ///< an override's binding at its rate
+    const LockBinding* lock = nullptr;    ///< the rule's lockout, if any
+    bool locked = false;                  ///< found locked out: decided as `lock_denial`
+    Decision lock_denial{};
+    /// The lock taken (or found taken) by this request's denial: its wait, else 0.
+    std::chrono::nanoseconds lock_wait{0};
+    std::unique_ptr<AnyBinding> owned;  ///< an override's binding at its rate
     std::int64_t hits = 0;
     Kind kind = Kind::enforced;
     bool blocks = false;
@@ -458,8 +604,13 @@ class RuleSet {
     g.members.push_back(i);
   }
 
+  /// Where a request is: checking its locks, in its rounds, taking locks, or decided.
+  enum class Phase { check, rounds, lock, done };
+
   /// A descriptor-list request matched and grouped by counter, between its rounds.
   struct ListState {
+    Phase phase = Phase::rounds;
+    std::vector<std::size_t> step;  ///< the groups of a lock check or of the locks to take
     RateLimitResponse res;
     std::vector<Group> groups;
     std::unordered_map<std::string, std::size_t> group_index;  ///< identity bytes + key -> group
@@ -483,8 +634,30 @@ class RuleSet {
     return out;
   }
 
+  /// The lock of rule `r` (block_duration), or null: what `Lockout` around a limiter named
+  /// `r.id` on the same storage keeps, so both see one lock. Throws `std::invalid_argument`
+  /// if the storage holds no token bucket.
+  std::unique_ptr<LockBinding> bind_lock(const Rule& r) {
+    if (!r.locks_out() || r.blocks()) return nullptr;
+    if constexpr (StorageFor<Storage, TokenBucketModel>) {
+      auto b = storage_.template bind<TokenBucketModel>(
+          r.id + "/lockout", TokenBucketModel::make_params({1, Rate{1, r.block_duration}}));
+      auto out = std::make_unique<LockBinding>();
+      out->binding = std::make_unique<BindingOf<decltype(b)>>(std::move(b));
+      out->block = r.block_duration;
+      return out;
+    } else {
+      throw std::invalid_argument("rule \"" + r.name +
+                                  "\": block_duration needs a storage that holds a token bucket "
+                                  "(the lock's state)");
+    }
+  }
+
   const AnyBinding& binding_of(const Rule& r) const {
-    return *(*bindings_)[static_cast<std::size_t>(&r - rules_->rules().data())];
+    return *(*bindings_)[static_cast<std::size_t>(&r - rules_->rules().data())].limit;
+  }
+  const LockBinding* lock_of(const Rule& r) const {
+    return (*bindings_)[static_cast<std::size_t>(&r - rules_->rules().data())].lock.get();
   }
 
   /// The bindings of descriptors' own limits (`RateLimitOverride`), one per unit, a sliding
@@ -509,7 +682,7 @@ class RuleSet {
   Storage storage_;
   C clock_;
   /// Shared with decisions in flight (decide_async), which may outlive the set.
-  std::shared_ptr<const std::vector<std::unique_ptr<AnyBinding>>> bindings_;
+  std::shared_ptr<const std::vector<RuleBindings>> bindings_;
   std::shared_ptr<const std::array<std::unique_ptr<AnyBinding>, 4>> override_bindings_;
   detail::Observers observers_;
 };

@@ -34,9 +34,11 @@ class AllOrNothingRounds {
 
   /// Adds a group (its index is the number of groups before it). `check`: its denial never
   /// denies the request, whatever its kind (`RuleSet`: a descriptor of 0 hits); `blocks`: it
-  /// never reaches the storage and denies (`blocked_decision()`).
-  std::size_t add(Kind kind, bool check, bool blocks) {
-    groups_.push_back(Group{kind, check, blocks, !blocks, blocked_decision()});
+  /// never reaches the storage and denies with `blocked` (a limit of 0: `blocked_decision()`;
+  /// a counter locked out: the lock's denial), which must deny (`allowed` false).
+  std::size_t add(Kind kind, bool check, bool blocks,
+                  const Decision& blocked = blocked_decision()) {
+    groups_.push_back(Group{kind, check, blocks, !blocks, blocked});
     return groups_.size() - 1;
   }
 

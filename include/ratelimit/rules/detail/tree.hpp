@@ -35,6 +35,8 @@ struct RuleNode {
   std::string time_zone;  ///< `rate_limit.time_zone` (extension), or empty
   std::string first_day;  ///< `rate_limit.first_day` (extension), or empty
   Algorithm algorithm = Algorithm::sliding_counter;
+  /// `rate_limit.block_duration` (extension): the lockout after a denial; 0 for none.
+  std::chrono::nanoseconds block_duration{0};
   bool shadow_mode = false;
   bool quota_mode = false;
   bool detailed_metric = false;

@@ -419,7 +419,7 @@ class RulesReader {
                                  : rl.IsScalar() ? "a string"
                                                  : "null"));
     const Fields f = fields(rl, {"unit", "requests_per_unit", "algorithm", "name", "unlimited",
-                                 "replaces", "time_zone", "first_day"});
+                                 "replaces", "time_zone", "first_day", "block_duration"});
     node.name = text_of(f[3], "name", line, false);
     if (const YAML::Node& rs = f[5].node; f[5].given) {
       if (!rs.IsSequence())
@@ -449,6 +449,10 @@ class RulesReader {
         fail(line_of(f[2].node, line), "rate_limit.unlimited: true takes no algorithm");
       if (f[6].given || f[7].given)
         fail(line, "rate_limit.unlimited: true takes no time_zone or first_day");
+      if (f[8].given)
+        fail(line_of(f[8].node, line),
+             "rate_limit.unlimited: true takes no block_duration (nothing is ever denied to lock "
+             "out)");
       node.unlimited = true;
       return;
     }
@@ -502,6 +506,13 @@ class RulesReader {
     if (count < 0)
       fail(rpu_line, "rate_limit.requests_per_unit = " + rpu + ": must not be negative");
     node.rate.count = count;
+    if (f[8].given) {
+      node.block_duration = block_duration(f[8], line);
+      if (count == 0)
+        fail(line_of(f[8].node, line),
+             "rate_limit.block_duration with requests_per_unit: 0: the limit already denies "
+             "every request, a lockout adds nothing (remove one of them)");
+    }
 
     const std::string algo = scalar(f[2], "algorithm", line, false);
     node.algorithm = algorithms_.fallback;
@@ -514,6 +525,46 @@ class RulesReader {
       node.algorithm = *found;
     }
     node.has_limit = true;
+  }
+
+  /// `rate_limit.block_duration` (extension): whole numbers each followed by its unit, `h`, `m`
+  /// or `s`, as Go writes durations (1h, 15m, 90s, 1h30m), from 1 s to 366 days (8784h, the
+  /// longest period of the algorithms). Linear in the text; no overflow: each part is checked
+  /// against the bound before it is added.
+  std::chrono::nanoseconds block_duration(const Field& f, int map_line) const {
+    const int line = line_of(f.node, map_line);
+    const std::string text = scalar(f, "rate_limit.block_duration", map_line, false);
+    const auto bad = [&](const std::string& why) {
+      // A hostile value may be megabytes long: the message quotes its start.
+      const std::string shown = text.size() > 64 ? text.substr(0, 60) + "..." : text;
+      fail(line, "rate_limit.block_duration = " + quoted(shown) + ": " + why);
+    };
+    const std::string syntax =
+        "not a duration (whole numbers each with its unit h, m or s, e.g. 1h, 15m, 90s or "
+        "1h30m)";
+    if (text.empty()) bad("empty (a duration such as 1h, 15m or 90s; leave it out for no lockout)");
+    if (text.front() == '-') bad("must not be negative (leave the field out for no lockout)");
+    constexpr std::int64_t most_s = std::int64_t{366} * 24 * 3600;  // detail::max_period
+    const std::string too_long = "longer than 366 days (8784h), the longest lockout";
+    std::int64_t total_s = 0;
+    for (std::size_t i = 0; i < text.size();) {
+      const std::size_t digits = i;
+      while (i < text.size() && text[i] >= '0' && text[i] <= '9') ++i;
+      if (i == digits) bad(syntax);
+      std::int64_t n = 0;
+      const auto [end, ec] = std::from_chars(text.data() + digits, text.data() + i, n);
+      if (ec == std::errc::result_out_of_range) bad(too_long);
+      if (ec != std::errc{} || end != text.data() + i) bad(syntax);
+      const std::size_t unit = i;
+      while (i < text.size() && std::isalpha(static_cast<unsigned char>(text[i])) != 0) ++i;
+      const std::string_view u(text.data() + unit, i - unit);
+      const std::int64_t per = u == "h" ? 3600 : u == "m" ? 60 : u == "s" ? 1 : 0;
+      if (per == 0) bad(syntax);
+      if (n > (most_s - total_s) / per) bad(too_long);
+      total_s += n * per;
+    }
+    if (total_s == 0) bad("must be at least 1s (leave the field out for no lockout)");
+    return std::chrono::seconds{total_s};
   }
 
   std::string source_;
