@@ -7,14 +7,15 @@
 //
 //   ratelimit_server_bench [seconds per run, default 3] [calls in flight, default 64]
 //       all in one process, a table on stdout
-//   ratelimit_server_bench --serve noop|inprocess|statsdoff|statsd|redis|redisfloor|memcache
-//       [host:port]
+//   ratelimit_server_bench --serve
+//       noop|inprocess|statsdoff|statsd|redis|redisfloor|memcache|memcachefloor [host:port]
 //       one server on a free loopback port: prints "port N", serves until SIGTERM or SIGINT
 //       (redis: this server on the Redis at host:port; redisfloor: the Redis path's floor, a
 //       minimal server that sends each call's Go commands there and answers; memcache: this
-//       server on the memcached at host:port; statsdoff and statsd: in process with our
-//       /metrics and the stats as ratelimit_server sets them, USE_STATSD=false, or true with
-//       the statsd daemon at host:port)
+//       server on the memcached at host:port; memcachefloor: the memcache path's floor, a
+//       minimal server doing each call's Go operations there (get, incr, add); statsdoff and
+//       statsd: in process with our /metrics and the stats as ratelimit_server sets them,
+//       USE_STATSD=false, or true with the statsd daemon at host:port)
 //   ratelimit_server_bench --serve http-noop [threads, default 4]
 //       the forward-auth check's floor for bench/run --gateways: ratelimit_server's HTTP front
 //       (HttpFront, the same options) answering every /check/<domain> 200 "OK\n" at once,
@@ -50,12 +51,18 @@
 #include <ratelimit/redis/options.hpp>
 #endif
 #ifdef RATELIMIT_BENCH_HAVE_LIBEVENT
+#include <arpa/inet.h>
+#include <event2/buffer.h>
+#include <event2/bufferevent.h>
 #include <event2/event.h>
 #include <hiredis/adapters/libevent.h>
 #include <hiredis/async.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
 #include <sys/eventfd.h>
 #include <unistd.h>
 
+#include <deque>
 #include <mutex>
 #endif
 
@@ -311,6 +318,153 @@ class RedisFloorService final : public pb::RateLimitService::CallbackService {
   bool stop_ = false;
   std::thread loop_;
 };
+
+/// The memcache path's floor: each call's operations as the Go service's memcache backend
+/// does them (src/memcached/cache_impl.go: `get` of the key, then `incr`, and on a miss `add`
+/// with the window as expiry, `incr` again if another writer added it first), in memcached's
+/// text protocol on one connection (libevent), sent as soon as the call arrives and pipelined
+/// across concurrent calls; the call is answered OK on the `get`'s reply, as Go answers before
+/// it counts. What any server on that path pays; the server's ratio to it is its own cost.
+class MemcacheFloorService final : public pb::RateLimitService::CallbackService {
+ public:
+  MemcacheFloorService(const std::string& host, int port) {
+    base_ = event_base_new();
+    if (base_ == nullptr) throw std::runtime_error("memcachefloor: no event base");
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_port = htons(static_cast<std::uint16_t>(port));
+    if (::inet_pton(AF_INET, host.c_str(), &a.sin_addr) != 1)
+      throw std::runtime_error("memcachefloor: expected an IPv4 address, not " + host);
+    bev_ = bufferevent_socket_new(base_, -1, BEV_OPT_CLOSE_ON_FREE);
+    if (bev_ == nullptr ||
+        bufferevent_socket_connect(bev_, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0)
+      throw std::runtime_error("memcachefloor: cannot connect to " + host);
+    const int one = 1;
+    (void)::setsockopt(bufferevent_getfd(bev_), IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+    bufferevent_setcb(bev_, &on_read, nullptr, nullptr, this);
+    bufferevent_enable(bev_, EV_READ | EV_WRITE);
+    wake_fd_ = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+    wake_ = event_new(base_, wake_fd_, EV_READ | EV_PERSIST, &on_wake, this);
+    event_add(wake_, nullptr);
+    loop_ = std::thread([this] { event_base_dispatch(base_); });
+  }
+  MemcacheFloorService(const MemcacheFloorService&) = delete;
+  MemcacheFloorService& operator=(const MemcacheFloorService&) = delete;
+  ~MemcacheFloorService() override {
+    {
+      const std::lock_guard lock(mutex_);
+      stop_ = true;
+    }
+    wake();
+    loop_.join();
+    bufferevent_free(bev_);
+    event_free(wake_);
+    ::close(wake_fd_);
+    event_base_free(base_);
+  }
+
+  grpc::ServerUnaryReactor* ShouldRateLimit(grpc::CallbackServerContext* ctx,
+                                            const pb::RateLimitRequest* req,
+                                            pb::RateLimitResponse* res) override {
+    res->set_overall_code(pb::RateLimitResponse::OK);
+    res->add_statuses()->set_code(pb::RateLimitResponse::OK);
+    // cache_key.go's key for a per-second limit: domain_key_value_<now>.
+    std::string key = req->domain() + "_";
+    for (const auto& d : req->descriptors())
+      for (const auto& e : d.entries()) key += e.key() + "_" + e.value() + "_";
+    key += std::to_string(std::chrono::duration_cast<std::chrono::seconds>(
+                              std::chrono::system_clock::now().time_since_epoch())
+                              .count());
+    auto* r = ctx->DefaultReactor();
+    {
+      const std::lock_guard lock(mutex_);
+      queue_.emplace_back(std::move(key), r);
+    }
+    wake();
+    return r;
+  }
+
+ private:
+  /// A reply awaited on the connection, in order: a get's (answers `reactor`), or a counting
+  /// step's on `key`.
+  struct Awaited {
+    enum class Kind { get, incr, add, incr_again } kind;
+    std::string key;
+    grpc::ServerUnaryReactor* reactor = nullptr;
+  };
+
+  void wake() {
+    const std::uint64_t one = 1;
+    (void)!::write(wake_fd_, &one, sizeof one);
+  }
+
+  static void on_wake(evutil_socket_t fd, short, void* self_ptr) {
+    auto* self = static_cast<MemcacheFloorService*>(self_ptr);
+    std::uint64_t n = 0;
+    (void)!::read(fd, &n, sizeof n);
+    std::vector<std::pair<std::string, grpc::ServerUnaryReactor*>> calls;
+    bool stop = false;
+    {
+      const std::lock_guard lock(self->mutex_);
+      calls.swap(self->queue_);
+      stop = self->stop_;
+    }
+    evbuffer* out = bufferevent_get_output(self->bev_);
+    for (auto& [key, reactor] : calls) {
+      evbuffer_add_printf(out, "get %s\r\nincr %s 1\r\n", key.c_str(), key.c_str());
+      self->awaited_.push_back({Awaited::Kind::get, key, reactor});
+      self->awaited_.push_back({Awaited::Kind::incr, std::move(key), nullptr});
+    }
+    if (stop) {
+      for (auto& a : self->awaited_)
+        if (a.reactor != nullptr) a.reactor->Finish(grpc::Status::CANCELLED);
+      self->awaited_.clear();
+      event_base_loopbreak(self->base_);
+    }
+  }
+
+  static void on_read(bufferevent* bev, void* self_ptr) {
+    auto* self = static_cast<MemcacheFloorService*>(self_ptr);
+    evbuffer* in = bufferevent_get_input(bev);
+    evbuffer* out = bufferevent_get_output(bev);
+    while (!self->awaited_.empty()) {
+      Awaited& a = self->awaited_.front();
+      if (a.kind == Awaited::Kind::get) {
+        // VALUE <key> <flags> <bytes>\r\n<data>\r\nEND\r\n or END\r\n: only "END" matters.
+        const evbuffer_ptr end = evbuffer_search(in, "END\r\n", 5, nullptr);
+        if (end.pos < 0) return;
+        evbuffer_drain(in, static_cast<std::size_t>(end.pos) + 5);
+        a.reactor->Finish(grpc::Status::OK);
+        self->awaited_.pop_front();
+        continue;
+      }
+      std::size_t len = 0;
+      char* line = evbuffer_readln(in, &len, EVBUFFER_EOL_CRLF_STRICT);
+      if (line == nullptr) return;
+      const std::string reply(line, len);
+      std::free(line);
+      Awaited done = std::move(a);
+      self->awaited_.pop_front();
+      if (done.kind == Awaited::Kind::incr && reply == "NOT_FOUND") {
+        evbuffer_add_printf(out, "add %s 0 1 1\r\n1\r\n", done.key.c_str());
+        self->awaited_.push_back({Awaited::Kind::add, std::move(done.key), nullptr});
+      } else if (done.kind == Awaited::Kind::add && reply == "NOT_STORED") {
+        evbuffer_add_printf(out, "incr %s 1\r\n", done.key.c_str());
+        self->awaited_.push_back({Awaited::Kind::incr_again, std::move(done.key), nullptr});
+      }
+    }
+  }
+
+  event_base* base_ = nullptr;
+  bufferevent* bev_ = nullptr;
+  int wake_fd_ = -1;
+  event* wake_ = nullptr;
+  std::mutex mutex_;
+  std::vector<std::pair<std::string, grpc::ServerUnaryReactor*>> queue_;
+  bool stop_ = false;
+  std::deque<Awaited> awaited_;  // the loop thread's only
+  std::thread loop_;
+};
 #endif
 
 /// Blocks SIGTERM and SIGINT in every thread (call before any thread starts), then, from
@@ -373,6 +527,20 @@ int serve(const std::string& kind, const std::string& redis) {
     server->Shutdown();
     return 0;
   }
+  if (kind == "memcachefloor" && !redis.empty()) {
+    MemcacheFloorService floor(redis.substr(0, redis.rfind(':')),
+                               std::atoi(redis.substr(redis.rfind(':') + 1).c_str()));
+    int port = 0;
+    grpc::ServerBuilder builder;
+    builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), &port);
+    builder.RegisterService(&floor);
+    const auto server = builder.BuildAndStart();
+    std::printf("port %d\n", port);
+    std::fflush(stdout);
+    sigwait(&set, &sig);
+    server->Shutdown();
+    return 0;
+  }
 #endif
   // In process as ratelimit_server sets it up (main.cpp): our /metrics' exporter and call
   // timer, and the stats: statsdoff as USE_STATSD=false, statsd as USE_STATSD=true over TCP to
@@ -414,7 +582,8 @@ int serve(const std::string& kind, const std::string& redis) {
     std::fprintf(stderr,
                  "--serve: noop, inprocess, statsdoff, statsd HOST:PORT, redis HOST:PORT, "
                  "redisfloor HOST:PORT (redis needs hiredis, redisfloor libevent too), "
-                 "memcache HOST:PORT or http-noop [THREADS]\n");
+                 "memcache HOST:PORT, memcachefloor HOST:PORT (libevent) or http-noop "
+                 "[THREADS]\n");
     return 2;
   }
   ratelimit::server::GrpcServer server(service_on(std::move(counters)), "127.0.0.1:0");

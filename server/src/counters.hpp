@@ -153,7 +153,9 @@ struct MemcacheOptions {
   /// MEMCACHE_HOST_PORT: "host:port" of each server, in order: a key goes to server
   /// CRC-32 (IEEE) of the key modulo their number, as the reference's client picks it.
   std::vector<std::string> servers;
-  int max_idle_conns = 2;  ///< MEMCACHE_MAX_IDLE_CONNS: idle connections kept per server, >= 0
+  /// MEMCACHE_MAX_IDLE_CONNS (>= 0): the reference's idle connections kept per server. Checked
+  /// only: this storage keeps one pipelined connection per server, busy or idle.
+  int max_idle_conns = 2;
   /// Each request's read and write budget (the reference's client: 500 ms).
   std::chrono::milliseconds timeout{500};
 };
@@ -163,10 +165,14 @@ struct MemcacheOptions {
 /// `std::runtime_error`: memcached has no atomic read-modify-write of several values). A call's
 /// keys are read together (one `get` per server), each decided on the value read plus its hits,
 /// then each is counted: `incr`, on a miss `add` with the window plus jitter as expiry, and
-/// `incr` again when another writer added it first. The reference answers before it counts;
-/// here the answer comes after the counting, so a caller's next decision sees its own hits. A
-/// memcached error counts as 0 and never fails a call, as in the reference. Calls run on the
-/// counters' own threads (one per `max_idle_conns`, at least 2), never the caller's. Throws
+/// `incr` again when another writer added it first. The `get` and the `incr`s go out in one
+/// write (memcached answers them in order, so the values read are those before the call's
+/// hits, as the reference reads them). The reference answers before it counts; here the answer
+/// comes once the `incr`s are answered (in the same round trip), so a caller's next decision
+/// sees its own hits. A memcached error (or a request unanswered after `timeout`, or more than
+/// 65,536 calls in flight) counts as 0 and never fails a call, as in the reference. One I/O
+/// thread per storage keeps one connection per server and writes every call of the moment
+/// together on it; `count_async`'s `done` runs on that thread, never the caller's. Throws
 /// `std::invalid_argument` naming MEMCACHE_HOST_PORT for a server that is not host:port.
 std::shared_ptr<Counters> make_memcache_counters(MemcacheOptions options, GoKeyOptions go = {});
 

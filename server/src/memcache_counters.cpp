@@ -1,21 +1,30 @@
 // Counters on memcached as the reference's memcache backend keeps them
 // (envoyproxy/ratelimit src/memcached/cache_impl.go with bradfitz/gomemcache): the same keys,
 // values, expiries and servers, spoken in memcached's text protocol.
+//
+// One I/O thread per storage keeps one connection per server and pipelines on it every call of
+// the moment: a call's `get` and its `incr`s go out together (memcached answers in order, the
+// `get` before the `incr`s, so the values read are the ones before this call's hits, as the
+// reference reads them), and whatever arrived while the thread was writing or reading goes out
+// in its next single write. No gRPC thread waits on memcached and no call costs a thread of its
+// own: the calls of one loop turn share one send, one poll and one recv per server.
 
 #include <netdb.h>
 #include <poll.h>
+#include <sys/eventfd.h>
 #include <sys/socket.h>
 #include <unistd.h>
 #include <zlib.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cerrno>
 #include <charconv>
 #include <climits>
-#include <condition_variable>
 #include <cstring>
 #include <deque>
 #include <functional>
+#include <future>
 #include <mutex>
 #include <optional>
 #include <stdexcept>
@@ -27,12 +36,16 @@
 #include <fcntl.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
+#include <signal.h>
 
 #include "counters.hpp"
 #include "go_keys.hpp"
 
 namespace ratelimit::server {
 namespace {
+
+using SteadyTime = std::chrono::steady_clock::time_point;
+using Done = std::function<void(std::vector<HitResult>, std::exception_ptr)>;
 
 /// gomemcache's legalKey: at most 250 bytes, none a space, a control character or DEL.
 bool legal_key(std::string_view key) noexcept {
@@ -42,189 +55,45 @@ bool legal_key(std::string_view key) noexcept {
   return true;
 }
 
-/// One connection to one memcached: a socket with a deadline per request.
-class Connection {
- public:
-  explicit Connection(int fd) : fd_(fd) {}
-  Connection(const Connection&) = delete;
-  Connection& operator=(const Connection&) = delete;
-  ~Connection() { ::close(fd_); }
+/// Most calls in flight at once. Beyond it a call is answered as if memcached had failed (every
+/// value read as 0, nothing counted), as the reference treats a memcached error; it bounds the
+/// memory a flood of calls can hold while memcached is slow.
+constexpr std::size_t max_calls_in_flight = 65'536;
+/// Most bytes of replies kept unparsed (a value is at most 1 MiB, as memcached's default item).
+constexpr std::size_t max_unparsed = std::size_t{2} << 20;
 
-  /// Writes all of `data` by `deadline`; false on an error or timeout.
-  bool write_all(std::string_view data, std::chrono::steady_clock::time_point deadline) {
-    while (!data.empty()) {
-      const ssize_t n = ::send(fd_, data.data(), data.size(), MSG_NOSIGNAL);
-      if (n > 0) {
-        data.remove_prefix(static_cast<std::size_t>(n));
-        continue;
-      }
-      if (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) return false;
-      if (!wait(POLLOUT, deadline)) return false;
-    }
-    return true;
-  }
-
-  /// The next line without its CRLF; nullopt on an error, a timeout or a line over 64 KiB.
-  std::optional<std::string> line(std::chrono::steady_clock::time_point deadline) {
-    for (;;) {
-      if (const auto eol = buf_.find("\r\n", pos_); eol != std::string::npos) {
-        std::string out = buf_.substr(pos_, eol - pos_);
-        pos_ = eol + 2;
-        return out;
-      }
-      if (buf_.size() - pos_ > 65'536 || !fill(deadline)) return std::nullopt;
-    }
-  }
-
-  /// The next `n` bytes and their CRLF (a value's data block).
-  std::optional<std::string> block(std::size_t n, std::chrono::steady_clock::time_point deadline) {
-    while (buf_.size() - pos_ < n + 2)
-      if (!fill(deadline)) return std::nullopt;
-    if (buf_.compare(pos_ + n, 2, "\r\n") != 0) return std::nullopt;
-    std::string out = buf_.substr(pos_, n);
-    pos_ += n + 2;
-    return out;
-  }
-
-  /// Whether every byte read was used (a connection with leftovers is not reused).
-  bool drained() const noexcept { return pos_ == buf_.size(); }
-
- private:
-  bool wait(short events, std::chrono::steady_clock::time_point deadline) {
-    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
-        deadline - std::chrono::steady_clock::now());
-    if (left.count() <= 0) return false;
-    pollfd p{fd_, events, 0};
-    const int r = ::poll(&p, 1, static_cast<int>(left.count()) + 1);
-    return r > 0 && (p.revents & (events | POLLHUP | POLLERR)) != 0;
-  }
-
-  bool fill(std::chrono::steady_clock::time_point deadline) {
-    if (pos_ > 0 && pos_ == buf_.size()) {
-      buf_.clear();
-      pos_ = 0;
-    }
-    char chunk[16'384];
-    for (;;) {
-      const ssize_t n = ::recv(fd_, chunk, sizeof chunk, 0);
-      if (n > 0) {
-        buf_.append(chunk, static_cast<std::size_t>(n));
-        return true;
-      }
-      if (n == 0) return false;
-      if (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) return false;
-      if (!wait(POLLIN, deadline)) return false;
-    }
-  }
-
-  int fd_;
-  std::string buf_;
-  std::size_t pos_ = 0;
+/// One call: its hits and keys, the values read, and how many of its requests are unanswered.
+/// Touched only by the I/O thread once submitted.
+struct Job {
+  std::vector<Hit> hits;
+  std::vector<std::string> keys;  // per hit
+  std::unordered_map<std::string, std::int64_t> values;
+  std::chrono::nanoseconds now{};
+  Done done;
+  std::size_t left = 0;  // requests not yet answered (or failed)
 };
 
-/// One memcached server: its address and its idle connections (at most `max_idle`).
-/// Thread safety: every member is safe from many threads.
-class Server {
- public:
-  Server(std::string host, std::string port, int max_idle)
-      : host_(std::move(host)), port_(std::move(port)), max_idle_(max_idle) {}
-
-  /// An idle connection, or a new one by `deadline`; null when memcached cannot be reached.
-  std::unique_ptr<Connection> take(std::chrono::steady_clock::time_point deadline) {
-    {
-      const std::lock_guard lock(mutex_);
-      if (!idle_.empty()) {
-        auto c = std::move(idle_.back());
-        idle_.pop_back();
-        return c;
-      }
-    }
-    addrinfo hints{};
-    hints.ai_socktype = SOCK_STREAM;
-    addrinfo* found = nullptr;
-    if (::getaddrinfo(host_.c_str(), port_.c_str(), &hints, &found) != 0) return nullptr;
-    std::unique_ptr<Connection> out;
-    for (addrinfo* a = found; a != nullptr && !out; a = a->ai_next) {
-      const int fd = ::socket(a->ai_family, a->ai_socktype | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
-      if (fd < 0) continue;
-      const int one = 1;
-      (void)::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
-      if (::connect(fd, a->ai_addr, a->ai_addrlen) == 0 || connected(fd, deadline))
-        out = std::make_unique<Connection>(fd);
-      else
-        ::close(fd);
-    }
-    ::freeaddrinfo(found);
-    return out;
-  }
-
-  /// Keeps `c` for the next request when there is room and it is clean; else closes it.
-  void give_back(std::unique_ptr<Connection> c) {
-    if (!c->drained()) return;
-    const std::lock_guard lock(mutex_);
-    if (static_cast<int>(idle_.size()) < max_idle_) idle_.push_back(std::move(c));
-  }
-
- private:
-  static bool connected(int fd, std::chrono::steady_clock::time_point deadline) {
-    if (errno != EINPROGRESS) return false;
-    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
-        deadline - std::chrono::steady_clock::now());
-    if (left.count() <= 0) return false;
-    pollfd p{fd, POLLOUT, 0};
-    if (::poll(&p, 1, static_cast<int>(left.count()) + 1) <= 0) return false;
-    int err = 0;
-    socklen_t len = sizeof err;
-    return ::getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &len) == 0 && err == 0;
-  }
-
-  std::string host_, port_;
-  int max_idle_;
-  std::mutex mutex_;
-  std::vector<std::unique_ptr<Connection>> idle_;
+/// One request on a connection, answered in order: a `get` of some of a job's keys, or one
+/// key's `incr`, `add` (after a miss) or second `incr` (after another writer's add).
+struct Step {
+  enum class Kind { get, incr, add, incr_again };
+  Kind kind = Kind::get;
+  std::shared_ptr<Job> job;
+  std::string key;  // incr, add, incr_again
+  std::int64_t amount = 0;
+  std::int64_t window_s = 1;
+  SteadyTime deadline;
 };
 
-/// A few threads that run the calls, so that no caller waits on memcached.
-class Workers {
- public:
-  explicit Workers(std::size_t n) {
-    for (std::size_t i = 0; i < n; ++i)
-      threads_.emplace_back([this] {
-        for (;;) {
-          std::function<void()> task;
-          {
-            std::unique_lock lock(mutex_);
-            ready_.wait(lock, [&] { return stop_ || !tasks_.empty(); });
-            if (tasks_.empty()) return;
-            task = std::move(tasks_.front());
-            tasks_.pop_front();
-          }
-          task();
-        }
-      });
-  }
-  ~Workers() {
-    {
-      const std::lock_guard lock(mutex_);
-      stop_ = true;
-    }
-    ready_.notify_all();
-    for (auto& t : threads_) t.join();
-  }
-  void post(std::function<void()> task) {
-    {
-      const std::lock_guard lock(mutex_);
-      tasks_.push_back(std::move(task));
-    }
-    ready_.notify_one();
-  }
-
- private:
-  std::mutex mutex_;
-  std::condition_variable ready_;
-  std::deque<std::function<void()>> tasks_;
-  bool stop_ = false;
-  std::vector<std::thread> threads_;
+/// One memcached server and the loop's one connection to it.
+struct Server {
+  std::string host, port;
+  int fd = -1;
+  bool connecting = false;
+  std::string out;  // bytes not yet written
+  std::string in;   // bytes read, from `in_pos` not yet parsed
+  std::size_t in_pos = 0;
+  std::deque<Step> steps;  // written or in `out`, in order
 };
 
 class MemcacheCounters final : public Counters {
@@ -243,33 +112,87 @@ class MemcacheCounters final : public Counters {
       std::string host = s.substr(0, colon);
       if (host.size() > 2 && host.front() == '[' && host.back() == ']')
         host = host.substr(1, host.size() - 2);
-      servers_.push_back(
-          std::make_unique<Server>(std::move(host), s.substr(colon + 1), options.max_idle_conns));
+      servers_.push_back(std::make_unique<Server>());
+      servers_.back()->host = std::move(host);
+      servers_.back()->port = s.substr(colon + 1);
     }
-    workers_ = std::make_unique<Workers>(
-        static_cast<std::size_t>(std::max(2, std::min(options.max_idle_conns, 64))));
+    wake_fd_ = ::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+    if (wake_fd_ < 0) throw std::runtime_error("eventfd: " + std::string(std::strerror(errno)));
+    // The thread must never take a signal meant for the process (a server waiting for SIGTERM
+    // with sigwait): it starts with every signal blocked.
+    sigset_t all, previous;
+    sigfillset(&all);
+    pthread_sigmask(SIG_SETMASK, &all, &previous);
+    try {
+      thread_ = std::thread([this] { run(); });
+    } catch (...) {
+      pthread_sigmask(SIG_SETMASK, &previous, nullptr);
+      ::close(wake_fd_);
+      throw;
+    }
+    pthread_sigmask(SIG_SETMASK, &previous, nullptr);
   }
 
+  MemcacheCounters(const MemcacheCounters&) = delete;
+  MemcacheCounters& operator=(const MemcacheCounters&) = delete;
+
+  ~MemcacheCounters() override {
+    {
+      const std::lock_guard lock(mutex_);
+      stopping_ = true;
+    }
+    wake();
+    thread_.join();
+    ::close(wake_fd_);
+  }
+
+  /// `count_async` and a wait. Not from a completion (the I/O thread would wait on itself).
   std::vector<HitResult> count(std::span<const Hit> hits, std::chrono::nanoseconds now) override {
+    if (std::this_thread::get_id() == thread_.get_id())
+      throw std::runtime_error(
+          "memcache: a blocking count inside a completion would wait on the "
+          "I/O thread itself");
+    auto promise = std::make_shared<std::promise<std::vector<HitResult>>>();
+    auto future = promise->get_future();
+    count_async(std::vector<Hit>(hits.begin(), hits.end()), now,
+                [promise](std::vector<HitResult> ds, std::exception_ptr err) {
+                  if (err)
+                    promise->set_exception(std::move(err));
+                  else
+                    promise->set_value(std::move(ds));
+                });
+    return future.get();
+  }
+
+  /// Hands the call to the I/O thread (`done` runs there), or answers it here at once: an
+  /// `algorithm` rule (an error), no hits, or too many calls in flight (values read as 0).
+  void count_async(std::vector<Hit> hits, std::chrono::nanoseconds now, Done done) override {
     for (const Hit& h : hits)
       if (!h.algorithm.empty())
-        throw std::runtime_error("rate_limit.algorithm = \"" + std::string(h.algorithm) +
-                                 "\": not on memcache (BACKEND_TYPE=memcache keeps only the "
-                                 "reference's fixed windows)");
-    return decide_and_count(hits, now);
-  }
-
-  void count_async(std::vector<Hit> hits, std::chrono::nanoseconds now,
-                   std::function<void(std::vector<HitResult>, std::exception_ptr)> done) override {
-    workers_->post([this, hits = std::move(hits), now, done = std::move(done)]() {
-      std::vector<HitResult> ds;
-      try {
-        ds = count(hits, now);
-      } catch (...) {
-        return done({}, std::current_exception());
-      }
-      done(std::move(ds), nullptr);
-    });
+        return done({}, std::make_exception_ptr(std::runtime_error(
+                            "rate_limit.algorithm = \"" + std::string(h.algorithm) +
+                            "\": not on memcache (BACKEND_TYPE=memcache keeps only the "
+                            "reference's fixed windows)")));
+    auto job = std::make_shared<Job>();
+    job->now = now;
+    job->done = std::move(done);
+    try {
+      const std::int64_t now_s = detail::unix_seconds(now);
+      job->keys.reserve(hits.size());
+      for (const Hit& h : hits) job->keys.push_back(detail::go_counter_key(go_, h, now_s));
+      job->hits = std::move(hits);
+    } catch (...) {
+      return job->done({}, std::current_exception());
+    }
+    if (job->hits.empty() || in_flight_.fetch_add(1) >= max_calls_in_flight) {
+      if (!job->hits.empty()) in_flight_.fetch_sub(1);
+      return finish(*job);
+    }
+    {
+      const std::lock_guard lock(mutex_);
+      incoming_.push_back(std::move(job));
+    }
+    wake();
   }
 
   std::vector<Decision> count_all(std::span<const Hit>, std::chrono::nanoseconds) override {
@@ -286,137 +209,326 @@ class MemcacheCounters final : public Counters {
     return *servers_[crc % servers_.size()];
   }
 
-  std::chrono::steady_clock::time_point deadline() const {
-    return std::chrono::steady_clock::now() + timeout_;
-  }
-
-  /// The reference's DoLimit and increaseAsync, one after the other: each hit decided, and its
-  /// count reported, as the value read plus its hits (the count the reference's stats use).
-  std::vector<HitResult> decide_and_count(std::span<const Hit> hits, std::chrono::nanoseconds now) {
-    const std::int64_t now_s = detail::unix_seconds(now);
-    std::vector<std::string> keys;
-    keys.reserve(hits.size());
-    bool all_legal = true;
-    for (const Hit& h : hits) {
-      keys.push_back(detail::go_counter_key(go_, h, now_s));
-      all_legal = all_legal && legal_key(keys.back());
-    }
-    // GetMulti refuses every key when one is malformed (gomemcache): then all read as 0.
-    std::unordered_map<std::string, std::int64_t> values;
-    if (all_legal) values = get_multi(keys);
+  /// The reference's decision on each hit: the value read (0 when missing, unreadable, or
+  /// memcached failed) plus its hits. Runs `done` (which must not throw) once.
+  static void finish(Job& job) noexcept {
     std::vector<HitResult> out;
-    out.reserve(hits.size());
-    for (std::size_t i = 0; i < hits.size(); ++i) {
-      const auto it = values.find(keys[i]);
-      // A value that is not a count reads as 0, as the reference's ParseInt failure.
-      out.push_back(detail::go_result(hits[i], it == values.end() ? 0 : it->second, now));
+    try {
+      out.reserve(job.hits.size());
+      for (std::size_t i = 0; i < job.hits.size(); ++i) {
+        const auto it = job.values.find(job.keys[i]);
+        out.push_back(
+            detail::go_result(job.hits[i], it == job.values.end() ? 0 : it->second, job.now));
+      }
+    } catch (...) {
+      return job.done({}, std::current_exception());
     }
-    for (std::size_t i = 0; i < hits.size(); ++i)
-      if (!hits[i].get && legal_key(keys[i]))
-        increase(keys[i], hits[i].hits > 0 ? hits[i].hits : 0, hits[i].window_s);
-    return out;
+    job.done(std::move(out), nullptr);
   }
 
-  /// One `get` of several keys per server (the reference's GetMulti); a server that fails
-  /// gives no values (its keys read as 0).
-  std::unordered_map<std::string, std::int64_t> get_multi(const std::vector<std::string>& keys) {
-    std::unordered_map<Server*, std::vector<const std::string*>> by_server;
-    for (const std::string& k : keys) {
-      auto& list = by_server[&server_of(k)];
-      if (std::find_if(list.begin(), list.end(), [&](const std::string* o) { return *o == k; }) ==
-          list.end())
-        list.push_back(&k);
-    }
-    std::unordered_map<std::string, std::int64_t> out;
-    for (auto& [server, list] : by_server) {
-      const auto until = deadline();
-      auto c = server->take(until);
-      if (!c) continue;
-      std::string request = "get";
-      for (const std::string* k : list) {
-        request += ' ';
-        request += *k;
+  /// Wakes the loop when it sleeps (or is about to): a busy loop finds `pending` before it
+  /// sleeps, so the calls of a busy moment cost no eventfd write. Either the loop sees
+  /// `pending` after arming, or this sees `armed` after setting `pending`.
+  void wake() noexcept {
+    pending_.store(true);
+    if (!armed_.load() || !armed_.exchange(false)) return;
+    const std::uint64_t one = 1;
+    [[maybe_unused]] const auto n = ::write(wake_fd_, &one, sizeof one);
+  }
+
+  void run() {
+    std::vector<pollfd> fds;
+    for (;;) {
+      pending_.exchange(false);
+      std::vector<std::shared_ptr<Job>> jobs;
+      bool stop = false;
+      {
+        const std::lock_guard lock(mutex_);
+        jobs.swap(incoming_);
+        stop = stopping_;
       }
-      request += "\r\n";
-      if (!c->write_all(request, until)) continue;
-      bool ok = false;
-      std::unordered_map<std::string, std::int64_t> got;
-      for (;;) {
-        const auto l = c->line(until);
-        if (!l) break;
-        if (*l == "END") {
-          ok = true;
-          break;
+      for (auto& job : jobs) queue(std::move(job));
+      if (stop) {
+        for (auto& s : servers_) fail(*s);
+        return;
+      }
+      const SteadyTime now = std::chrono::steady_clock::now();
+      std::optional<SteadyTime> until;
+      fds.assign(1, pollfd{wake_fd_, POLLIN, 0});
+      for (auto& sp : servers_) {
+        Server& s = *sp;
+        if (!s.steps.empty() && s.steps.front().deadline <= now) fail(s);
+        if (s.steps.empty()) {
+          // Idle, still polled: a connection memcached closes meanwhile is closed here too,
+          // rather than found closed by the next call's requests.
+          if (s.fd >= 0 && !s.connecting) fds.push_back(pollfd{s.fd, POLLIN, 0});
+          continue;
         }
-        // VALUE <key> <flags> <bytes>
-        if (l->rfind("VALUE ", 0) != 0) break;
-        const auto k_end = l->find(' ', 6);
-        const auto f_end = k_end == std::string::npos ? k_end : l->find(' ', k_end + 1);
-        if (f_end == std::string::npos) break;
-        std::size_t bytes = 0;
-        const char* b = l->data() + f_end + 1;
-        const char* e = l->data() + l->size();
-        const auto [stop, ec] = std::from_chars(b, e, bytes);
-        if (ec != std::errc{} || (stop != e && *stop != ' ') || bytes > (1U << 20)) break;
-        const auto data = c->block(bytes, until);
-        if (!data) break;
-        std::int64_t v = 0;
-        // strconv.ParseInt(value, 10, 32): a value beyond int32 or not decimal reads as 0.
-        const auto [vs, vec] = std::from_chars(data->data(), data->data() + data->size(), v);
-        if (vec != std::errc{} || vs != data->data() + data->size() || v > INT32_MAX ||
-            v < INT32_MIN)
-          v = 0;
-        got[l->substr(6, k_end - 6)] = v;
+        if (s.fd < 0 && !connect(s)) continue;
+        if (!s.connecting && !s.out.empty() && !flush(s)) continue;
+        fds.push_back(pollfd{
+            s.fd, static_cast<short>(POLLIN | (s.connecting || !s.out.empty() ? POLLOUT : 0)), 0});
+        if (!until || s.steps.front().deadline < *until) until = s.steps.front().deadline;
       }
-      if (!ok) continue;  // the connection is dropped with its leftovers
-      out.merge(got);
-      server->give_back(std::move(c));
+      int timeout_ms = -1;
+      if (until)
+        timeout_ms =
+            static_cast<int>(std::chrono::ceil<std::chrono::milliseconds>(*until - now).count());
+      armed_.store(true);
+      if (pending_.load()) timeout_ms = 0;
+      if (::poll(fds.data(), fds.size(), std::max(timeout_ms, until ? 0 : -1)) < 0)
+        for (auto& f : fds) f.revents = 0;
+      armed_.store(false);
+      if (fds[0].revents != 0) {
+        std::uint64_t count = 0;
+        [[maybe_unused]] const auto n = ::read(wake_fd_, &count, sizeof count);
+      }
+      for (std::size_t i = 1; i < fds.size(); ++i) {
+        if (fds[i].revents == 0) continue;
+        for (auto& sp : servers_)
+          if (sp->fd == fds[i].fd) handle(*sp, fds[i].revents);
+      }
     }
-    return out;
   }
 
-  /// The reference's increaseAsync for one key: incr; on a miss add the hits with the window
-  /// plus jitter as expiry; if another writer added it meanwhile, incr again. Errors are
-  /// dropped, as the reference logs and drops them.
-  void increase(const std::string& key, std::int64_t hits, std::int64_t window_s) {
-    Server& server = server_of(key);
-    const auto until = deadline();
-    auto c = server.take(until);
-    if (!c) return;
-    const std::string amount = std::to_string(hits);
-    const auto incr = [&]() -> std::optional<bool> {  // true: counted, false: not found
-      if (!c->write_all("incr " + key + " " + amount + "\r\n", until)) return std::nullopt;
-      const auto l = c->line(until);
-      if (!l) return std::nullopt;
-      if (*l == "NOT_FOUND") return false;
-      if (!l->empty() && l->find_first_not_of("0123456789") == std::string::npos) return true;
-      return std::nullopt;
-    };
-    auto counted = incr();
-    if (counted && !*counted) {
+  /// A job's requests, per server: one `get` of its distinct keys there (none when a key is
+  /// malformed: gomemcache's GetMulti then refuses every key, which read as 0), then an `incr`
+  /// of each counted hit's key (the reference's increaseAsync; a malformed key is not counted).
+  void queue(std::shared_ptr<Job> job) {
+    const SteadyTime deadline = std::chrono::steady_clock::now() + timeout_;
+    bool all_legal = true;
+    for (const std::string& k : job->keys) all_legal = all_legal && legal_key(k);
+    if (all_legal) {
+      std::unordered_map<Server*, std::vector<const std::string*>> by_server;
+      for (const std::string& k : job->keys) {
+        auto& list = by_server[&server_of(k)];
+        if (std::find_if(list.begin(), list.end(), [&](const std::string* o) { return *o == k; }) ==
+            list.end())
+          list.push_back(&k);
+      }
+      for (auto& [server, list] : by_server) {
+        server->out += "get";
+        for (const std::string* k : list) {
+          server->out += ' ';
+          server->out += *k;
+        }
+        server->out += "\r\n";
+        server->steps.push_back(Step{Step::Kind::get, job, {}, 0, 1, deadline});
+        ++job->left;
+      }
+    }
+    for (std::size_t i = 0; i < job->hits.size(); ++i) {
+      const Hit& h = job->hits[i];
+      if (h.get || !legal_key(job->keys[i])) continue;
+      Step step{Step::Kind::incr, job, job->keys[i], h.hits > 0 ? h.hits : 0, h.window_s, deadline};
+      send(server_of(step.key), std::move(step));
+    }
+    if (job->left == 0) done_one(*job, true);
+  }
+
+  /// Queues `step`'s request on `s` (the job counts it as unanswered).
+  void send(Server& s, Step&& step) {
+    const std::string amount = std::to_string(step.amount);
+    if (step.kind == Step::Kind::add) {
       // memcached reads an expiry beyond 30 days as a Unix time: the reference sends it anyway,
       // and so does this, so that both keep the same keys alive as long.
-      const std::string expiry = std::to_string(detail::go_expiry_s(go_, window_s));
-      if (!c->write_all("add " + key + " 0 " + expiry + " " + std::to_string(amount.size()) +
-                            "\r\n" + amount + "\r\n",
-                        until))
-        return;
-      const auto l = c->line(until);
-      if (!l) return;
-      if (*l == "NOT_STORED")
-        counted = incr();
-      else if (*l == "STORED")
-        counted = true;
-      else
-        return;
+      s.out += "add " + step.key + " 0 " + std::to_string(detail::go_expiry_s(go_, step.window_s)) +
+               " " + std::to_string(amount.size()) + "\r\n" + amount + "\r\n";
+    } else {
+      s.out += "incr " + step.key + " " + amount + "\r\n";
     }
-    if (counted && *counted) server.give_back(std::move(c));
+    ++step.job->left;
+    s.steps.push_back(std::move(step));
   }
 
-  std::vector<std::unique_ptr<Server>> servers_;
+  /// One of the job's requests is answered (or failed); the last one answers the call.
+  void done_one(Job& job, bool none = false) {
+    if (!none && --job.left != 0) return;
+    in_flight_.fetch_sub(1);
+    finish(job);
+  }
+
+  /// Closes `s`'s connection, if any: every request on it is answered as failed (its values
+  /// read as 0, its counting dropped, as the reference logs and drops increaseAsync's errors).
+  void fail(Server& s) {
+    if (s.fd >= 0) ::close(s.fd);
+    s.fd = -1;
+    s.connecting = false;
+    s.out.clear();
+    s.in.clear();
+    s.in_pos = 0;
+    std::deque<Step> steps;
+    steps.swap(s.steps);
+    for (Step& step : steps) done_one(*step.job);
+  }
+
+  /// Starts a connection to `s` (a name is resolved here, on the I/O thread). False, with its
+  /// requests failed, when none can start.
+  bool connect(Server& s) {
+    addrinfo hints{};
+    hints.ai_socktype = SOCK_STREAM;
+    addrinfo* found = nullptr;
+    if (::getaddrinfo(s.host.c_str(), s.port.c_str(), &hints, &found) != 0) {
+      fail(s);
+      return false;
+    }
+    for (addrinfo* a = found; a != nullptr && s.fd < 0; a = a->ai_next) {
+      const int fd = ::socket(a->ai_family, a->ai_socktype | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+      if (fd < 0) continue;
+      const int one = 1;
+      (void)::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+      if (::connect(fd, a->ai_addr, a->ai_addrlen) == 0) {
+        s.fd = fd;
+        s.connecting = false;
+      } else if (errno == EINPROGRESS) {
+        s.fd = fd;
+        s.connecting = true;
+      } else {
+        ::close(fd);
+      }
+    }
+    ::freeaddrinfo(found);
+    if (s.fd < 0) fail(s);
+    return s.fd >= 0;
+  }
+
+  /// Writes what `s` has to send; false (its requests failed) on an error.
+  bool flush(Server& s) {
+    std::size_t sent = 0;
+    while (sent < s.out.size()) {
+      const ssize_t n = ::send(s.fd, s.out.data() + sent, s.out.size() - sent, MSG_NOSIGNAL);
+      if (n > 0) {
+        sent += static_cast<std::size_t>(n);
+        continue;
+      }
+      if (n < 0 && errno == EINTR) continue;
+      if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) break;
+      fail(s);
+      return false;
+    }
+    s.out.erase(0, sent);
+    return true;
+  }
+
+  void handle(Server& s, short revents) {
+    if (s.connecting) {
+      if ((revents & (POLLOUT | POLLERR | POLLHUP)) == 0) return;
+      int err = 0;
+      socklen_t len = sizeof err;
+      if (::getsockopt(s.fd, SOL_SOCKET, SO_ERROR, &err, &len) != 0 || err != 0) return fail(s);
+      s.connecting = false;
+      if (!flush(s)) return;
+    } else if ((revents & POLLOUT) != 0 && !flush(s)) {
+      return;
+    }
+    if ((revents & (POLLIN | POLLERR | POLLHUP)) == 0) return;
+    char chunk[65'536];
+    for (;;) {
+      const ssize_t n = ::recv(s.fd, chunk, sizeof chunk, 0);
+      if (n > 0) {
+        s.in.append(chunk, static_cast<std::size_t>(n));
+        if (static_cast<std::size_t>(n) == sizeof chunk && s.in.size() - s.in_pos < max_unparsed)
+          continue;
+        break;
+      }
+      if (n < 0 && errno == EINTR) continue;
+      if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) break;
+      return fail(s);  // closed by memcached, or an error
+    }
+    parse(s);
+  }
+
+  /// Answers the requests whose replies are complete in `s.in`, in order.
+  void parse(Server& s) {
+    while (!s.steps.empty()) {
+      const int r = s.steps.front().kind == Step::Kind::get ? parse_get(s) : parse_line(s);
+      if (r < 0) return fail(s);
+      if (r == 0) break;
+    }
+    // A reply nobody asked for is not memcached's: the connection is not trusted again.
+    if (s.in.size() - s.in_pos > (s.steps.empty() ? 0 : max_unparsed)) return fail(s);
+    if (s.in_pos == s.in.size()) {
+      s.in.clear();
+      s.in_pos = 0;
+    } else if (s.in_pos > 65'536) {
+      s.in.erase(0, s.in_pos);
+      s.in_pos = 0;
+    }
+  }
+
+  /// The front `get`'s reply: `VALUE <key> <flags> <bytes>` and its data block per key found,
+  /// then `END`. 1 when answered, 0 when incomplete, -1 on a protocol error.
+  int parse_get(Server& s) {
+    std::size_t p = s.in_pos;
+    std::vector<std::pair<std::string, std::int64_t>> got;
+    for (;;) {
+      const auto eol = s.in.find("\r\n", p);
+      if (eol == std::string::npos) return s.in.size() - p > 65'536 ? -1 : 0;
+      const std::string_view line(s.in.data() + p, eol - p);
+      if (line == "END") {
+        s.in_pos = eol + 2;
+        Step step = std::move(s.steps.front());
+        s.steps.pop_front();
+        for (auto& [k, v] : got) step.job->values[k] = v;
+        done_one(*step.job);
+        return 1;
+      }
+      if (line.rfind("VALUE ", 0) != 0) return -1;
+      const auto k_end = line.find(' ', 6);
+      const auto f_end = k_end == std::string_view::npos ? k_end : line.find(' ', k_end + 1);
+      if (f_end == std::string_view::npos) return -1;
+      std::size_t bytes = 0;
+      const char* b = line.data() + f_end + 1;
+      const char* e = line.data() + line.size();
+      const auto [stop, ec] = std::from_chars(b, e, bytes);
+      if (ec != std::errc{} || (stop != e && *stop != ' ') || bytes > (1U << 20)) return -1;
+      const std::size_t data = eol + 2;
+      if (s.in.size() < data + bytes + 2) return 0;
+      if (s.in.compare(data + bytes, 2, "\r\n") != 0) return -1;
+      std::int64_t v = 0;
+      // strconv.ParseInt(value, 10, 32): a value beyond int32 or not decimal reads as 0.
+      const char* vb = s.in.data() + data;
+      const auto [vs, vec] = std::from_chars(vb, vb + bytes, v);
+      if (vec != std::errc{} || vs != vb + bytes || v > INT32_MAX || v < INT32_MIN) v = 0;
+      got.emplace_back(std::string(line.substr(6, k_end - 6)), v);
+      p = data + bytes + 2;
+    }
+  }
+
+  /// The front `incr` or `add`'s one-line reply; a miss queues the `add`, an `add` another
+  /// writer won queues the second `incr`. 1 when answered, 0 when incomplete.
+  int parse_line(Server& s) {
+    const auto eol = s.in.find("\r\n", s.in_pos);
+    if (eol == std::string::npos) return s.in.size() - s.in_pos > 65'536 ? -1 : 0;
+    const std::string_view line(s.in.data() + s.in_pos, eol - s.in_pos);
+    s.in_pos = eol + 2;
+    Step step = std::move(s.steps.front());
+    s.steps.pop_front();
+    const SteadyTime deadline = std::chrono::steady_clock::now() + timeout_;
+    if (step.kind == Step::Kind::incr && line == "NOT_FOUND") {
+      send(s, Step{Step::Kind::add, step.job, std::move(step.key), step.amount, step.window_s,
+                   deadline});
+    } else if (step.kind == Step::Kind::add && line == "NOT_STORED") {
+      send(s, Step{Step::Kind::incr_again, step.job, std::move(step.key), step.amount,
+                   step.window_s, deadline});
+    }
+    // Anything else (a count, STORED, an error reply) ends this key's counting, as the
+    // reference's increaseAsync logs an error and goes on.
+    done_one(*step.job);
+    return 1;
+  }
+
+  std::vector<std::unique_ptr<Server>> servers_;  // touched only by the I/O thread after start
   std::chrono::milliseconds timeout_;
   GoKeyOptions go_;
-  std::unique_ptr<Workers> workers_;  // last: its threads stop before the rest goes
+  std::atomic<std::size_t> in_flight_{0};
+  int wake_fd_ = -1;
+  std::atomic<bool> pending_{false};  ///< calls were handed over since the loop last looked
+  std::atomic<bool> armed_{false};    ///< the loop sleeps (or is about to) in poll
+  std::mutex mutex_;                  // guards incoming_ and stopping_
+  std::vector<std::shared_ptr<Job>> incoming_;
+  bool stopping_ = false;
+  std::thread thread_;  // last: started once the rest is ready
 };
 
 }  // namespace

@@ -491,8 +491,8 @@ const SettingRow rows[] = {
     {"MEMCACHE_HOST_PORT", "", true, P::list, &S::memcache_host_port, U::honoured, "settings.go",
      "with BACKEND_TYPE=memcache: the servers, in order (a key on CRC-32 of it modulo their "
      "number)"},
-    {"MEMCACHE_MAX_IDLE_CONNS", "2", true, P::integer, &S::memcache_max_idle_conns, U::honoured,
-     "settings.go", "idle connections kept per memcached"},
+    {"MEMCACHE_MAX_IDLE_CONNS", "2", true, P::integer, &S::memcache_max_idle_conns, U::mapped,
+     "settings.go", "checked (>= 0); one pipelined connection per memcached, busy or idle"},
     {"MEMCACHE_SRV", "", true, P::text, &S::memcache_srv, U::default_only, "settings.go",
      "memcached found by DNS SRV: list them in MEMCACHE_HOST_PORT"},
     {"MEMCACHE_SRV_REFRESH", "0", true, P::duration, &S::memcache_srv_refresh, U::mapped,

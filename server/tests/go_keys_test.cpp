@@ -12,6 +12,7 @@
 #include <unistd.h>
 #include <zlib.h>
 
+#include <algorithm>
 #include <chrono>
 #include <condition_variable>
 #include <cstdint>
@@ -572,6 +573,56 @@ TEST_CASE("Go keys: a memcached that does not answer counts as 0 and fails no ca
     CHECK(r.overall_code() == Code::OK);
     CHECK(r.statuses(0).limit_remaining() == 2);
   }
+}
+
+TEST_CASE("Go keys: calls in flight together on memcache are read in order, each before its hit",
+          "[server][go_keys][no_cluster][memcache]") {
+  // The storage writes a call's get and its incr together on its one connection per
+  // memcached, and memcached answers a connection's requests in order. A Go replica creates
+  // the key with 1; then 64 calls are sent at once, one hit each: call k (k = 1..64, in the
+  // order sent) reads 1 + (k - 1) = k and brings the key to k + 1, so the counts reported are
+  // exactly 2..65 and the key ends at 1 + 64 = 65 (no hit lost, none counted twice).
+  const ratelimit::server::GoKeyOptions go{fresh_prefix(), 0};
+  MemcacheWriter writer(memcached_servers());
+  ratelimit::server::MemcacheOptions options;
+  options.servers = writer.servers();
+  options.timeout = std::chrono::seconds{5};
+  auto counters = ratelimit::server::make_memcache_counters(options, go);
+  // 90 s into day0: the minute window started at day0 + 60.
+  const std::chrono::nanoseconds now = std::chrono::seconds{day0_s + 90};
+  ratelimit::server::Hit hit;
+  hit.limit_id = "go/user";
+  hit.key = "alice";
+  hit.limit = 1000;
+  hit.window_s = 60;
+  hit.go_key = "go_user_alice_";
+  const std::string key = go.prefix + "go_user_alice_" + std::to_string(day0_s + 60);
+  REQUIRE(writer.add(key, 1, 60) == 1);
+  std::mutex mutex;
+  std::condition_variable answered;
+  std::vector<std::int64_t> counts;
+  int errors = 0;
+  for (int i = 0; i < 64; ++i)
+    counters->count_async({hit}, now,
+                          [&](std::vector<ratelimit::server::HitResult> r, std::exception_ptr e) {
+                            const std::lock_guard lock(mutex);
+                            if (e || r.size() != 1 || !r[0].count)
+                              ++errors;
+                            else
+                              counts.push_back(*r[0].count);
+                            answered.notify_all();
+                          });
+  {
+    std::unique_lock lock(mutex);
+    REQUIRE(answered.wait_for(lock, std::chrono::seconds{30},
+                              [&] { return counts.size() + errors == 64; }));
+  }
+  CHECK(errors == 0);
+  std::vector<std::int64_t> expected;
+  for (std::int64_t k = 1; k <= 64; ++k) expected.push_back(k + 1);
+  std::sort(counts.begin(), counts.end());
+  CHECK(counts == expected);
+  CHECK(writer.read(key) == 65);
 }
 
 TEST_CASE("Go keys: a denied hit's count comes beside its decision, exact on every storage",
