@@ -95,7 +95,7 @@ struct SlidingCounterModel {
       make(c + std::min(op.cost, 2 * p.limit - c), prev);
     }
     // A cost-1 peek on the counts left, in the same window (no second pass over the state).
-    return decide(p, s, t, k, cur, pre, Operation{1, true});
+    return decide<1>(p, s, t, k, cur, pre, Operation{1, true});
   }
 
   /// A count of last's window k weighs on window k + 1 too: fresh from (k + 2) W if the current
@@ -109,6 +109,9 @@ struct SlidingCounterModel {
 
  private:
   /// `apply`'s decision at t in window k, on the counts c (current) and prev seen from it.
+  /// `Caller` only tells apply's instantiation from adjust's: each has one call site, so the
+  /// compiler inlines it there (called from both, it was left out of line, a call per take).
+  template <int Caller = 0>
   static Decision decide(const Params& p, State& s, std::int64_t t, std::int64_t k, std::int64_t c,
                          std::int64_t prev, const Operation& op) noexcept {
     using detail::i128;
