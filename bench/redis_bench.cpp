@@ -204,8 +204,9 @@ RedisStorage& shared_storage(std::size_t pool_size) {
 }
 
 /// What BM_OneConnection asks per round trip: a take (`try_acquire`), a refund of a unit taken
-/// at the same instant, a penalty of one unit, or a reservation of one unit (the buckets only).
-enum class Ask { take, refund, penalty, reserve };
+/// at the same instant, a penalty of one unit, a reservation of one unit (the buckets only), or a
+/// take carrying the limiter's parameters.
+enum class Ask { take, refund, penalty, reserve, with_params };
 
 // One thread, one connection, one synchronous round trip per decision.
 template <class A, Ask ask = Ask::take>
@@ -214,6 +215,7 @@ void BM_OneConnection(benchmark::State& state) {
   if (!have_server(state, options)) return;
   RedisStorage& storage = shared_storage<A>(1);
   typename A::template Limiter<SystemClock> limiter(A::config(), storage);
+  const auto plan = limiter.params();  // Ask::with_params: the limiter's own, carried per call
   const auto& k = keys();
   std::minstd_rand rng(1);
   Latencies lat(1 << 16);
@@ -226,6 +228,8 @@ void BM_OneConnection(benchmark::State& state) {
     Decision d{};
     if constexpr (ask == Ask::take)
       d = limiter.try_acquire(key);
+    else if constexpr (ask == Ask::with_params)
+      d = limiter.try_acquire(key, 1, plan);
     else if constexpr (ask == Ask::refund)
       d = limiter.refund(key, 1, limiter.clock().now());
     else if constexpr (ask == Ask::penalty)
@@ -302,6 +306,11 @@ template <class A>
 void register_algorithm() {
   const std::string base = std::string("BM_") + A::name + "_Redis_";
   benchmark::RegisterBenchmark((base + "OneConnection").c_str(), BM_OneConnection<A>)
+      ->UseRealTime()
+      ->Unit(benchmark::kMicrosecond);
+  // The take carrying the key's parameters (the limiter's own), beside the plain take.
+  benchmark::RegisterBenchmark((base + "OneConnectionWithParams").c_str(),
+                               BM_OneConnection<A, Ask::with_params>)
       ->UseRealTime()
       ->Unit(benchmark::kMicrosecond);
   // Refunds and penalties beside the take, each one script call.

@@ -189,6 +189,76 @@ def issue19_goals(inproc):
     return goals
 
 
+def beside_take_section(inproc, redis):
+    """Refunds, penalties and takes carrying their key's parameters beside a take of the same
+    algorithm in the same run (goal: each within 1.1x), in process and on Redis, as markdown
+    lines. In process a refund is timed in a pair with its take (OneKeyTakeRefund: items count
+    both), so its own cost is 2 x the pair's per item - the take's. The sliding log's in-process
+    figures are its ManualClock runs (with the real clock its takes are mostly denials, which
+    write nothing, while a penalty always writes)."""
+    def ns(table, name):
+        b = table.get(name)
+        return ns_per_item(b) if b and "error" not in b else None
+
+    def cell(v, take, cv=None):
+        if v is None or not take:
+            return "–", "–"
+        r = v / take
+        status = "met" if r <= 1.1 else "missed"
+        noise_text = f" ±{100 * cv:.0f} %" if cv is not None else ""
+        return f"{fmt(v)}", f"{r:.2f}x{noise_text} ({status})"
+
+    def cv_of(table, *names):
+        cvs = [noise(table, n) for n in names]
+        if any(c is None for c in cvs):
+            return None
+        return sum(c * c for c in cvs) ** 0.5
+
+    md = []
+    w = md.append
+    w("## Refunds, penalties and per-call parameters beside a take")
+    w("")
+    w("Each beside a take (`try_acquire`) of the same algorithm in the same run: the ratio of the "
+      "medians (goal: each within 1.1x; ± the repetitions' noise, both figures' combined). In "
+      "process, one key, ns per operation: a penalty of one unit per step (`OneKeyPenalty`); a "
+      "refund, timed in a pair with a take of two units (`OneKeyTakeRefund`, 2 x the pair's "
+      "ns per item - the take's); a take carrying the limiter's own parameters "
+      "(`OneKeyWithParams`). The sliding log's are its ManualClock runs (with the real clock its "
+      "takes are mostly denials, which write nothing; a penalty always writes). On Redis, one "
+      "connection, µs per operation (`OneConnection`, `OneConnectionPenalty`, "
+      "`OneConnectionRefund`, `OneConnectionWithParams`).")
+    w("")
+    w("| algorithm | where | take | penalty | × take | refund | × take | with params | × take |")
+    w("|---|---|---:|---:|---:|---:|---:|---:|---:|")
+    for algo in ALGORITHMS:
+        suffix = "_ManualClock" if algo == "SlidingLog" else ""
+        base = f"BM_{algo}_InMemory_"
+        take_name = base + "OneKeyAdmitted" + suffix
+        take = ns(inproc, take_name)
+        if take is not None:
+            pen_name = base + "OneKeyPenalty" + suffix
+            pair_name = base + "OneKeyTakeRefund" + suffix
+            wp_name = base + "OneKeyWithParams" + suffix
+            pair = ns(inproc, pair_name)
+            refund = 2 * pair - take if pair is not None else None
+            pen = cell(ns(inproc, pen_name), take, cv_of(inproc, take_name, pen_name))
+            ref = cell(refund, take, cv_of(inproc, take_name, pair_name))
+            wp = cell(ns(inproc, wp_name), take, cv_of(inproc, take_name, wp_name))
+            w(f"| {algo} | in process (ns{', ManualClock' if suffix else ''}) | {fmt(take)} | "
+              f"{pen[0]} | {pen[1]} | {ref[0]} | {ref[1]} | {wp[0]} | {wp[1]} |")
+        rbase = f"BM_{algo}_Redis_OneConnection"
+        rtake = ns(redis, rbase)
+        if rtake is not None:
+            us = lambda v: None if v is None else v / 1000
+            pen = cell(us(ns(redis, rbase + "Penalty")), us(rtake))
+            ref = cell(us(ns(redis, rbase + "Refund")), us(rtake))
+            wp = cell(us(ns(redis, rbase + "WithParams")), us(rtake))
+            w(f"| {algo} | Redis (µs) | {fmt(us(rtake))} | {pen[0]} | {pen[1]} | {ref[0]} | "
+              f"{ref[1]} | {wp[0]} | {wp[1]} |")
+    w("")
+    return md
+
+
 def read_redis_benchmark(raw):
     rows = []
     path = os.path.join(raw, "redis_benchmark.csv")
@@ -820,6 +890,7 @@ def main():
         w(f"| {text} | {measured} | {status} |")
     w("")
     if inprocess_only:
+        md.extend(beside_take_section(inproc, {}))
         with open(os.path.join(out, "inprocess.md"), "w") as f:
             f.write("\n".join(md))
         print("\n".join(md))
@@ -873,6 +944,8 @@ def main():
     else:
         w("Not run (no redis_bench: include/ratelimit/redis.hpp or hiredis missing).")
     w("")
+
+    md.extend(beside_take_section(inproc, redis))
 
     cost_md, cost = redis_cost_section(raw, meta)
     md.extend(cost_md)

@@ -349,3 +349,27 @@ TEST_CASE("A give-back that Redis never answered goes again with the next call",
   CHECK(admitted == 35);
   CHECK(b_store.stats().units_reclaimed == 0);
 }
+
+TEST_CASE("A leased limiter decides with the parameters each call carries", "[far][lease][redis]") {
+  // One limiter of 100 a minute; every call carries a plan of 5 a minute (a key's plan read at
+  // request time): by definition a fixed window of 5 per minute, which admits 5 of 10 requests
+  // in one window, as the same limiter in process does.
+  LeasedStorage s(lease_options(rltest::unique_prefix("lease")));
+  ratelimit::ManualClock clock;
+  using Leased = ratelimit::FixedWindow<ratelimit::ManualClock, LeasedStorage>;
+  Leased leased(ratelimit::Rate{100, 1min}, s, clock, "api");
+  ratelimit::FixedWindow<ratelimit::ManualClock> memory(ratelimit::Rate{100, 1min}, {}, clock,
+                                                        "api");
+  const auto plan = Leased::params_of(ratelimit::Rate{5, 1min});
+  const auto run = [&](auto& limiter) {
+    int admitted = 0;
+    for (int i = 0; i < 10; ++i) admitted += limiter.try_acquire("k", 1, plan).allowed ? 1 : 0;
+    return admitted;
+  };
+  CHECK(run(memory) == 5);
+  CHECK(run(leased) == 5);
+  // The limit reported is the plan's; without a plan the limiter's own, 100, of which 5 are
+  // spent.
+  CHECK(leased.peek("k", plan).limit == 5);
+  CHECK(leased.peek("k").remaining == 95);
+}

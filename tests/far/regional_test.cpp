@@ -577,3 +577,21 @@ TEST_CASE("A claim whose reply was lost is claimed again once no round can still
   CHECK(b.apply("victim", 10s, peek()).remaining == 95);
   CHECK(a.apply("victim", 10s, spend()).allowed);
 }
+
+TEST_CASE("A regional limiter decides with the parameters each call carries", "[far][redis]") {
+  rltest::Regions regions(2);
+  auto s = storages(regions);  // S = 100 ms, d = 40 ms
+  ManualClock clock;
+  // The limiter's own 1000 per second would let a region admit U = ceil(1000 x (100 + 2 x 40)
+  // / 1000) = 180 unacknowledged units; a call carrying 10 per second is bound by its own
+  // U = ceil(10 x 180 / 1000) = 2 until an exchange acknowledges them.
+  using Window = ratelimit::FixedWindow<ManualClock, RegionalStorage>;
+  Window a(ratelimit::Rate{1000, W}, s[0], clock, "api");
+  const auto plan = Window::params_of(ratelimit::Rate{10, W});
+  const auto first = a.try_acquire("k", 1, plan);
+  CHECK(first.allowed);
+  CHECK(first.limit == 10);
+  CHECK(a.try_acquire("k", 1, plan).allowed);
+  CHECK_FALSE(a.try_acquire("k", 1, plan).allowed);
+  CHECK(a.peek("k").allowed);  // under its own parameters the region may go on
+}

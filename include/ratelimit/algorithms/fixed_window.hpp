@@ -74,13 +74,16 @@ struct FixedWindowModel {
     const std::int64_t t = now.count() > s.last ? now.count() : s.last;
     const std::int64_t k = p.window_of(t);
     const std::int64_t c = s.last >= k * p.window ? s.count : 0;
+    std::int64_t after = c;  // the count the operation leaves
     if (op.kind == Operation::Kind::refund) {
       const std::int64_t t0 = std::clamp<std::int64_t>(op.taken_at.count(), 0, t);
-      if (c > 0 && p.window_of(t0) == k) s = State{t, c - std::min(op.cost, c)};
+      if (c > 0 && p.window_of(t0) == k) s = State{t, after = c - std::min(op.cost, c)};
     } else if (op.kind == Operation::Kind::penalty && c < 2 * p.limit) {
-      s = State{t, c + std::min(op.cost, 2 * p.limit - c)};
+      s = State{t, after = c + std::min(op.cost, 2 * p.limit - c)};
     }
-    return apply(p, s, std::chrono::nanoseconds{t}, Operation{1, true});
+    // A cost-1 peek on the count left, in the same window (no second pass over the state).
+    const std::chrono::nanoseconds to_end{(k + 1) * p.window - t};
+    return detail::count_decision(p.limit, after, 1, to_end, true, [](std::int64_t) {});
   }
 
   /// The end of last's window if it counted anything, else last.

@@ -62,11 +62,60 @@ struct SlidingCounterModel {
                         const Operation& op) noexcept {
     if (op.kind != Operation::Kind::spend) [[unlikely]]
       return adjust(p, s, now, op);
-    using detail::i128;
-    const std::int64_t W = p.window, N = p.limit;
     const std::int64_t t = now.count() > s.last ? now.count() : s.last;
     const std::int64_t k = p.window_of(t);
     const auto [c, prev] = counts_at(p, s, k);
+    return decide(p, s, t, k, c, prev, op);
+  }
+
+  /// A refund or a penalty at t = max(now, last), then what a cost-1 peek reports
+  /// (docs/algorithms.md "Refunds, penalties and lockouts"): a refund of n taken at t0 takes
+  /// min(n, c) off the current count if t0 lies in t's window k, min(n, p) off the previous
+  /// one if it lies in k - 1 (where the take still weighs on the estimate), and nothing for an
+  /// earlier window; a penalty adds n to the current count, capped at 2N. Nothing changes when
+  /// nothing would.
+  [[gnu::noinline]] static Decision adjust(const Params& p, State& s, std::chrono::nanoseconds now,
+                                           const Operation& op) noexcept {
+    const std::int64_t t = now.count() > s.last ? now.count() : s.last;
+    const std::int64_t k = p.window_of(t);
+    const auto [c, prev] = counts_at(p, s, k);
+    std::int64_t cur = c, pre = prev;  // the counts the operation leaves
+    const auto make = [&](std::int64_t next_cur, std::int64_t next_pre) {
+      cur = next_cur;
+      pre = next_pre;
+      s = State{t, static_cast<std::uint32_t>(cur), static_cast<std::uint32_t>(pre)};
+    };
+    if (op.kind == Operation::Kind::refund) {
+      const std::int64_t k0 = p.window_of(std::clamp<std::int64_t>(op.taken_at.count(), 0, t));
+      if (k0 == k && c > 0)
+        make(c - std::min(op.cost, c), prev);
+      else if (k0 == k - 1 && prev > 0)
+        make(c, prev - std::min(op.cost, prev));
+    } else if (op.kind == Operation::Kind::penalty && c < 2 * p.limit) {
+      make(c + std::min(op.cost, 2 * p.limit - c), prev);
+    }
+    // A cost-1 peek on the counts left, in the same window (no second pass over the state).
+    return decide<1>(p, s, t, k, cur, pre, Operation{1, true});
+  }
+
+  /// A count of last's window k weighs on window k + 1 too: fresh from (k + 2) W if the current
+  /// count is not 0, from (k + 1) W if only the previous is, else from last.
+  static std::chrono::nanoseconds fresh_at(const Params& p, const State& s) noexcept {
+    const std::int64_t k = p.window_of(s.last);
+    if (s.current > 0) return std::chrono::nanoseconds{(k + 2) * p.window};
+    if (s.previous > 0) return std::chrono::nanoseconds{(k + 1) * p.window};
+    return std::chrono::nanoseconds{s.last};
+  }
+
+ private:
+  /// `apply`'s decision at t in window k, on the counts c (current) and prev seen from it.
+  /// `Caller` only tells apply's instantiation from adjust's: each has one call site, so the
+  /// compiler inlines it there (called from both, it was left out of line, a call per take).
+  template <int Caller = 0>
+  static Decision decide(const Params& p, State& s, std::int64_t t, std::int64_t k, std::int64_t c,
+                         std::int64_t prev, const Operation& op) noexcept {
+    using detail::i128;
+    const std::int64_t W = p.window, N = p.limit;
     const std::int64_t e = t - k * W;
     const std::int64_t n = op.cost;
     Decision d{};
@@ -89,42 +138,6 @@ struct SlidingCounterModel {
     return d;
   }
 
-  /// A refund or a penalty at t = max(now, last), then what a cost-1 peek reports
-  /// (docs/algorithms.md "Refunds, penalties and lockouts"): a refund of n taken at t0 takes
-  /// min(n, c) off the current count if t0 lies in t's window k, min(n, p) off the previous
-  /// one if it lies in k - 1 (where the take still weighs on the estimate), and nothing for an
-  /// earlier window; a penalty adds n to the current count, capped at 2N. Nothing changes when
-  /// nothing would.
-  [[gnu::noinline]] static Decision adjust(const Params& p, State& s, std::chrono::nanoseconds now,
-                                           const Operation& op) noexcept {
-    const std::int64_t t = now.count() > s.last ? now.count() : s.last;
-    const std::int64_t k = p.window_of(t);
-    const auto [c, prev] = counts_at(p, s, k);
-    const auto make = [&](std::int64_t cur, std::int64_t pre) {
-      s = State{t, static_cast<std::uint32_t>(cur), static_cast<std::uint32_t>(pre)};
-    };
-    if (op.kind == Operation::Kind::refund) {
-      const std::int64_t k0 = p.window_of(std::clamp<std::int64_t>(op.taken_at.count(), 0, t));
-      if (k0 == k && c > 0)
-        make(c - std::min(op.cost, c), prev);
-      else if (k0 == k - 1 && prev > 0)
-        make(c, prev - std::min(op.cost, prev));
-    } else if (op.kind == Operation::Kind::penalty && c < 2 * p.limit) {
-      make(c + std::min(op.cost, 2 * p.limit - c), prev);
-    }
-    return apply(p, s, std::chrono::nanoseconds{t}, Operation{1, true});
-  }
-
-  /// A count of last's window k weighs on window k + 1 too: fresh from (k + 2) W if the current
-  /// count is not 0, from (k + 1) W if only the previous is, else from last.
-  static std::chrono::nanoseconds fresh_at(const Params& p, const State& s) noexcept {
-    const std::int64_t k = p.window_of(s.last);
-    if (s.current > 0) return std::chrono::nanoseconds{(k + 2) * p.window};
-    if (s.previous > 0) return std::chrono::nanoseconds{(k + 1) * p.window};
-    return std::chrono::nanoseconds{s.last};
-  }
-
- private:
   struct Counts {
     std::int64_t current, previous;
   };

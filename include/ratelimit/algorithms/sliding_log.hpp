@@ -269,11 +269,20 @@ struct SlidingLogModel {
       live -= s.entries[first++].count;
     if (op.kind == Operation::Kind::refund) {
       const std::int64_t t0 = std::clamp<std::int64_t>(op.taken_at.count(), 0, t);
-      for (std::size_t i = first; i < s.entries.size(); ++i)
-        if (s.entries[i].time == t0 && s.entries[i].count > 0) {
-          s.entries.take_from(i, std::min(op.cost, s.entries[i].count));
-          break;
-        }
+      // The entries' times strictly increase (a take at t >= the newest time is added to the
+      // newest entry if stamped t, else logged behind it), so at most one is stamped t0: found
+      // by bisection, not by a scan of up to 2N entries (the scan of 99 live entries made a
+      // refund cost 3x a take at N = 100).
+      std::size_t lo = first, hi = s.entries.size();
+      while (lo < hi) {
+        const std::size_t mid = lo + (hi - lo) / 2;
+        if (s.entries[mid].time < t0)
+          lo = mid + 1;
+        else
+          hi = mid;
+      }
+      if (lo < s.entries.size() && s.entries[lo].time == t0 && s.entries[lo].count > 0)
+        s.entries.take_from(lo, std::min(op.cost, s.entries[lo].count));
     } else if (op.kind == Operation::Kind::penalty && live < 2 * p.limit) {
       const std::int64_t n = std::min(op.cost, 2 * p.limit - live);
       for (std::size_t i = 0; i < first; ++i) s.entries.pop_front();

@@ -553,6 +553,168 @@ class Limiter {
     return d;
   }
 
+  // --- Decisions that carry their key's parameters --------------------------------------------
+ public:
+  /// The model's parameters (capacity and refill, or limit and window, reduced): what a
+  /// decision may carry instead of the limiter's own, for per-key limits at run time (a user's
+  /// plan read from a database at request time). Build them once per plan with `params_of`,
+  /// never by changing the fields of one: a bucket's also holds values derived from them.
+  using Params = typename M::Params;
+
+  /// The parameters of an algorithm's configuration, as the limiter's constructor builds them:
+  /// `params_of(TokenBucketConfig{capacity, refill})` (and `LeakyBucketConfig`) through
+  /// `M::make_params`; `params_of(rate)` for the windows (a `Rate`: limit rate.count per
+  /// rate.period) through `M::from_rate`; the calendar quota's `params_of(limit, calendar)`.
+  /// Throws `std::invalid_argument` naming the field and value out of range.
+  /// Thread safety: a pure function.
+  template <class... Config>
+  static Params params_of(const Config&... config) requires(
+      requires { M::make_params(config...); } || requires { M::from_rate(config...); }) {
+    if constexpr (requires { M::make_params(config...); })
+      return M::make_params(config...);
+    else
+      return M::from_rate(config...);
+  }
+
+  /// The limiter's own parameters: what calls without parameters decide with.
+  /// Thread safety: safe from many threads (they never change).
+  const Params& params() const noexcept { return params_; }
+
+  /// `try_acquire(key, cost)` decided with `params` instead of the limiter's own (the key's
+  /// plan). The key keeps one state whatever parameters decide it: a key whose parameters
+  /// change is decided under the new ones as docs/algorithms.md "Semantics shared by all" says
+  /// (windows keep their counts and times, buckets their full instant), on every storage.
+  /// Reserves (`set_reserves`) do not apply: decided as critical. Listeners hear it and shadow
+  /// mode applies, as for `try_acquire(key, cost)`. Throws `std::invalid_argument` for
+  /// cost < 1, or naming the field and value of `params` out of the model's range (as the
+  /// storage's `with_params`); nothing is decided or changed then. In process it costs what a
+  /// take costs plus the parameters' range check; on Redis the script's arguments are
+  /// formatted per call. Thread safety: safe from many threads.
+  Decision try_acquire(std::string_view key, std::int64_t cost, const Params& params) {
+    return decide_with(params, key, cost, read_clock);
+  }
+
+  /// The same at `now`, a reading of this limiter's clock (clamped to [0, 2^62] ns).
+  /// Errors and thread safety as above.
+  Decision try_acquire(std::string_view key, std::int64_t cost, const Params& params,
+                       std::chrono::nanoseconds now) {
+    return decide_with(params, key, cost, clock_range(now));
+  }
+
+  /// What a cost-1 request for `key` decided with `params` would get now; changes nothing.
+  /// Throws as `try_acquire(key, cost, params)`. Thread safety: safe from many threads.
+  Decision peek(std::string_view key, const Params& params) {
+    return apply_with(params, key, read_clock, Operation{1, true, Decision::never});
+  }
+
+  /// `try_acquire(key, cost, params)` without blocking: returns at once and hands the Decision
+  /// to `done(Decision)`, exactly once, as `try_acquire_async(key, cost, done)` does (on a
+  /// Redis storage on its I/O thread; in process here). Throws `std::invalid_argument` (and
+  /// never calls `done`) for cost < 1 or `params` out of range. Listeners and shadow mode as
+  /// for `try_acquire`. Thread safety: safe from many threads.
+  template <class F>
+  requires std::invocable<F&, Decision>
+  void try_acquire_async(std::string_view key, std::int64_t cost, const Params& params, F&& done) {
+    check_cost(cost);
+    const auto now = clock_.now();
+    const Operation op{cost, false, Decision::never};
+    if constexpr (locating_with) {
+      // In process the decision is made here: the same path as the blocking call.
+      Decision d = decide_with(params, key, cost, now);
+      auto completion = detail::make_completion<Decision>(std::forward<F>(done));
+      detail::complete_safely(completion, std::move(d));
+    } else {
+      const Binding b = binding_.with_params(params);  // throws before anything is sent
+      auto completion = detail::make_completion<Decision>(std::forward<F>(done));
+      if (const detail::ObserverSet* obs = observers_.current()) [[unlikely]] {
+        // As in try_acquire_async(key, cost, done): the completion may outlive the limiter.
+        completion = [set = obs->shared_from_this(), name = name_, k = std::string(key), cost,
+                      inner = std::move(completion)](Decision d) {
+          if (set->shadow && !d.allowed) shadow(d);
+          detail::Observers::decision(*set, name, k, cost, d, std::chrono::nanoseconds{-1});
+          inner(std::move(d));
+        };
+      }
+      if constexpr (requires { b.apply_async(key, now, op, std::move(completion)); }) {
+        b.apply_async(key, now, op, std::move(completion));  // the binding copies what it keeps
+      } else {
+        Decision d = b.apply(key, now, op);
+        detail::complete_safely(completion, std::move(d));
+      }
+    }
+  }
+
+  /// As above, through a future (its `get` blocks: not on the storage's I/O thread).
+  std::future<Decision> try_acquire_async(std::string_view key, std::int64_t cost,
+                                          const Params& params) {
+    auto promise = std::make_shared<std::promise<Decision>>();
+    auto future = promise->get_future();
+    try_acquire_async(key, cost, params, [promise](Decision d) { promise->set_value(d); });
+    return future;
+  }
+
+  /// `refund(key, cost, taken_at)` decided with `params` (pass those the take was decided
+  /// with). Throws `std::invalid_argument` for cost < 1 or `params` out of range; nothing
+  /// changes then. Listeners hear `Outcome::refunded`. Thread safety: safe from many threads.
+  Decision refund(std::string_view key, std::int64_t cost, std::chrono::nanoseconds taken_at,
+                  const Params& params) requires Adjustable<M> {
+    refuse_far_storages();
+    check_cost(cost);
+    Operation op{cost, false, Decision::never, Operation::Kind::refund};
+    op.taken_at = clock_range(taken_at);
+    const Decision d = apply_with(params, key, read_clock, op);
+    notify_listeners(key, cost, d, Outcome::refunded);
+    return d;
+  }
+
+  /// `penalty(key, cost)` decided with `params` (at most twice their limit is ever spent).
+  /// Throws `std::invalid_argument` for cost < 1 or `params` out of range; nothing changes
+  /// then. Listeners hear `Outcome::penalized`. Thread safety: safe from many threads.
+  Decision penalty(std::string_view key, std::int64_t cost,
+                   const Params& params) requires Adjustable<M> {
+    refuse_far_storages();
+    check_cost(cost);
+    const Decision d = apply_with(
+        params, key, read_clock, Operation{cost, false, Decision::never, Operation::Kind::penalty});
+    notify_listeners(key, cost, d, Outcome::penalized);
+    return d;
+  }
+
+ private:
+  /// Whether the binding decides a located key with parameters given per call, without being
+  /// copied (in process: `apply_with`, no reference count taken per decision).
+  static constexpr bool locating_with =
+      requires(const Binding& b, const Params& p, const Located& at, std::string_view k,
+               std::chrono::nanoseconds t, const Operation& op) {
+    { b.apply_with(p, at, k, t, op) } -> std::same_as<Decision>;
+  };
+
+  /// `try_acquire(key, cost, params)` at `now` (or the clock's reading if `read_clock`),
+  /// listeners and shadow mode applied.
+  Decision decide_with(const Params& params, std::string_view key, std::int64_t cost,
+                       std::chrono::nanoseconds now) {
+    check_cost(cost);
+    const Operation op{cost, false, Decision::never};
+    if (const detail::ObserverSet* obs = observers_.current()) [[unlikely]]
+      return observed(*obs, key, cost, [&] { return apply_with(params, key, now, op); });
+    return apply_with(params, key, now, op);
+  }
+
+  /// `op` on `key` decided with `params` (validated before anything changes) at `now`, or at
+  /// the clock's reading if `now` is `read_clock`: in process without copying the binding,
+  /// elsewhere through the storage's `with_params`.
+  Decision apply_with(const Params& params, std::string_view key, std::chrono::nanoseconds now,
+                      const Operation& op) {
+    if constexpr (locating_with) {
+      const Located at = binding_.locate(key);  // before the clock read, which overlaps it
+      return binding_.apply_with(params, at, key, now == read_clock ? clock_.now() : now, op);
+    } else {
+      const Binding b = binding_.with_params(params);
+      return b.apply(key, now == read_clock ? clock_.now() : now, op);
+    }
+  }
+  // --- end of the decisions that carry their key's parameters ---------------------------------
+
  private:
   bool shed_configured() const noexcept { return reserves_.normal > 0 || reserves_.sheddable > 0; }
 

@@ -200,6 +200,15 @@ class InMemoryStorage {
                    const Operation& op) const {
       return table->apply(params, at, key, now, op);
     }
+    /// `with_params(p).apply(at, key, now, op)` without building that binding: a decision that
+    /// carries its own parameters (the limiters' per-key parameters) takes no reference count.
+    /// Throws as `with_params`, before anything changes.
+    Decision apply_with(const typename M::Params& p, const detail::KeyHash& at,
+                        std::string_view key, std::chrono::nanoseconds now,
+                        const Operation& op) const {
+      check_params<M>(p);
+      return table->apply(p, at, key, now, op);
+    }
     void reset(std::string_view key) const { table->reset(key); }
     /// The part of an all-or-nothing decision; `tag` is ignored (one process holds every key).
     Part part(std::string_view key, const Operation& op, std::string_view /*tag*/ = {}) const {
