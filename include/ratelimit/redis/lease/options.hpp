@@ -63,7 +63,7 @@ struct LeaseOptions {
   /// key's slot (a key's count, its lease records and the previous window's count share the
   /// client key's hash tag: one slot), with MOVED, ASK and failover handled as for
   /// RedisClusterStorage.
-  std::vector<std::string> cluster_seeds;
+  std::vector<std::string> cluster_seeds{};
 };
 
 /// Counters since construction, shared by copies. Thread safety: a plain value.

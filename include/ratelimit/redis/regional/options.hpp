@@ -25,7 +25,7 @@ struct RemoteRegion {
   /// Empty (the default): that region's Redis is the one `redis` names. Otherwise a Redis
   /// Cluster learned from these nodes ("host:port"): `redis` applies per node (host and port
   /// unused, db 0), and each push goes to the primary of its hash's slot.
-  std::vector<std::string> cluster_seeds;
+  std::vector<std::string> cluster_seeds{};
 };
 
 /// The regional storage's configuration (docs/far.md). Thread safety: a plain value.
@@ -49,7 +49,7 @@ struct RegionalOptions {
   /// (host and port unused, db 0), each decision goes to the primary of its key's slot, and the
   /// exchange keeps one dirty set per slot beside the hashes of that slot (docs/far.md, "On a
   /// Redis Cluster").
-  std::vector<std::string> local_cluster_seeds;
+  std::vector<std::string> local_cluster_seeds{};
   /// The other regions (0 to 15). With none, the storage decides alone, with no bound on
   /// unseen units.
   std::vector<RemoteRegion> remotes;
