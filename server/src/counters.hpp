@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <exception>
 #include <functional>
+#include <future>
 #include <memory>
 #include <optional>
 #include <span>
@@ -114,6 +115,24 @@ class Counters {
       return done({}, std::current_exception());
     }
     done(std::move(ds), nullptr);
+  }
+
+ protected:
+  /// `count` for a storage whose own path is `count_async`: starts it and waits for its
+  /// answer (or rethrows its error). Never on the storage's I/O thread, which would wait on
+  /// itself.
+  std::vector<HitResult> count_and_wait(std::span<const Hit> hits, std::chrono::nanoseconds now) {
+    // Shared: the completion may still be inside set_value when the waiting thread returns.
+    auto promise = std::make_shared<std::promise<std::vector<HitResult>>>();
+    auto future = promise->get_future();
+    count_async(std::vector<Hit>(hits.begin(), hits.end()), now,
+                [promise](std::vector<HitResult> ds, std::exception_ptr err) {
+                  if (err)
+                    promise->set_exception(std::move(err));
+                  else
+                    promise->set_value(std::move(ds));
+                });
+    return future.get();
   }
 };
 

@@ -24,7 +24,6 @@
 #include <cstring>
 #include <deque>
 #include <functional>
-#include <future>
 #include <mutex>
 #include <optional>
 #include <stdexcept>
@@ -152,16 +151,7 @@ class MemcacheCounters final : public Counters {
       throw std::runtime_error(
           "memcache: a blocking count inside a completion would wait on the "
           "I/O thread itself");
-    auto promise = std::make_shared<std::promise<std::vector<HitResult>>>();
-    auto future = promise->get_future();
-    count_async(std::vector<Hit>(hits.begin(), hits.end()), now,
-                [promise](std::vector<HitResult> ds, std::exception_ptr err) {
-                  if (err)
-                    promise->set_exception(std::move(err));
-                  else
-                    promise->set_value(std::move(ds));
-                });
-    return future.get();
+    return count_and_wait(hits, now);
   }
 
   /// Hands the call to the I/O thread (`done` runs there), or answers it here at once: an

@@ -1,6 +1,5 @@
 #include <atomic>
 #include <charconv>
-#include <future>
 #include <mutex>
 #include <stdexcept>
 #include <string>
@@ -73,17 +72,7 @@ class RedisCounters final : public Counters {
 
   /// `count_async` and a wait: the reference's pipeline is the same either way.
   std::vector<HitResult> count(std::span<const Hit> hits, std::chrono::nanoseconds now) override {
-    // Shared: the completion may still be inside set_value when the waiting thread returns.
-    auto promise = std::make_shared<std::promise<std::vector<HitResult>>>();
-    auto future = promise->get_future();
-    count_async(std::vector<Hit>(hits.begin(), hits.end()), now,
-                [promise](std::vector<HitResult> ds, std::exception_ptr err) {
-                  if (err)
-                    promise->set_exception(std::move(err));
-                  else
-                    promise->set_value(std::move(ds));
-                });
-    return future.get();
+    return count_and_wait(hits, now);
   }
 
   std::vector<Decision> count_all(std::span<const Hit> hits,
