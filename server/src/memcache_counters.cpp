@@ -145,9 +145,12 @@ class MemcacheCounters final : public Counters {
     ::close(wake_fd_);
   }
 
+  /// Whether the caller is this storage's I/O thread (where its completions run).
+  bool on_io_thread() const noexcept { return std::this_thread::get_id() == thread_.get_id(); }
+
   /// `count_async` and a wait. Not from a completion (the I/O thread would wait on itself).
   std::vector<HitResult> count(std::span<const Hit> hits, std::chrono::nanoseconds now) override {
-    if (std::this_thread::get_id() == thread_.get_id())
+    if (on_io_thread())
       throw std::runtime_error(
           "memcache: a blocking count inside a completion would wait on the "
           "I/O thread itself");
@@ -524,7 +527,16 @@ class MemcacheCounters final : public Counters {
 }  // namespace
 
 std::shared_ptr<Counters> make_memcache_counters(MemcacheOptions options, GoKeyOptions go) {
-  return std::make_shared<MemcacheCounters>(std::move(options), std::move(go));
+  // A completion may hold the last handle (a call in flight when its configuration or its
+  // server goes): deleting on the I/O thread would join that very thread. Another thread
+  // deletes it then, while this one returns to its loop, finds it stopping and ends.
+  return std::shared_ptr<MemcacheCounters>(new MemcacheCounters(std::move(options), std::move(go)),
+                                           [](MemcacheCounters* c) {
+                                             if (c->on_io_thread())
+                                               std::thread([c] { delete c; }).detach();
+                                             else
+                                               delete c;
+                                           });
 }
 
 }  // namespace ratelimit::server

@@ -625,6 +625,43 @@ TEST_CASE("Go keys: calls in flight together on memcache are read in order, each
   CHECK(writer.read(key) == 65);
 }
 
+TEST_CASE("Go keys: a memcache storage whose last handle a completion drops ends cleanly",
+          "[server][go_keys][no_cluster][memcache]") {
+  // A call in flight when its configuration or its server goes holds the last handle to the
+  // storage, and its completion runs on the storage's I/O thread: destroying the storage there
+  // must not join that very thread (std::system_error, "Resource deadlock avoided", and a
+  // terminate). Each of 20 storages gets one call whose completion holds the only handle; the
+  // completion releases it and signals; every one of the 20 must be answered (20 = 20).
+  const ratelimit::server::GoKeyOptions go{fresh_prefix(), 0};
+  ratelimit::server::MemcacheOptions options;
+  options.servers = memcached_servers();
+  options.timeout = std::chrono::seconds{5};
+  ratelimit::server::Hit hit;
+  hit.limit_id = "go/user";
+  hit.key = "alice";
+  hit.limit = 1000;
+  hit.window_s = 60;
+  hit.go_key = "go_user_alice_";
+  std::mutex mutex;
+  std::condition_variable answered;
+  int done = 0;
+  for (int i = 0; i < 20; ++i) {
+    auto counters = ratelimit::server::make_memcache_counters(options, go);
+    auto* raw = counters.get();
+    auto held = std::make_shared<std::shared_ptr<ratelimit::server::Counters>>(std::move(counters));
+    raw->count_async({hit}, std::chrono::seconds{day0_s + 90},
+                     [&, held](std::vector<ratelimit::server::HitResult>, std::exception_ptr) {
+                       held->reset();  // the last handle, dropped on the I/O thread
+                       const std::lock_guard lock(mutex);
+                       ++done;
+                       answered.notify_all();
+                     });
+    held.reset();  // only the completion holds it now
+  }
+  std::unique_lock lock(mutex);
+  CHECK(answered.wait_for(lock, std::chrono::seconds{60}, [&] { return done == 20; }));
+}
+
 TEST_CASE("Go keys: a denied hit's count comes beside its decision, exact on every storage",
           "[server][go_keys][stats]") {
   // The reference's stats split a call's hits between within, near and over limit by the
