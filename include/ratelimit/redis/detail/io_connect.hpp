@@ -39,18 +39,15 @@ inline void IoLoopCore::service(IoNode& node, SteadyTime now) {
   const std::size_t alive = ready + opening + (node.lent_ ? 1 : 0);
   if (opening == 0 && alive < connections_ && busy == ready) open(node, now);
   if (ready == 0) return;
-  // Everything queued this turn goes on one connection, the one with the fewest requests in
-  // flight: one write carries it all, and its replies come back in one read. Spread request by
-  // request, a turn's requests cost a write and a read on every connection.
-  Conn* best = nullptr;
-  for (const auto& c : node.conns_)
-    if (!c->dead && c->state == Conn::State::ready &&
-        (best == nullptr || c->inflight.size() < best->inflight.size()))
-      best = c.get();
   while (!node.waiting_.empty()) {
     std::shared_ptr<Pending> p = std::move(node.waiting_.front());
     node.waiting_.pop_front();
     if (p->finished) continue;
+    Conn* best = nullptr;
+    for (const auto& c : node.conns_)
+      if (!c->dead && c->state == Conn::State::ready &&
+          (best == nullptr || c->inflight.size() < best->inflight.size()))
+        best = c.get();
     p->conn = best;
     p->start = best->queued;
     best->queued += p->req.wire.size();
