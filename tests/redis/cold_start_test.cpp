@@ -5,6 +5,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <future>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -234,6 +235,37 @@ TEST_CASE("After a restart of Redis the first decision is one EVAL on the new co
   // And then EVALSHA again: 10 - 2 = 8.
   CHECK(limiter.try_acquire("k").remaining == 8);
   CHECK(CommandStats::of(admin)["evalsha"].calls == 1);
+}
+
+TEST_CASE("After a restart of Redis a non-blocking plain command goes on a new connection",
+          "[redis][cold_start]") {
+  // A non-blocking call without a script does not look at the idle connection on the calling
+  // thread (that cost every call a poll()): the I/O thread must find the connection the
+  // restart closed before it puts the command on it, or the first call after a restart fails.
+  using ratelimit::detail::RedisCall;
+  using ratelimit::detail::RedisResult;
+  rltest::ThrowawayRedis server;
+  auto client = std::make_shared<ratelimit::detail::RedisClient>(options_on(server, false));
+  const auto incrby = [&](int by) {
+    std::promise<std::vector<RedisResult>> got;
+    client->execute_async({RedisCall{nullptr, {"k"}, {"INCRBY", "k", std::to_string(by)}}},
+                          client->deadline_from_now(),
+                          [&](std::vector<RedisResult>&& r) { got.set_value(std::move(r)); });
+    auto r = got.get_future().get();
+    REQUIRE(r.size() == 1u);
+    return r;
+  };
+  const auto count_of = [](const std::vector<RedisResult>& r) -> long long {
+    if (r.front().failure) FAIL(r.front().failure->message);
+    REQUIRE(r.front().reply->type == REDIS_REPLY_INTEGER);
+    return r.front().reply->integer;
+  };
+  CHECK(count_of(incrby(2)) == 2);  // 0 + 2
+  CHECK(count_of(incrby(3)) == 5);  // 2 + 3: the connection is idle again after this one
+  server.kill();                    // no persistence: the key is gone
+  server.start();                   // the same port
+  CHECK(count_of(incrby(4)) == 4);  // 0 + 4 on the new connection, not failed on the old one
+  CHECK(client->stats().failures == 0u);
 }
 
 TEST_CASE("A warm-up against a Redis that is down returns false and never throws",

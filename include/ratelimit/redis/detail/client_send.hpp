@@ -47,10 +47,14 @@ inline void RedisClient::send(RedisNodeClient& node, const OpPtr& op,
   // restart) is found here, and the scripts go as EVAL on the new connection, one round trip
   // after the connect instead of EVALSHA, NOSCRIPT and EVAL. The calling thread makes the
   // round trip itself on it when it may, and only once: a reload after NOSCRIPT goes through
-  // the I/O thread. A call for the I/O thread looks too (and gives it back at once).
-  IoLoopCore::Lent lent = loop_->lend(node.io);
+  // the I/O thread. A call for the I/O thread with a script looks too (and gives it back at
+  // once); one without scripts does not: plain commands go the same on any connection, the
+  // loop finds a closed one itself before it writes, and looking costs the caller a poll().
   const bool here = op->here;
   op->here = false;
+  const bool scripted = std::any_of(indexes.begin(), indexes.end(),
+                                    [&](std::size_t i) { return op->calls[i].script != nullptr; });
+  IoLoopCore::Lent lent = here || scripted ? loop_->lend(node.io) : IoLoopCore::Lent{};
   if (!here) lent.release();
   node.check_connections();
   IoRequest req;
