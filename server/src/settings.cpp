@@ -1081,12 +1081,24 @@ RedisOptions redis_options(const Settings& s, const std::string& prefix = "REDIS
                      std::chrono::duration_cast<std::chrono::milliseconds>(s.redis_timeout));
   o.connect_timeout = timeout;
   o.command_timeout = timeout;
+  // Go has no circuit breaker: a call on a broken connection fails and the next one dials
+  // again. Every call the breaker refuses is an error here, so it opens briefly: a dropped
+  // connection costs at most 10 ms of refused calls, and once Redis answers again the next
+  // probe is at most 100 ms away (the library's 100 ms doubling to 2 s refused the first
+  // calls for up to 2 s after a restart). Not shorter: a cluster client re-reads the slot map
+  // at most once per back-off after a node fails.
+  o.breaker_backoff = std::chrono::milliseconds{10};
+  o.breaker_max_backoff = std::chrono::milliseconds{100};
   o.key_prefix = "ratelimit_server:";
   return o;
 }
 #endif
 
 }  // namespace
+
+#ifdef RATELIMIT_SERVER_HAVE_REDIS
+RedisOptions redis_options_of(const Settings& settings) { return redis_options(settings); }
+#endif
 
 #ifdef RATELIMIT_SERVER_HAVE_REDIS
 namespace {

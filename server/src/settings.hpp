@@ -20,6 +20,10 @@
 #include <variant>
 #include <vector>
 
+#ifdef RATELIMIT_SERVER_HAVE_REDIS
+#include <ratelimit/redis/options.hpp>
+#endif
+
 namespace ratelimit::server {
 
 /// Everything the server reads at start. Start from `read_settings` (with an empty
@@ -299,6 +303,13 @@ namespace ratelimit::server {
 /// storage's errors (see `make_redis_counters`).
 std::shared_ptr<Counters> make_counters(const Settings& settings,
                                         std::shared_ptr<Listener> listener = nullptr);
+
+#ifdef RATELIMIT_SERVER_HAVE_REDIS
+/// The options of the Redis that REDIS_URL, REDIS_SOCKET_TYPE, REDIS_TYPE, REDIS_AUTH,
+/// REDIS_TLS*, REDIS_POOL_SIZE and REDIS_TIMEOUT name (as `make_counters` builds them; a
+/// cluster's seeds are its own). Throws `std::invalid_argument` naming the variable.
+RedisOptions redis_options_of(const Settings& settings);
+#endif
 
 /// The rules files of `dir` (recursively: *.yaml and *.yml, dotfiles skipped when asked), sorted.
 std::vector<std::filesystem::path> rules_files(const std::filesystem::path& dir,

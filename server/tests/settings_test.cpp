@@ -471,6 +471,39 @@ TEST_CASE("Settings: all-or-nothing is ours, off by default, refused on a cluste
   CHECK(read_env({}, {"--stop-cache-key-increment-when-overlimit=1"}).stop_increment_when_over);
 }
 
+#ifdef RATELIMIT_SERVER_HAVE_REDIS
+TEST_CASE("Settings: the Redis options as Go's dialer sets them, and a short breaker",
+          "[settings]") {
+  using std::chrono::milliseconds;
+  const auto o = rs::redis_options_of(read_env({{"REDIS_SOCKET_TYPE", "tcp"},
+                                                {"REDIS_URL", "127.0.0.1:6380"},
+                                                {"REDIS_AUTH", "user:secret"},
+                                                {"REDIS_POOL_SIZE", "200"},
+                                                {"REDIS_TIMEOUT", "2s"}}));
+  CHECK(o.host == "127.0.0.1");
+  CHECK(o.port == 6380);
+  CHECK(o.username == "user");  // "user:password", cut at the first ':' as Go's createDialer
+  CHECK(o.password == "secret");
+  CHECK(o.pool_size == 64u);  // 200 > 64: connections are pipelined, 64 at most
+  // REDIS_TIMEOUT bounds the dial and each command: 2 s = 2,000 ms.
+  CHECK(o.connect_timeout == milliseconds{2'000});
+  CHECK(o.command_timeout == milliseconds{2'000});
+  // Go has no breaker (each call dials again), and every call a breaker refuses is an error
+  // here: 10 ms after a failure, and a probe at most 100 ms apart while Redis stays down (the
+  // library's defaults, 100 ms doubling to 2 s, refused calls for up to 2 s after a restart).
+  CHECK(o.breaker_backoff == milliseconds{10});
+  CHECK(o.breaker_max_backoff == milliseconds{100});
+  // REDIS_TIMEOUT=0 has no bound in Go: 10 s = 10,000 ms here; the breaker is the same.
+  const auto unbounded = rs::redis_options_of(
+      read_env({{"REDIS_SOCKET_TYPE", "tcp"}, {"REDIS_URL", "h:1"}, {"REDIS_TIMEOUT", "0"}}));
+  CHECK(unbounded.command_timeout == milliseconds{10'000});
+  CHECK(unbounded.breaker_max_backoff == milliseconds{100});
+  CHECK_THROWS_WITH(
+      rs::redis_options_of(read_env({{"REDIS_SOCKET_TYPE", "tcp"}, {"REDIS_URL", "no-port"}})),
+      Catch::Contains("REDIS_URL"));
+}
+#endif
+
 TEST_CASE("Settings: the executable starts with a Go deployment's environment and any argv",
           "[settings]") {
   // As a manifest runs /bin/ratelimit: arguments of its own, Kubernetes' service links, Go
