@@ -552,6 +552,21 @@ TEST_CASE("Go keys: the settings of the Go service's keys, per-second Redis and 
 
 namespace gk {
 
+namespace {
+
+/// One hit of "alice" on rule go/user: 1,000 per minute, Go key "go_user_alice_<window>".
+ratelimit::server::Hit alice_per_minute() {
+  ratelimit::server::Hit hit;
+  hit.limit_id = "go/user";
+  hit.key = "alice";
+  hit.limit = 1000;
+  hit.window_s = 60;
+  hit.go_key = "go_user_alice_";
+  return hit;
+}
+
+}  // namespace
+
 TEST_CASE("Go keys: a memcached that does not answer counts as 0 and fails no call, as in Go",
           "[server][go_keys][no_cluster][memcache]") {
   // A port nothing listens on: a socket bound and closed again, so connect is refused.
@@ -590,12 +605,7 @@ TEST_CASE("Go keys: calls in flight together on memcache are read in order, each
   auto counters = ratelimit::server::make_memcache_counters(options, go);
   // 90 s into day0: the minute window started at day0 + 60.
   const std::chrono::nanoseconds now = std::chrono::seconds{day0_s + 90};
-  ratelimit::server::Hit hit;
-  hit.limit_id = "go/user";
-  hit.key = "alice";
-  hit.limit = 1000;
-  hit.window_s = 60;
-  hit.go_key = "go_user_alice_";
+  const ratelimit::server::Hit hit = alice_per_minute();
   const std::string key = go.prefix + "go_user_alice_" + std::to_string(day0_s + 60);
   REQUIRE(writer.add(key, 1, 60) == 1);
   std::mutex mutex;
@@ -636,12 +646,7 @@ TEST_CASE("Go keys: a memcache storage whose last handle a completion drops ends
   ratelimit::server::MemcacheOptions options;
   options.servers = memcached_servers();
   options.timeout = std::chrono::seconds{5};
-  ratelimit::server::Hit hit;
-  hit.limit_id = "go/user";
-  hit.key = "alice";
-  hit.limit = 1000;
-  hit.window_s = 60;
-  hit.go_key = "go_user_alice_";
+  const ratelimit::server::Hit hit = alice_per_minute();
   std::mutex mutex;
   std::condition_variable answered;
   int done = 0;

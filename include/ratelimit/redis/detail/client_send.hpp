@@ -52,9 +52,10 @@ inline void RedisClient::send(RedisNodeClient& node, const OpPtr& op,
   // loop finds a closed one itself before it writes, and looking costs the caller a poll().
   const bool here = op->here;
   op->here = false;
-  const bool scripted = std::any_of(indexes.begin(), indexes.end(),
-                                    [&](std::size_t i) { return op->calls[i].script != nullptr; });
-  IoLoopCore::Lent lent = here || scripted ? loop_->lend(node.io) : IoLoopCore::Lent{};
+  const bool look = here || std::any_of(indexes.begin(), indexes.end(), [&](std::size_t i) {
+                      return op->calls[i].script != nullptr;
+                    });
+  IoLoopCore::Lent lent = look ? loop_->lend(node.io) : IoLoopCore::Lent{};
   if (!here) lent.release();
   node.check_connections();
   IoRequest req;
